@@ -1,0 +1,19 @@
+"""aot: ahead-of-time compiler that packages static-shape ONNX models as standalone C.
+
+    import aot
+    pkg = aot.compile("model.onnx", input_shapes={"input": (1, 3, 224, 224)})
+    pkg.write("model_pkg")             # header, C sources, runtime, Makefile, CMakeLists, manifest
+    outputs = pkg.run({"input": x})    # builds for the host and runs through ctypes
+"""
+
+__version__ = "0.1.0"
+
+
+def compile(model, input_shapes=None, name=None, backend="c"):  # noqa: A001, ANN001, ANN201
+    """Compile an ONNX model (path or ModelProto) into an aot.package.package.Package."""
+    from aot.compiler import compile as _compile
+
+    return _compile(model, input_shapes=input_shapes, name=name, backend=backend)
+
+
+__all__ = ["__version__", "compile"]

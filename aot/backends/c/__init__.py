@@ -1,0 +1,1 @@
+"""The C backend: kernel IR -> C99 source."""

@@ -1,0 +1,206 @@
+"""Prints kernel IR as C99. Only printing happens here; what an op means lives in aot/ops."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from aot.codegen.c_names import c_comment
+from aot.kernel.ir import (
+    INDEX, Assign, Binary, Buffer, Cast, Const, Declare, Expr, If, Kernel, Load, Loop, Select, Stmt, Store,
+    Unary, Var,
+)
+
+C_TYPES = {
+    "float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+    "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t",
+    "uint64": "uint64_t", "bool": "uint8_t", INDEX: "int32_t",
+}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=", "gt": ">",
+          "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||", "xor": "!="}
+_MATH = {"exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan",
+         "sinh", "cosh", "asinh", "acosh", "atanh"}
+
+
+def c_type(dtype: str) -> str:
+    return C_TYPES[dtype]
+
+
+def float_literal(value: float, dtype: str) -> str:
+    suffix = "f" if dtype == "float32" else ""
+    if math.isnan(value):
+        return "NAN" if dtype == "float32" else "((double)NAN)"
+    if math.isinf(value):
+        text = "INFINITY" if dtype == "float32" else "((double)INFINITY)"
+        return f"(-{text})" if value < 0 else text
+    if value == 0.0:
+        return ("-0.0" if math.copysign(1.0, value) < 0 else "0.0") + suffix
+    if dtype == "float32":
+        value = float(np.float32(value))
+    mantissa, _, exponent = value.hex().partition("p")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    text = f"{mantissa}p{exponent}{suffix}"
+    return f"({text})" if value < 0 else text
+
+
+def int_literal(value: int, dtype: str) -> str:
+    if dtype == "int64":
+        if value == -(2**63):
+            return "(-INT64_C(9223372036854775807) - 1)"
+        return f"INT64_C({value})" if value >= 0 else f"(-INT64_C({-value}))"
+    if dtype == "uint64":
+        return f"UINT64_C({value})"
+    if dtype in ("int32", INDEX) and value == -(2**31):
+        return "(-2147483647 - 1)"
+    if dtype in ("uint32",):
+        return f"{value}u"
+    return str(value) if value >= 0 else f"({value})"
+
+
+class KernelPrinter:
+    """Prints kernels; records which static helper functions the printed code needs."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.helpers: set[str] = set()
+
+    def function_name(self, kernel: Kernel) -> str:
+        return f"{self.prefix}_{kernel.name}"
+
+    def signature(self, kernel: Kernel) -> str:
+        params = []
+        for b in kernel.params:
+            const = "" if b.writable else "const "
+            params.append(f"{const}{c_type(b.dtype)} *restrict {b.name}")
+        return f"static void {self.function_name(kernel)}({', '.join(params) or 'void'})"
+
+    def kernel(self, kernel: Kernel) -> str:
+        origin = ", ".join(repr(s) for s in kernel.sources)
+        lines = [f"/* {kernel.name}: {c_comment(kernel.op)} <- ONNX {c_comment(origin)} */",
+                 self.signature(kernel), "{"]
+        for stmt in kernel.body:
+            self._stmt(stmt, 1, lines)
+        lines.append("}")
+        return "\n".join(lines)
+
+    # -- statements ------------------------------------------------------------------------
+    def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
+        pad = "    " * depth
+        if isinstance(s, Loop):
+            v = s.var.name
+            out.append(f"{pad}for ({c_type(s.var.dtype)} {v} = 0; {v} < {s.extent}; ++{v}) {{")
+            for inner in s.body:
+                self._stmt(inner, depth + 1, out)
+            out.append(f"{pad}}}")
+        elif isinstance(s, Declare):
+            out.append(f"{pad}{c_type(s.var.dtype)} {s.var.name} = {self.expr(s.init)};")
+        elif isinstance(s, Assign):
+            out.append(f"{pad}{s.var.name} = {self.expr(s.value)};")
+        elif isinstance(s, Store):
+            out.append(f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
+        elif isinstance(s, If):
+            out.append(f"{pad}if ({self._bare(s.cond)}) {{")
+            for inner in s.then:
+                self._stmt(inner, depth + 1, out)
+            if s.orelse:
+                out.append(f"{pad}}} else {{")
+                for inner in s.orelse:
+                    self._stmt(inner, depth + 1, out)
+            out.append(f"{pad}}}")
+        else:
+            raise TypeError(f"cannot print {s!r}")
+
+    # -- expressions -----------------------------------------------------------------------
+    def _bare(self, e: Expr) -> str:
+        text = self.expr(e)
+        return text[1:-1] if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]) else text
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            if e.dtype in ("float32", "float64"):
+                return float_literal(float(e.value), e.dtype)
+            if e.dtype == "bool":
+                return "1" if e.value else "0"
+            return int_literal(int(e.value), e.dtype)
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Load):
+            return f"{e.buffer.name}[{self._bare(e.index)}]"
+        if isinstance(e, Binary):
+            return self._binary(e)
+        if isinstance(e, Unary):
+            return self._unary(e)
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if isinstance(e, Cast):
+            if e.dtype == "bool":
+                return f"((uint8_t)({self.expr(e.a)} != 0))"
+            return f"(({c_type(e.dtype)}){self.expr(e.a)})"
+        raise TypeError(f"cannot print {e!r}")
+
+    def _binary(self, e: Binary) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        operand = e.a.dtype
+        if e.op in ("min", "max"):
+            helper = f"aot_{e.op}_{operand}"
+            self.helpers.add(helper)
+            return f"{helper}({a}, {b})"
+        if e.op == "pow":
+            return f"{'powf' if operand == 'float32' else 'pow'}({a}, {b})"
+        if e.op == "mod" and operand in ("float32", "float64"):
+            return f"{'fmodf' if operand == 'float32' else 'fmod'}({a}, {b})"
+        return f"({a} {_INFIX[e.op]} {b})"
+
+    def _unary(self, e: Unary) -> str:
+        a = self.expr(e.a)
+        operand = e.a.dtype
+        f = "f" if operand == "float32" else ""
+        if e.op == "neg":
+            return f"(-{a})"
+        if e.op == "not":
+            return f"(!{a})"
+        if e.op == "abs":
+            return f"fabs{f}({a})" if operand in ("float32", "float64") else f"({a} < 0 ? -{a} : {a})"
+        if e.op in _MATH:
+            return f"{e.op}{f}({a})"
+        if e.op == "round_even":
+            return f"nearbyint{f}({a})"
+        if e.op == "isnan":
+            return f"isnan({a})"
+        if e.op == "isinf":
+            return f"isinf({a})"
+        if e.op in ("isposinf", "isneginf"):
+            sign = ">" if e.op == "isposinf" else "<"
+            return f"(isinf({a}) && {a} {sign} 0)"
+        if e.op == "sign":
+            zero = "0"
+            return f"(({a} > {zero}) - ({a} < {zero}))"
+        raise TypeError(f"cannot print unary {e.op}")
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
+HELPER_DEFINITIONS = {
+    # NaN in either operand propagates, like onnxruntime's Min/Max/Clip.
+    "aot_min_float32": "static inline float aot_min_float32(float a, float b) { return (a < b || a != a) ? a : b; }",
+    "aot_max_float32": "static inline float aot_max_float32(float a, float b) { return (a > b || a != a) ? a : b; }",
+    "aot_min_float64": "static inline double aot_min_float64(double a, double b) { return (a < b || a != a) ? a : b; }",
+    "aot_max_float64": "static inline double aot_max_float64(double a, double b) { return (a > b || a != a) ? a : b; }",
+}
+for _t, _c in C_TYPES.items():
+    if _t not in ("float32", "float64"):
+        HELPER_DEFINITIONS[f"aot_min_{_t}"] = f"static inline {_c} aot_min_{_t}({_c} a, {_c} b) {{ return a < b ? a : b; }}"
+        HELPER_DEFINITIONS[f"aot_max_{_t}"] = f"static inline {_c} aot_max_{_t}({_c} a, {_c} b) {{ return a > b ? a : b; }}"
+
+__all__ = ["KernelPrinter", "HELPER_DEFINITIONS", "c_type", "float_literal", "int_literal", "Buffer"]

@@ -1,0 +1,1 @@
+"""Code generation helpers shared by every backend (C identifiers, comments, literals)."""

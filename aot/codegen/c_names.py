@@ -1,0 +1,76 @@
+"""Turning arbitrary ONNX strings into safe C: identifiers, comments and string literals.
+
+ONNX names are arbitrary unicode. In generated C they must become valid, unique identifiers,
+and text copied into comments or strings must not be able to end them or inject code.
+"""
+
+from __future__ import annotations
+
+import re
+
+C_KEYWORDS = frozenset(
+    """auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef union
+    unsigned void volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic
+    _Noreturn _Static_assert _Thread_local bool true false asm fortran main NULL""".split()
+)
+
+
+def c_identifier(name: str, fallback: str = "t") -> str:
+    """A valid C identifier resembling `name` (not yet unique)."""
+    ident = re.sub(r"[^0-9A-Za-z_]", "_", name)
+    ident = re.sub(r"_+", "_", ident).strip("_")
+    if not ident:
+        ident = fallback
+    if ident[0].isdigit():
+        ident = f"{fallback}_{ident}"
+    if ident in C_KEYWORDS:
+        ident = f"{ident}_"
+    return ident
+
+
+class UniqueNames:
+    """Hands out distinct identifiers; a name that collides after sanitising gets a suffix."""
+
+    def __init__(self, reserved: set[str] | None = None) -> None:
+        self._used: set[str] = set(reserved or ())
+
+    def make(self, name: str, fallback: str = "t") -> str:
+        base = c_identifier(name, fallback)
+        ident, n = base, 1
+        while ident in self._used:
+            ident = f"{base}_{n}"
+            n += 1
+        self._used.add(ident)
+        return ident
+
+
+def model_identifier(name: str) -> str:
+    """The prefix of every exported symbol: lower-case C identifier (macros use it upper-cased)."""
+    ident = c_identifier(name, "model").lower()
+    if len(ident) > 48:
+        ident = ident[:48].rstrip("_")
+    return ident
+
+
+def c_comment(text: str) -> str:
+    """Text safe inside /* ... */: one line, no comment terminator, no trigraphs, ASCII only."""
+    safe = text.encode("ascii", "backslashreplace").decode("ascii")
+    safe = safe.replace("\\", "\\\\").replace("*/", "*\\/").replace("/*", "/\\*").replace("??", "?\\?")
+    safe = re.sub(r"[\x00-\x1f\x7f]", " ", safe)
+    return safe
+
+
+def c_string(text: str) -> str:
+    """A C string literal with the same bytes (UTF-8) as `text`, safe against trigraphs."""
+    out = ['"']
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= byte < 0x7F and ch != "?":
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    out.append('"')
+    return "".join(out)

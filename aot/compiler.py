@@ -1,0 +1,88 @@
+"""The compile pipeline: ONNX -> graph IR -> passes -> kernels -> memory plan -> package."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from aot import __version__
+from aot.codegen.c_names import model_identifier
+from aot.errors import AotError
+from aot.frontend.importer import import_model
+from aot.frontend.loader import load_onnx
+from aot.ir.graph import Graph
+from aot.lowering.program import Program, lower_graph
+from aot.package.c_sources import render_c_sources
+from aot.package.package import MANIFEST, Package, finalize_manifest
+from aot.passes.pipeline import run_passes
+from aot.planner.liveness import arena_intervals
+from aot.planner.memory import MemoryPlan, plan_memory
+from aot.resources import resource_dir
+
+BACKENDS = ("c",)
+DEFAULT_ALIGNMENT = 64
+
+
+def load(model: str | os.PathLike[str] | onnx.ModelProto,
+         input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> tuple[Graph, str]:
+    """The graph IR of a model file or ModelProto, and a label for messages."""
+    if isinstance(model, onnx.ModelProto):
+        source = model.graph.name or "<model>"
+        return import_model(model, input_shapes, source=source, name=model.graph.name or "model"), source
+    path = Path(model)
+    proto = load_onnx(path)
+    return import_model(proto, input_shapes, source=str(path), name=path.stem), str(path)
+
+
+def plan(program: Program, alignment: int = DEFAULT_ALIGNMENT) -> MemoryPlan:
+    return plan_memory(arena_intervals(program), alignment)
+
+
+def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    name: str | None = None,
+    backend: str = "c",
+) -> Package:
+    """Compile an ONNX model (path or ModelProto) into an in-memory Package."""
+    if backend not in BACKENDS:
+        raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
+    graph, source = load(model, input_shapes)
+    if name is None:
+        name = graph.name
+    if not name or not str(name).strip():
+        raise AotError("--name: the model name must not be empty")
+    ident = model_identifier(str(name))
+    run_passes(graph)
+    program = lower_graph(graph)
+    memory = plan(program)
+    texts, info = render_c_sources(program, memory, ident, Path(source).name)
+    files = {path: text.encode() for path, text in texts.items()}
+    for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
+        if runtime_file.suffix in (".h", ".c"):
+            files[f"runtime/{runtime_file.name}"] = runtime_file.read_bytes()
+    manifest: dict[str, Any] = {
+        "name": ident,
+        "source_model": Path(source).name,
+        "backend": backend,
+        "compiler": {"name": "aot", "version": __version__},
+        "inputs": [_io_entry(t) for t in info["inputs"]],
+        "outputs": [_io_entry(t) for t in info["outputs"]],
+        "arena_bytes": memory.arena_bytes,
+        "arena_alignment": memory.alignment,
+        "arena_lower_bound_bytes": memory.lower_bound_bytes,
+        "arena_unshared_bytes": memory.unshared_bytes,
+        "weights_bytes": info["weights_bytes"],
+        "onnx_nodes": graph.source_node_count,
+        "kernels": len(program.kernels),
+    }
+    files[MANIFEST] = finalize_manifest(files, manifest)
+    return Package(ident, files, manifest)
+
+
+def _io_entry(t: dict[str, Any]) -> dict[str, Any]:
+    return {"name": t["name"], "c_name": t["field"], "shape": t["shape"], "dtype": t["dtype"], "bytes": t["bytes"]}

@@ -1,0 +1,162 @@
+"""ONNX ModelProto (static after folding) -> graph IR."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from aot.errors import ModelLoadError, NodeError, UnsupportedError
+from aot.frontend.input_shapes import apply_input_shapes, runtime_inputs
+from aot.frontend.loader import default_opset, load_onnx
+from aot.frontend.shape_folding import fold_static_subgraphs, infer_shapes
+from aot.ir.graph import Graph, Node, Tensor
+from aot.ir.verifier import MAX_ELEMENTS
+from aot.ops.registry import is_supported
+
+
+def load_graph(
+    path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None = None
+) -> Graph:
+    """Load an ONNX file and return its static graph IR."""
+    model = load_onnx(path)
+    return import_model(model, input_shapes, source=str(path), name=Path(path).stem)
+
+
+def import_model(
+    model: onnx.ModelProto,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    source: str = "<model>",
+    name: str = "model",
+) -> Graph:
+    model_copy = onnx.ModelProto()
+    model_copy.CopyFrom(model)
+    apply_input_shapes(model_copy, input_shapes or {})
+    folded = fold_static_subgraphs(model_copy, source)
+    _check_supported(folded, source)
+    graph = _build_graph(folded, source, name)
+    graph.source_node_count = len(model.graph.node)
+    return graph
+
+
+def node_label(node: onnx.NodeProto, index: int) -> str:
+    """ONNX node names are optional; unnamed nodes are referred to by op type and position."""
+    return node.name if node.name else f"{node.op_type}#{index}"
+
+
+def _check_supported(model: onnx.ModelProto, source: str) -> None:
+    opset = default_opset(model)
+    missing: dict[str, list[str]] = {}
+    for i, node in enumerate(model.graph.node):
+        if not is_supported(node.domain, node.op_type):
+            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+            missing.setdefault(key, []).append(node_label(node, i))
+    if missing:
+        parts = []
+        for op in sorted(missing):
+            names = missing[op]
+            shown = ", ".join(repr(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+            parts.append(f"{op} ({len(names)} node{'s' if len(names) > 1 else ''}: {shown})")
+        raise UnsupportedError(
+            f"{source}: unsupported ops at opset {opset}: " + "; ".join(parts), unsupported=missing
+        )
+
+
+def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    graph = model.graph
+    return {vi.name: vi.type for vi in list(graph.input) + list(graph.value_info) + list(graph.output)}
+
+
+def _tensor_from_type(name: str, type_proto: onnx.TypeProto) -> tuple[np.dtype, tuple[int, ...]] | None:
+    if not type_proto.HasField("tensor_type"):
+        return None
+    tt = type_proto.tensor_type
+    if not tt.HasField("shape") or tt.elem_type == 0:
+        return None
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(int(d.dim_value))
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    except Exception:
+        return None
+    return dtype, tuple(dims)
+
+
+def _attr_value(attr: onnx.AttributeProto) -> Any:
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8", errors="replace") for v in value]
+    return value
+
+
+def _build_graph(model: onnx.ModelProto, source: str, name: str) -> Graph:
+    graph = Graph(name)
+    opset = default_opset(model)
+    types = _value_types(model)
+    for init in model.graph.initializer:
+        data = numpy_helper.to_array(init)
+        data = np.ascontiguousarray(data)
+        graph.add_tensor(Tensor(init.name, data.dtype, tuple(data.shape), data=data))
+    for vi in runtime_inputs(model):
+        info = _tensor_from_type(vi.name, vi.type)
+        if info is None:
+            raise ModelLoadError(f"{source}: input {vi.name!r} is not a tensor with a static shape")
+        graph.inputs.append(graph.add_tensor(Tensor(vi.name, info[0], info[1])))
+    strict_checked = False
+    for index, proto in enumerate(model.graph.node):
+        label = node_label(proto, index)
+        inputs: list[Tensor | None] = []
+        for in_name in proto.input:
+            if not in_name:
+                inputs.append(None)
+            elif in_name in graph.tensors:
+                inputs.append(graph.tensors[in_name])
+            else:
+                raise ModelLoadError(f"{source}: node {label!r} ({proto.op_type}) reads {in_name!r}, which no node produces")
+        outputs: list[Tensor | None] = []
+        for out_name in proto.output:
+            if not out_name:
+                outputs.append(None)
+                continue
+            info = _tensor_from_type(out_name, types[out_name]) if out_name in types else None
+            if info is None:
+                if not strict_checked:
+                    strict_checked = True
+                    infer_shapes(model, source, strict=True)  # raises with onnx's reason, if it has one
+                raise NodeError(
+                    f"{source}: node {label!r} ({proto.op_type})",
+                    f"output {out_name!r} has no static shape after shape inference and folding",
+                )
+            dtype, shape = info
+            size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if size > MAX_ELEMENTS:
+                raise NodeError(
+                    f"{source}: node {label!r} ({proto.op_type})",
+                    f"output {out_name!r} has {size} elements, more than the supported {MAX_ELEMENTS}",
+                )
+            if out_name in graph.tensors:
+                raise ModelLoadError(f"{source}: tensor {out_name!r} is produced twice")
+            outputs.append(graph.add_tensor(Tensor(out_name, dtype, shape)))
+        # Trailing omitted outputs carry no information.
+        while outputs and outputs[-1] is None:
+            outputs.pop()
+        attrs = {a.name: _attr_value(a) for a in proto.attribute}
+        graph.add_node(Node(proto.op_type, label, inputs, outputs, attrs, proto.domain, opset))  # type: ignore[arg-type]
+    for vi in model.graph.output:
+        if vi.name not in graph.tensors:
+            raise ModelLoadError(f"{source}: graph output {vi.name!r} is never produced")
+        graph.outputs.append(graph.tensors[vi.name])
+    graph.prune()
+    return graph

@@ -1,0 +1,85 @@
+"""--input-shape NAME=1x3x224x224: fixing symbolic dimensions at compile time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import onnx
+
+from aot.errors import InputShapeError
+
+
+def parse_input_shapes(options: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """Parse repeated `NAME=D0xD1x...` options; a scalar input is written `NAME=` ."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for opt in options:
+        name, sep, dims_text = opt.rpartition("=")
+        if not sep or not name:
+            raise InputShapeError(f"--input-shape {opt!r}: expected NAME=D0xD1x..., e.g. input=1x3x224x224")
+        dims: list[int] = []
+        for part in filter(None, dims_text.lower().replace(",", "x").split("x")):
+            try:
+                d = int(part)
+            except ValueError:
+                raise InputShapeError(f"--input-shape {opt!r}: {part!r} is not an integer dimension") from None
+            if d <= 0:
+                raise InputShapeError(f"--input-shape {opt!r}: dimension {d} must be positive")
+            dims.append(d)
+        if name in shapes:
+            raise InputShapeError(f"--input-shape {opt!r}: input {name!r} is given twice")
+        shapes[name] = tuple(dims)
+    return shapes
+
+
+def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs the caller feeds; inputs that also have an initializer are constants."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in initializers]
+
+
+def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    inputs = {vi.name: vi for vi in runtime_inputs(model)}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            known = ", ".join(repr(n) for n in inputs) or "none"
+            raise InputShapeError(f"--input-shape {name}=...: the model has no input {name!r} (inputs: {known})")
+        tensor_type = inputs[name].type.tensor_type
+        if tensor_type.HasField("shape"):
+            declared = tensor_type.shape.dim
+            if len(declared) != len(dims):
+                raise InputShapeError(
+                    f"--input-shape {name}={'x'.join(map(str, dims))}: input {name!r} has rank "
+                    f"{len(declared)} ({_shape_text(declared)}), the option gives rank {len(dims)}"
+                )
+            for i, (dim, value) in enumerate(zip(declared, dims)):
+                if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != value:
+                    raise InputShapeError(
+                        f"--input-shape {name}={'x'.join(map(str, dims))}: dimension {i} of input "
+                        f"{name!r} is fixed at {dim.dim_value} by the model"
+                    )
+        tensor_type.shape.Clear()
+        for value in dims:
+            tensor_type.shape.dim.add().dim_value = value
+    missing = []
+    for vi in runtime_inputs(model):
+        tensor_type = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise InputShapeError(f"input {vi.name!r} is not a tensor; only tensor inputs are supported")
+        if not tensor_type.HasField("shape"):
+            missing.append(f"{vi.name!r} (unknown rank)")
+            continue
+        for i, dim in enumerate(tensor_type.shape.dim):
+            if not (dim.HasField("dim_value") and dim.dim_value > 0):
+                label = dim.dim_param or "?"
+                missing.append(f"{vi.name!r} dimension {i} ({label})")
+    if missing:
+        example = runtime_inputs(model)[0].name if runtime_inputs(model) else "input"
+        raise InputShapeError(
+            "symbolic dimensions need fixed sizes: " + ", ".join(missing)
+            + f"; give them with --input-shape, e.g. --input-shape {example}=1x3x224x224"
+        )
+
+
+def _shape_text(dims: Iterable[onnx.TensorShapeProto.Dimension]) -> str:
+    parts = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+    return "x".join(parts)

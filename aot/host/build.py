@@ -1,0 +1,31 @@
+"""Building a written package with the host C toolchain through its own Makefile."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from aot.errors import BuildError
+
+STRICT_CFLAGS = "-std=c99 -Wall -Wextra -Werror"
+
+
+def host_cc() -> str:
+    cc = os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+    if not cc:
+        raise BuildError("no C compiler found: install gcc or clang (Debian: apt-get install gcc), or set CC")
+    return cc
+
+
+def run_make(package_dir: Path, targets: list[str], opt: str = "-O2", extra_cflags: str = "") -> None:
+    if not shutil.which("make"):
+        raise BuildError("`make` not found: install it (Debian: apt-get install make)")
+    cflags = f"{opt} {STRICT_CFLAGS} {extra_cflags}".strip()
+    cmd = ["make", "-s", "-C", str(package_dir), f"CC={host_cc()}", f"CFLAGS={cflags}", *targets]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        shown = "\n".join(detail[:20])
+        raise BuildError(f"{package_dir}: building {' '.join(targets)} failed:\n{shown}")

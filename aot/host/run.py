@@ -1,0 +1,88 @@
+"""Running a package's model in this Python process through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aot.errors import AotError, VerifyError
+from aot.host.build import run_make
+
+if TYPE_CHECKING:
+    from aot.package.package import Package
+
+_STATUS = {1: "null pointer", 2: "arena misaligned", 3: "bad argument"}
+
+
+class HostModel:
+    """A package built as a shared library for this machine and loaded with ctypes."""
+
+    def __init__(self, package: Package, directory: Path, keep: Any = None) -> None:
+        self.package = package
+        self.directory = directory
+        self._keep = keep  # a TemporaryDirectory kept alive as long as the library is loaded
+        self._lib = ctypes.CDLL(str(directory / f"lib{package.name}.so"))
+        self._run = getattr(self._lib, f"{package.name}_run_ptrs")
+        self._run.restype = ctypes.c_int
+        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        align = int(package.manifest["arena_alignment"])
+        self._arena_raw = np.zeros(package.arena_bytes + align, dtype=np.uint8)
+        start = (-self._arena_raw.ctypes.data) % align
+        self._arena = self._arena_raw[start:start + max(package.arena_bytes, 1)]
+
+    @classmethod
+    def build(cls, package: Package, build_dir: str | os.PathLike[str] | None = None,
+              opt: str = "-O2", extra_cflags: str = "") -> HostModel:
+        keep = None
+        if build_dir is None:
+            keep = tempfile.TemporaryDirectory(prefix=f"aot-{package.name}-")
+            directory = Path(keep.name) / "pkg"
+            package.write(directory)
+        else:
+            directory = Path(build_dir)
+            package.write(directory, force=True)
+        run_make(directory, ["shared"], opt=opt, extra_cflags=extra_cflags)
+        return cls(package, directory, keep)
+
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
+        specs = self.package.inputs
+        arrays = prepare_inputs(specs, inputs)
+        outputs = [np.empty(o["shape"], dtype=np.dtype(o["dtype"])) for o in self.package.outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+        out_ptrs = (ctypes.c_void_p * len(outputs))(*[o.ctypes.data for o in outputs])
+        status = self._run(in_ptrs, out_ptrs, self._arena.ctypes.data)
+        if status != 0:
+            raise AotError(f"{self.package.name}_run failed: {_STATUS.get(status, status)}")
+        return {o["name"]: arr for o, arr in zip(self.package.outputs, outputs)}
+
+
+def prepare_inputs(specs: list[dict[str, Any]], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+    """Check given inputs against the model's and return them as contiguous arrays in model order."""
+    if isinstance(inputs, Mapping):
+        unknown = sorted(set(inputs) - {s["name"] for s in specs})
+        if unknown:
+            raise VerifyError(f"inputs given for {unknown}, which the model does not have "
+                              f"(inputs: {[s['name'] for s in specs]})")
+        missing = [s["name"] for s in specs if s["name"] not in inputs]
+        if missing:
+            raise VerifyError(f"no value given for model input(s) {missing}")
+        values = [inputs[s["name"]] for s in specs]
+    else:
+        values = list(inputs)
+        if len(values) != len(specs):
+            raise VerifyError(f"{len(values)} inputs given, the model has {len(specs)}")
+    arrays = []
+    for spec, value in zip(specs, values):
+        arr = np.asarray(value)
+        if tuple(arr.shape) != tuple(spec["shape"]):
+            raise VerifyError(f"input {spec['name']!r}: shape {list(arr.shape)}, the model needs {spec['shape']}")
+        if arr.dtype != np.dtype(spec["dtype"]):
+            raise VerifyError(f"input {spec['name']!r}: dtype {arr.dtype}, the model needs {spec['dtype']}")
+        arrays.append(np.ascontiguousarray(arr))
+    return arrays

@@ -1,0 +1,132 @@
+"""The graph IR every pass and the lowering work on.
+
+A Graph is a topologically ordered list of Nodes over Tensors. Every tensor has a dtype and a
+static shape; constants carry their data. Nodes keep the name of the ONNX node they came from so
+that errors and generated comments can point back at the user's model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(eq=False)
+class Tensor:
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    data: np.ndarray | None = None
+    producer: Node | None = None
+    consumers: list[Node] = field(default_factory=list)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        kind = "const " if self.is_constant else ""
+        return f"Tensor({kind}{self.name!r}, {self.dtype}, {list(self.shape)})"
+
+
+@dataclass(eq=False)
+class Node:
+    op_type: str
+    name: str
+    inputs: list[Tensor | None]
+    outputs: list[Tensor | None]  # None where an optional output is omitted
+    attrs: dict[str, Any] = field(default_factory=dict)
+    domain: str = ""
+    opset: int = 0
+
+    def describe(self) -> str:
+        """How error messages refer to this node: its ONNX name and op type."""
+        return f"node {self.name!r} ({self.op_type})"
+
+    def input(self, i: int) -> Tensor | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op_type} {self.name!r})"
+
+
+class Graph:
+    """Nodes in topological order, with graph inputs, outputs and every tensor by name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
+        self.nodes: list[Node] = []
+        self.tensors: dict[str, Tensor] = {}
+        self.source_node_count = 0  # nodes in the ONNX model this graph came from
+
+    def add_tensor(self, tensor: Tensor) -> Tensor:
+        if tensor.name in self.tensors:
+            raise ValueError(f"duplicate tensor name {tensor.name!r}")
+        self.tensors[tensor.name] = tensor
+        return tensor
+
+    def add_node(self, node: Node) -> Node:
+        for t in node.inputs:
+            if t is not None:
+                t.consumers.append(node)
+        for t in node.outputs:
+            if t is not None:
+                t.producer = node
+        self.nodes.append(node)
+        return node
+
+    def remove_node(self, node: Node) -> None:
+        for t in node.inputs:
+            if t is not None and node in t.consumers:
+                t.consumers.remove(node)
+        for t in node.outputs:
+            if t is not None and t.producer is node:
+                t.producer = None
+        self.nodes.remove(node)
+
+    def replace_all_uses(self, old: Tensor, new: Tensor) -> None:
+        """Point every consumer of `old` (and the graph outputs) at `new`."""
+        for consumer in list(old.consumers):
+            consumer.inputs = [new if t is old else t for t in consumer.inputs]
+            new.consumers.append(consumer)
+        old.consumers.clear()
+        self.outputs = [new if t is old else t for t in self.outputs]
+
+    def constants(self) -> Iterable[Tensor]:
+        return (t for t in self.tensors.values() if t.is_constant)
+
+    def prune(self) -> None:
+        """Drop nodes whose outputs nobody reads and tensors nothing refers to."""
+        live_outputs = set(map(id, self.outputs))
+        changed = True
+        while changed:
+            changed = False
+            for node in reversed(list(self.nodes)):
+                if all(t is None or (not t.consumers and id(t) not in live_outputs) for t in node.outputs):
+                    self.remove_node(node)
+                    changed = True
+        referenced: set[int] = set(map(id, self.inputs)) | live_outputs
+        for node in self.nodes:
+            referenced.update(id(t) for t in node.inputs if t is not None)
+            referenced.update(id(t) for t in node.outputs if t is not None)
+        self.tensors = {k: t for k, t in self.tensors.items() if id(t) in referenced}

@@ -1,0 +1,49 @@
+"""Checks the invariants every pass must keep. Run after import and after each pass in tests."""
+
+from __future__ import annotations
+
+from aot.ir.graph import Graph
+
+MAX_ELEMENTS = 2**31 - 1  # index arithmetic in generated code is 32-bit
+
+
+class IRVerificationError(AssertionError):
+    """The IR is inconsistent: a bug in aot, not in the user's model."""
+
+
+def verify_graph(graph: Graph) -> None:
+    problems: list[str] = []
+    known = set(map(id, graph.tensors.values()))
+    available = {id(t) for t in graph.inputs} | {id(t) for t in graph.constants()}
+    for t in graph.tensors.values():
+        if any(d <= 0 for d in t.shape) and t.size != 0:
+            problems.append(f"{t!r} has a non-positive dimension")
+        if t.size > MAX_ELEMENTS:
+            problems.append(f"{t!r} has more than {MAX_ELEMENTS} elements")
+        if t.is_constant and tuple(t.data.shape) != tuple(t.shape):
+            problems.append(f"{t!r} data shape {t.data.shape} differs from its declared shape")
+        if t.is_constant and t.data.dtype != t.dtype:
+            problems.append(f"{t!r} data dtype {t.data.dtype} differs from its declared dtype")
+    for node in graph.nodes:
+        for t in node.inputs:
+            if t is None:
+                continue
+            if id(t) not in known:
+                problems.append(f"{node!r} reads {t!r}, which is not in the graph")
+            elif id(t) not in available:
+                problems.append(f"{node!r} reads {t!r} before it is produced")
+            if node not in t.consumers:
+                problems.append(f"{t!r} does not list its consumer {node!r}")
+        for t in node.outputs:
+            if t is None:
+                continue
+            if t.producer is not node:
+                problems.append(f"{t!r} does not name {node!r} as producer")
+            if id(t) in available:
+                problems.append(f"{t!r} is produced twice")
+            available.add(id(t))
+    for t in graph.outputs:
+        if id(t) not in available:
+            problems.append(f"graph output {t!r} is never produced")
+    if problems:
+        raise IRVerificationError("IR verification failed:\n  " + "\n  ".join(problems))

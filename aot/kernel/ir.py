@@ -1,0 +1,325 @@
+"""The kernel IR: what an op *means*, written once and printed by each backend.
+
+A Kernel is a function over flat buffers whose body is a tree of statements (constant-trip loops,
+scalar locals, conditionals, stores) over expressions (constants, loop variables, loads, arithmetic,
+math functions, selects, casts). Everything is typed; all loop bounds and strides are constants,
+which is what lets the C compiler and LLVM unroll and vectorise.
+
+dtypes are numpy dtype names ("float32", "int64", "bool", ...) plus INDEX for loop counters and
+element offsets (32-bit signed in generated code; the IR verifier caps tensors at 2**31-1 elements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+INDEX = "index"
+FLOAT_DTYPES = {"float32", "float64"}
+INT_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", INDEX}
+COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne"}
+LOGICAL = {"and", "or", "xor"}
+ARITHMETIC = {"add", "sub", "mul", "div", "mod", "min", "max", "pow"}
+# Unary ops map one-to-one onto C math library functions / LLVM intrinsics in the renderers.
+UNARY_OPS = {
+    "neg", "abs", "exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "not", "isnan", "isinf", "isposinf", "isneginf", "sign",
+}
+
+
+class Expr:
+    dtype: str
+
+    # Arithmetic operators build the IR; comparisons use the functions below so that Exprs stay
+    # hashable dataclasses with structural equality.
+    def __add__(self, other: ExprLike) -> Expr:
+        return binary("add", self, other)
+
+    def __radd__(self, other: ExprLike) -> Expr:
+        return binary("add", other, self)
+
+    def __sub__(self, other: ExprLike) -> Expr:
+        return binary("sub", self, other)
+
+    def __rsub__(self, other: ExprLike) -> Expr:
+        return binary("sub", other, self)
+
+    def __mul__(self, other: ExprLike) -> Expr:
+        return binary("mul", self, other)
+
+    def __rmul__(self, other: ExprLike) -> Expr:
+        return binary("mul", other, self)
+
+    def __truediv__(self, other: ExprLike) -> Expr:
+        return binary("div", self, other)
+
+    def __rtruediv__(self, other: ExprLike) -> Expr:
+        return binary("div", other, self)
+
+    def __neg__(self) -> Expr:
+        return unary("neg", self)
+
+
+ExprLike = Expr | int | float | bool
+
+
+@dataclass(frozen=True, eq=True)
+class Const(Expr):
+    value: float | int | bool
+    dtype: str
+
+
+@dataclass(frozen=True, eq=True)
+class Var(Expr):
+    name: str
+    dtype: str
+
+
+@dataclass(frozen=True, eq=True)
+class Buffer:
+    """A kernel parameter: a flat array of `size` elements."""
+
+    name: str
+    dtype: str
+    size: int
+    writable: bool
+
+
+@dataclass(frozen=True, eq=True)
+class Load(Expr):
+    buffer: Buffer
+    index: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.buffer.dtype
+
+
+@dataclass(frozen=True, eq=True)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=True)
+class Unary(Expr):
+    op: str
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
+@dataclass(frozen=True, eq=True)
+class Cast(Expr):
+    a: Expr
+    dtype: str
+
+
+class Stmt:
+    pass
+
+
+@dataclass
+class Loop(Stmt):
+    var: Var
+    extent: int
+    body: list[Stmt]
+
+
+@dataclass
+class Declare(Stmt):
+    var: Var
+    init: Expr
+
+
+@dataclass
+class Assign(Stmt):
+    var: Var
+    value: Expr
+
+
+@dataclass
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass
+class If(Stmt):
+    cond: Expr
+    then: list[Stmt]
+    orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass
+class Kernel:
+    """One generated function. `sources` names the ONNX nodes it implements (for comments)."""
+
+    name: str
+    params: list[Buffer]
+    body: list[Stmt]
+    sources: list[str]
+    op: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Constructors with light simplification, so index arithmetic stays readable in generated code.
+
+
+def const(value: float | int | bool, dtype: str) -> Const:
+    if dtype == "bool":
+        return Const(bool(value), dtype)
+    if dtype in INT_DTYPES:
+        return Const(int(value), dtype)
+    return Const(float(value), dtype)
+
+
+def as_expr(value: ExprLike, like: str) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    return const(value, like)
+
+
+def _result_dtype(a: ExprLike, b: ExprLike) -> str:
+    if isinstance(a, Expr):
+        return a.dtype
+    if isinstance(b, Expr):
+        return b.dtype
+    return INDEX if isinstance(a, int) and isinstance(b, int) else "float32"
+
+
+def binary(op: str, a: ExprLike, b: ExprLike) -> Expr:
+    dtype = _result_dtype(a, b)
+    ea, eb = as_expr(a, dtype), as_expr(b, dtype)
+    if ea.dtype != eb.dtype:
+        raise TypeError(f"binary {op}: dtype mismatch {ea.dtype} vs {eb.dtype}")
+    if dtype == INDEX:  # integer index arithmetic: fold and drop identities
+        if isinstance(ea, Const) and isinstance(eb, Const):
+            return Const(_fold_int(op, int(ea.value), int(eb.value)), dtype)
+        if op == "add":
+            if _is(ea, 0):
+                return eb
+            if _is(eb, 0):
+                return ea
+        if op == "sub" and _is(eb, 0):
+            return ea
+        if op == "mul":
+            if _is(ea, 0) or _is(eb, 0):
+                return Const(0, dtype)
+            if _is(ea, 1):
+                return eb
+            if _is(eb, 1):
+                return ea
+        if op in ("div", "mod") and _is(eb, 1):
+            return ea if op == "div" else Const(0, dtype)
+    result = "bool" if op in COMPARISONS else dtype
+    return Binary(op, ea, eb, result)
+
+
+def _is(e: Expr, v: int) -> bool:
+    return isinstance(e, Const) and e.value == v
+
+
+def _fold_int(op: str, a: int, b: int) -> int:
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op == "div":  # C semantics: truncate toward zero
+        return int(a / b)
+    if op == "mod":
+        return a - b * int(a / b)
+    if op == "min":
+        return min(a, b)
+    if op == "max":
+        return max(a, b)
+    if op in COMPARISONS:
+        return int({"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[op])
+    raise ValueError(op)
+
+
+def unary(op: str, a: Expr) -> Expr:
+    if op not in UNARY_OPS:
+        raise ValueError(f"unknown unary op {op}")
+    if op in ("isnan", "isinf", "isposinf", "isneginf", "not"):
+        return Unary(op, a, "bool")
+    return Unary(op, a, a.dtype)
+
+
+def lt(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("lt", a, b)
+
+
+def le(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("le", a, b)
+
+
+def gt(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("gt", a, b)
+
+
+def ge(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("ge", a, b)
+
+
+def eq(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("eq", a, b)
+
+
+def minimum(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("min", a, b)
+
+
+def maximum(a: ExprLike, b: ExprLike) -> Expr:
+    return binary("max", a, b)
+
+
+def logical_and(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and a.value:
+        return b
+    if isinstance(b, Const) and b.value:
+        return a
+    return Binary("and", a, b, "bool")
+
+
+def logical_or(a: Expr, b: Expr) -> Expr:
+    return Binary("or", a, b, "bool")
+
+
+def select(cond: Expr, a: ExprLike, b: ExprLike) -> Expr:
+    dtype = _result_dtype(a, b)
+    return Select(cond, as_expr(a, dtype), as_expr(b, dtype))
+
+
+def cast(a: Expr, dtype: str) -> Expr:
+    if a.dtype == dtype:
+        return a
+    if isinstance(a, Const):
+        return const(a.value, dtype)
+    return Cast(a, dtype)
+
+
+def walk_stmts(body: list[Stmt]):
+    """Every statement in a body, depth first."""
+    for s in body:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk_stmts(s.body)
+        elif isinstance(s, If):
+            yield from walk_stmts(s.then)
+            yield from walk_stmts(s.orelse)

@@ -1,0 +1,125 @@
+"""Helpers op lowerings use to write kernels: strided views over buffers and loop nests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from aot.ir.graph import Tensor
+from aot.kernel.ir import INDEX, Buffer, Expr, Kernel, Load, Loop, Stmt, Store, Var, as_expr, const
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+class View:
+    """A strided window onto a buffer: maps a multi-index to a flat element offset."""
+
+    def __init__(self, buffer: Buffer, shape: Sequence[int], strides: Sequence[int] | None = None,
+                 offset: int = 0) -> None:
+        self.buffer = buffer
+        self.shape = tuple(shape)
+        self.strides = tuple(strides) if strides is not None else contiguous_strides(shape)
+        self.offset = offset
+
+    def index(self, idx: Sequence[Expr | int]) -> Expr:
+        if len(idx) != len(self.shape):
+            raise ValueError(f"index rank {len(idx)} for view of rank {len(self.shape)}")
+        flat: Expr = const(self.offset, INDEX)
+        for i, s, d in zip(idx, self.strides, self.shape):
+            if s == 0 or d == 1:
+                continue
+            flat = flat + as_expr(i, INDEX) * s
+        return flat
+
+    def load(self, idx: Sequence[Expr | int]) -> Expr:
+        return Load(self.buffer, self.index(idx))
+
+    def store(self, idx: Sequence[Expr | int], value: Expr) -> Stmt:
+        return Store(self.buffer, self.index(idx), value)
+
+    def load_flat(self, i: Expr) -> Expr:
+        """Element `i` of the underlying buffer, ignoring shape (for contiguous same-shape loops)."""
+        return Load(self.buffer, i + self.offset)
+
+    def store_flat(self, i: Expr, value: Expr) -> Stmt:
+        return Store(self.buffer, i + self.offset, value)
+
+    def broadcast_to(self, shape: Sequence[int]) -> View:
+        """numpy broadcasting: align right, size-1 (or missing) dims get stride 0."""
+        shape = tuple(shape)
+        pad = len(shape) - len(self.shape)
+        if pad < 0:
+            raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+        strides = [0] * pad
+        for d_in, s_in, d_out in zip(self.shape, self.strides, shape[pad:]):
+            if d_in == d_out:
+                strides.append(s_in)
+            elif d_in == 1:
+                strides.append(0)
+            else:
+                raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+        return View(self.buffer, shape, strides, self.offset)
+
+    def permute(self, perm: Sequence[int]) -> View:
+        return View(self.buffer, [self.shape[p] for p in perm], [self.strides[p] for p in perm], self.offset)
+
+
+class KernelBuilder:
+    """Collects the buffers and fresh variable names of one kernel under construction."""
+
+    def __init__(self, op: str, sources: list[str], resolve: Callable[[Tensor], Tensor]) -> None:
+        self.op = op
+        self.sources = sources
+        self._resolve = resolve
+        self.params: list[Buffer] = []
+        self.bindings: list[Tensor] = []  # storage-root tensor bound to each param
+        self._names: dict[str, int] = {}
+
+    def _bind(self, tensor: Tensor, writable: bool) -> Buffer:
+        root = self._resolve(tensor)
+        for buf, bound in zip(self.params, self.bindings):
+            if bound is root:
+                if writable and not buf.writable:
+                    raise ValueError(f"{tensor!r} is both read and written by one kernel")
+                return buf
+        prefix = "out" if writable else "in"
+        buf = Buffer(f"{prefix}{len(self.params)}", root.dtype.name, root.size, writable)
+        self.params.append(buf)
+        self.bindings.append(root)
+        return buf
+
+    def input(self, tensor: Tensor) -> View:
+        return View(self._bind(tensor, False), tensor.shape)
+
+    def output(self, tensor: Tensor) -> View:
+        return View(self._bind(tensor, True), tensor.shape)
+
+    def var(self, prefix: str, dtype: str = INDEX) -> Var:
+        n = self._names.get(prefix, 0)
+        self._names[prefix] = n + 1
+        return Var(f"{prefix}{n}", dtype)
+
+    def loops(self, extents: Sequence[int], body: Callable[[list[Expr]], list[Stmt]],
+              prefix: str = "i") -> list[Stmt]:
+        """A perfect loop nest over `extents` (outermost first); `body` gets the loop indices.
+
+        Extent-1 dimensions get the constant 0 instead of a loop, and an empty extent yields
+        no statements at all.
+        """
+        if any(int(e) == 0 for e in extents):
+            return []
+        indices: list[Expr] = [self.var(prefix) if int(e) != 1 else const(0, INDEX) for e in extents]
+        stmts = body(indices)
+        for v, extent in reversed(list(zip(indices, extents))):
+            if isinstance(v, Var):
+                stmts = [Loop(v, int(extent), stmts)]
+        return stmts
+
+    def build(self, name: str, body: list[Stmt]) -> Kernel:
+        return Kernel(name, list(self.params), body, list(self.sources), self.op)

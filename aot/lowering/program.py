@@ -1,0 +1,83 @@
+"""Lowering a graph into a Program: kernels in execution order and where every tensor lives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aot.ir.graph import Graph, Tensor
+from aot.kernel.ir import Kernel, Load, Store
+from aot.lowering.context import LoweringContext
+from aot.ops.registry import lowering_for
+
+INPUT, OUTPUT, ARENA, WEIGHT = "input", "output", "arena", "weight"
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where a storage-root tensor lives: an input/output pointer, the arena, or the weights."""
+
+    kind: str
+    index: int = 0  # input/output position, or weight number
+    offset: int = 0  # arena byte offset (set by the planner)
+
+
+@dataclass
+class Program:
+    graph: Graph
+    kernels: list[Kernel]
+    bindings: list[list[Tensor]]  # storage-root tensor for each kernel param
+    storage: dict[int, Storage] = field(default_factory=dict)  # id(root tensor) -> Storage
+    weights: list[Tensor] = field(default_factory=list)
+    arena_tensors: list[Tensor] = field(default_factory=list)
+
+
+def lower_graph(graph: Graph) -> Program:
+    ctx = LoweringContext(graph)
+    for node in graph.nodes:
+        lowering_for(node.op_type)(node, ctx)
+    output_roots = _route_outputs(ctx)
+    program = Program(graph, ctx.kernels, ctx.kernel_bindings)
+    _assign_storage(program, output_roots)
+    return program
+
+
+def _route_outputs(ctx: LoweringContext) -> dict[int, int]:
+    """Let the kernel producing a graph output write straight into the caller's buffer; copy
+    only where that is impossible (the output is an input, a constant, or listed twice).
+    Returns id(storage root) -> output position."""
+    output_roots: dict[int, int] = {}
+    produced = {id(t) for bindings in ctx.kernel_bindings for t in bindings}
+    inputs = {id(t) for t in ctx.graph.inputs}
+    for position, out in enumerate(ctx.graph.outputs):
+        root = ctx.root(out)
+        if (id(root) in produced and id(root) not in inputs and not root.is_constant
+                and id(root) not in output_roots):
+            output_roots[id(root)] = position
+            continue
+        dest = Tensor(f"{out.name}__out{position}", out.dtype, out.shape)
+        kb = ctx.builder(None, "Copy", [f"graph output {out.name}"])
+        src = kb.input(root).buffer
+        dst = kb.output(dest).buffer
+        ctx.emit(kb, kb.loops([out.size], lambda i, src=src, dst=dst: [Store(dst, i[0], Load(src, i[0]))]))
+        output_roots[id(dest)] = position
+    return output_roots
+
+
+def _assign_storage(program: Program, output_roots: dict[int, int]) -> None:
+    graph = program.graph
+    for position, t in enumerate(graph.inputs):
+        program.storage[id(t)] = Storage(INPUT, position)
+    for root_id, position in output_roots.items():
+        program.storage[root_id] = Storage(OUTPUT, position)
+    seen: set[int] = set()
+    for bindings in program.bindings:
+        for t in bindings:
+            if id(t) in seen or id(t) in program.storage:
+                continue
+            seen.add(id(t))
+            if t.is_constant:
+                program.storage[id(t)] = Storage(WEIGHT, len(program.weights))
+                program.weights.append(t)
+            else:
+                program.arena_tensors.append(t)
+                program.storage[id(t)] = Storage(ARENA)

@@ -1,0 +1,64 @@
+"""Reading attributes and compile-time-constant inputs, with errors that name the node."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.errors import NodeError
+from aot.ir.graph import Node, Tensor
+
+
+def fail(node: Node, message: str) -> NodeError:
+    return NodeError(node.describe(), message)
+
+
+def constant_input(node: Node, index: int, what: str) -> np.ndarray | None:
+    """The value of an input that must be known at compile time (None if the input is omitted)."""
+    t = node.input(index)
+    if t is None:
+        return None
+    if not t.is_constant:
+        raise fail(node, f"input {index} ({what}, tensor {t.name!r}) must be a compile-time constant "
+                         "(an initializer or computable from initializers and shapes)")
+    return t.data
+
+
+def required_input(node: Node, index: int, what: str) -> Tensor:
+    t = node.input(index)
+    if t is None:
+        raise fail(node, f"missing required input {index} ({what})")
+    return t
+
+
+def normalize_axis(node: Node, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise fail(node, f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def spatial_padding(node: Node, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
+                    dilations: list[int]) -> tuple[list[int], list[int]]:
+    """Begin and end pads per spatial dim, from `pads` or `auto_pad` (ONNX Conv/Pool rules)."""
+    nd = len(in_spatial)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", ""):
+        pads = list(node.attr("pads", [0] * (2 * nd)))
+        if len(pads) != 2 * nd:
+            raise fail(node, f"pads has {len(pads)} values, expected {2 * nd}")
+        return pads[:nd], pads[nd:]
+    if auto_pad == "VALID":
+        return [0] * nd, [0] * nd
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for size, k, s, d in zip(in_spatial, kernel, strides, dilations):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small = total // 2
+            if auto_pad == "SAME_UPPER":
+                begin.append(small)
+                end.append(total - small)
+            else:
+                begin.append(total - small)
+                end.append(small)
+        return begin, end
+    raise fail(node, f"unknown auto_pad {auto_pad!r}")

@@ -1,0 +1,73 @@
+"""Conv: N-d direct convolution with groups (incl. depthwise), strides, dilations and padding."""
+
+from __future__ import annotations
+
+from aot.ir.graph import Node
+from aot.kernel.ir import INDEX, Assign, Const, Declare, Expr, If, Stmt, const, ge, logical_and, lt
+from aot.lowering.context import LoweringContext
+from aot.ops.attrs import fail, required_input, spatial_padding
+from aot.ops.registry import register
+
+
+@register("Conv")
+def lower_conv(node: Node, ctx: LoweringContext) -> None:
+    x = required_input(node, 0, "X")
+    w = required_input(node, 1, "W")
+    bias = node.input(2)
+    y = node.outputs[0]
+    assert y is not None
+    if x.dtype.kind != "f":
+        raise fail(node, f"input X has dtype {x.dtype}; Conv is implemented for float types")
+    nd = x.rank - 2
+    if nd < 1 or w.rank != x.rank:
+        raise fail(node, f"X of rank {x.rank} and W of rank {w.rank} do not form a convolution")
+    batch, in_channels = x.shape[0], x.shape[1]
+    out_channels, group_in = w.shape[0], w.shape[1]
+    kernel = list(node.attr("kernel_shape", w.shape[2:]))
+    if tuple(kernel) != tuple(w.shape[2:]):
+        raise fail(node, f"kernel_shape {kernel} differs from the weight shape {list(w.shape[2:])}")
+    groups = int(node.attr("group", 1))
+    strides = list(node.attr("strides", [1] * nd))
+    dilations = list(node.attr("dilations", [1] * nd))
+    if groups <= 0 or in_channels != group_in * groups or out_channels % groups:
+        raise fail(node, f"group={groups} does not divide X channels {in_channels} and W {list(w.shape)}")
+    in_spatial = x.shape[2:]
+    pad_begin, pad_end = spatial_padding(node, in_spatial, kernel, strides, dilations)
+    out_spatial = tuple(
+        (size + pb + pe - d * (k - 1) - 1) // s + 1
+        for size, pb, pe, k, s, d in zip(in_spatial, pad_begin, pad_end, kernel, strides, dilations)
+    )
+    if y.shape != (batch, out_channels, *out_spatial):
+        raise fail(node, f"output shape {list(y.shape)} differs from the computed {[batch, out_channels, *out_spatial]}")
+    if bias is not None and bias.shape != (out_channels,):
+        raise fail(node, f"bias shape {list(bias.shape)} should be [{out_channels}]")
+
+    kb = ctx.builder(node)
+    xv, wv, yv = kb.input(x), kb.input(w), kb.output(y)
+    bv = kb.input(bias) if bias is not None else None
+    out_per_group = out_channels // groups
+    dt = y.dtype.name
+
+    def body(idx: list[Expr]) -> list[Stmt]:
+        n, g, m, *o = idx
+        oc = g * out_per_group + m
+        acc = kb.var("acc", dt)
+
+        def tap(red: list[Expr]) -> list[Stmt]:
+            c, *k = red
+            pos = [oi * s - pb + ki * d for oi, ki, s, pb, d in zip(o, k, strides, pad_begin, dilations)]
+            inside: Expr = const(True, "bool")
+            for p, size, pb, pe in zip(pos, in_spatial, pad_begin, pad_end):
+                if pb > 0:
+                    inside = logical_and(inside, ge(p, const(0, INDEX)))
+                if pe > 0 or pb > 0:
+                    inside = logical_and(inside, lt(p, const(size, INDEX)))
+            update: Stmt = Assign(acc, acc + xv.load([n, g * group_in + c, *pos]) * wv.load([oc, c, *k]))
+            always_inside = isinstance(inside, Const) and inside.value is True
+            return [update] if always_inside else [If(inside, [update])]
+
+        init = bv.load([oc]) if bv is not None else const(0.0, dt)
+        return [Declare(acc, init), *kb.loops([group_in, *kernel], tap, prefix="r"), yv.store([n, oc, *o], acc)]
+
+    stmts = kb.loops([batch, groups, out_per_group, *out_spatial], body)
+    ctx.emit(kb, stmts)

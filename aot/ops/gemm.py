@@ -1,0 +1,101 @@
+"""Gemm and MatMul: Y = alpha * op(A) op(B) + beta * C, and numpy-style batched matmul."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.graph import Node
+from aot.kernel.ir import Assign, Declare, Expr, Stmt, const
+from aot.lowering.builder import View
+from aot.lowering.context import LoweringContext
+from aot.ops.attrs import fail, required_input
+from aot.ops.registry import register
+
+
+@register("Gemm")
+def lower_gemm(node: Node, ctx: LoweringContext) -> None:
+    a = required_input(node, 0, "A")
+    b = required_input(node, 1, "B")
+    c = node.input(2)
+    y = node.outputs[0]
+    assert y is not None
+    if a.rank != 2 or b.rank != 2:
+        raise fail(node, f"A {list(a.shape)} and B {list(b.shape)} must be matrices")
+    if a.dtype.kind != "f":
+        raise fail(node, f"dtype {a.dtype}: Gemm is implemented for float types")
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    kb = ctx.builder(node)
+    av, bv, yv = kb.input(a), kb.input(b), kb.output(y)
+    if node.attr("transA", 0):
+        av = av.permute([1, 0])
+    if node.attr("transB", 0):
+        bv = bv.permute([1, 0])
+    m, k = av.shape
+    k2, n = bv.shape
+    if k != k2 or y.shape != (m, n):
+        raise fail(node, f"op(A) {list(av.shape)} x op(B) {list(bv.shape)} does not give Y {list(y.shape)}")
+    cv = kb.input(c).broadcast_to((m, n)) if c is not None and beta != 0.0 else None
+    dt = y.dtype.name
+
+    def body(idx: list[Expr]) -> list[Stmt]:
+        i, j = idx
+        acc = kb.var("acc", dt)
+        red = kb.loops([k], lambda r: [Assign(acc, acc + av.load([i, r[0]]) * bv.load([r[0], j]))], prefix="r")
+        result: Expr = acc if alpha == 1.0 else acc * const(alpha, dt)
+        if cv is not None:
+            result = result + (cv.load([i, j]) if beta == 1.0 else cv.load([i, j]) * const(beta, dt))
+        return [Declare(acc, const(0.0, dt)), *red, yv.store([i, j], result)]
+
+    ctx.emit(kb, kb.loops([m, n], body))
+
+
+@register("MatMul")
+def lower_matmul(node: Node, ctx: LoweringContext) -> None:
+    a = required_input(node, 0, "A")
+    b = required_input(node, 1, "B")
+    y = node.outputs[0]
+    assert y is not None
+    if a.dtype.kind != "f":
+        raise fail(node, f"dtype {a.dtype}: MatMul is implemented for float types")
+    if a.rank == 0 or b.rank == 0:
+        raise fail(node, "MatMul inputs must have rank >= 1")
+    kb = ctx.builder(node)
+    av, bv, yv = kb.input(a), kb.input(b), kb.output(y)
+    # numpy rules: a 1-D A is a row vector, a 1-D B a column vector; both extra dims are dropped.
+    a_shape = (1, *a.shape) if a.rank == 1 else a.shape
+    b_shape = (*b.shape, 1) if b.rank == 1 else b.shape
+    av = View(av.buffer, a_shape)
+    bv = View(bv.buffer, b_shape)
+    m, k = a_shape[-2:]
+    k2, n = b_shape[-2:]
+    if k != k2:
+        raise fail(node, f"A {list(a.shape)} and B {list(b.shape)}: inner dimensions differ")
+    batch = _broadcast_batch(node, a_shape[:-2], b_shape[:-2])
+    full = (*batch, m, n)
+    if y.size != int(np.prod(full)):
+        raise fail(node, f"output shape {list(y.shape)} does not match {list(full)}")
+    a_b = av.broadcast_to((*batch, m, k)) if batch else av
+    b_b = bv.broadcast_to((*batch, k, n)) if batch else bv
+    y_full = View(yv.buffer, full)
+    dt = y.dtype.name
+
+    def body(idx: list[Expr]) -> list[Stmt]:
+        *bi, i, j = idx
+        acc = kb.var("acc", dt)
+        red = kb.loops([k], lambda r: [Assign(acc, acc + a_b.load([*bi, i, r[0]]) * b_b.load([*bi, r[0], j]))],
+                       prefix="r")
+        return [Declare(acc, const(0.0, dt)), *red, y_full.store(idx, acc)]
+
+    ctx.emit(kb, kb.loops(full, body))
+
+
+def _broadcast_batch(node: Node, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + a
+    b = (1,) * (rank - len(b)) + b
+    out = []
+    for da, db in zip(a, b):
+        if da != db and 1 not in (da, db):
+            raise fail(node, f"batch dimensions {list(a)} and {list(b)} do not broadcast")
+        out.append(max(da, db))
+    return tuple(out)

@@ -1,0 +1,172 @@
+"""MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool."""
+
+from __future__ import annotations
+
+from aot.ir.graph import Node
+from aot.kernel.ir import (
+    INDEX, Assign, Const, Declare, Expr, If, Stmt, cast, const, ge, gt, logical_and, logical_or, lt, unary,
+)
+from aot.lowering.builder import View
+from aot.lowering.context import LoweringContext
+from aot.ops.attrs import fail, required_input, spatial_padding
+from aot.ops.registry import register
+
+
+def _window_params(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    nd = len(in_spatial)
+    kernel = list(node.attr("kernel_shape", []))
+    if len(kernel) != nd:
+        raise fail(node, f"kernel_shape {kernel} does not match {nd} spatial dimensions")
+    strides = list(node.attr("strides", [1] * nd))
+    dilations = list(node.attr("dilations", [1] * nd))
+    pad_begin, pad_end = spatial_padding(node, in_spatial, kernel, strides, dilations)
+    return kernel, strides, dilations, pad_begin, pad_end
+
+
+def _inside(pos: list[Expr], limits_lo: list[int], limits_hi: list[int], check_lo: list[bool],
+            check_hi: list[bool]) -> Expr:
+    cond: Expr = const(True, "bool")
+    for p, lo, hi, cl, ch in zip(pos, limits_lo, limits_hi, check_lo, check_hi):
+        if cl:
+            cond = logical_and(cond, ge(p, const(lo, INDEX)))
+        if ch:
+            cond = logical_and(cond, lt(p, const(hi, INDEX)))
+    return cond
+
+
+def _guard(cond: Expr, stmts: list[Stmt]) -> list[Stmt]:
+    return stmts if isinstance(cond, Const) and cond.value is True else [If(cond, stmts)]
+
+
+def _windows_may_overhang(out_spatial, in_spatial, kernel, strides, dilations, pad_begin) -> list[bool]:  # noqa: ANN001
+    """Whether the last window in each dim reaches past the input end (padding or ceil_mode)."""
+    return [
+        (o - 1) * s - pb + (k - 1) * d >= size
+        for o, size, k, s, d, pb in zip(out_spatial, in_spatial, kernel, strides, dilations, pad_begin)
+    ]
+
+
+@register("MaxPool", "AveragePool")
+def lower_pool(node: Node, ctx: LoweringContext) -> None:
+    x = required_input(node, 0, "X")
+    y = node.outputs[0]
+    assert y is not None
+    if x.dtype.kind != "f":
+        raise fail(node, f"dtype {x.dtype}: {node.op_type} is implemented for float types")
+    if x.rank < 3:
+        raise fail(node, f"input rank {x.rank}: expected N x C x spatial...")
+    batch, channels, *in_spatial_list = x.shape
+    in_spatial = tuple(in_spatial_list)
+    kernel, strides, dilations, pad_begin, pad_end = _window_params(node, in_spatial)
+    out_spatial = y.shape[2:]
+    overhang = _windows_may_overhang(out_spatial, in_spatial, kernel, strides, dilations, pad_begin)
+    is_max = node.op_type == "MaxPool"
+    indices = node.outputs[1] if is_max and len(node.outputs) > 1 else None
+    column_major = int(node.attr("storage_order", 0)) == 1
+    include_pad = int(node.attr("count_include_pad", 0)) == 1
+    kb = ctx.builder(node)
+    xv, yv = kb.input(x), kb.output(y)
+    iv = kb.output(indices) if indices is not None else None
+    dt = y.dtype.name
+
+    def body(idx: list[Expr]) -> list[Stmt]:
+        n, c, *o = idx
+        acc = kb.var("acc", dt)
+        count = kb.var("cnt", dt)
+        best = kb.var("arg", INDEX)
+        stmts: list[Stmt] = [Declare(acc, const(float("-inf") if is_max else 0.0, dt))]
+        if iv is not None:
+            stmts.append(Declare(best, const(0, INDEX)))
+        needs_count = not is_max and not (include_pad and not any(overhang))
+        if needs_count:
+            stmts.append(Declare(count, const(0.0, dt)))
+
+        def tap(k: list[Expr]) -> list[Stmt]:
+            pos = [oi * s - pb + ki * d for oi, ki, s, pb, d in zip(o, k, strides, pad_begin, dilations)]
+            inside = _inside(pos, [0] * len(pos), list(in_spatial),
+                             [pb > 0 for pb in pad_begin], [pb > 0 or oh for pb, oh in zip(pad_begin, overhang)])
+            value = xv.load([n, c, *pos])
+            inner: list[Stmt]
+            if is_max:
+                # NaN-propagating running max, first maximum wins (matches onnxruntime's argmax).
+                cond = logical_or(gt(value, acc), unary("isnan", value))
+                update: list[Stmt] = [Assign(acc, value)]
+                if iv is not None:
+                    update.append(Assign(best, _flat_index(n, c, pos, x.shape, column_major)))
+                inner = [If(cond, update)]
+            else:
+                inner = [Assign(acc, acc + value)]
+                if needs_count and not include_pad:
+                    inner.append(Assign(count, count + const(1.0, dt)))
+            guarded = _guard(inside, inner)
+            if needs_count and include_pad:
+                # Count taps inside the padded extent (ceil_mode windows may pass even that).
+                padded = _inside(pos, [-pb for pb in pad_begin], [sz + pe for sz, pe in zip(in_spatial, pad_end)],
+                                 [False] * len(pos), overhang)
+                guarded = guarded + _guard(padded, [Assign(count, count + const(1.0, dt))])
+            return guarded
+
+        stmts += kb.loops(kernel, tap, prefix="r")
+        if is_max:
+            result: Expr = acc
+        elif needs_count:
+            result = acc / count
+        else:
+            window = 1
+            for k in kernel:
+                window *= k
+            result = acc / const(float(window), dt)
+        stmts.append(yv.store([n, c, *o], result))
+        if iv is not None:
+            stmts.append(iv.store([n, c, *o], cast(best, indices.dtype.name)))
+        return stmts
+
+    ctx.emit(kb, kb.loops([batch, channels, *out_spatial], body))
+
+
+def _flat_index(n: Expr, c: Expr, pos: list[Expr], shape: tuple[int, ...], column_major: bool) -> Expr:
+    """MaxPool Indices: offset into the input as if flattened (row-major, or spatially column-major)."""
+    spatial = shape[2:]
+    if column_major:
+        view = View(None, spatial[::-1])  # type: ignore[arg-type]
+        inner = view.index(pos[::-1])
+    else:
+        inner = View(None, spatial).index(pos)  # type: ignore[arg-type]
+    plane = 1
+    for d in spatial:
+        plane *= d
+    return (n * shape[1] + c) * plane + inner
+
+
+@register("GlobalAveragePool", "GlobalMaxPool")
+def lower_global_pool(node: Node, ctx: LoweringContext) -> None:
+    x = required_input(node, 0, "X")
+    y = node.outputs[0]
+    assert y is not None
+    if x.dtype.kind != "f" or x.rank < 2:
+        raise fail(node, f"input {list(x.shape)} {x.dtype}: expected float N x C x spatial...")
+    batch, channels, *spatial = x.shape
+    plane = 1
+    for d in spatial:
+        plane *= d
+    kb = ctx.builder(node)
+    xv = View(kb.input(x).buffer, (batch, channels, plane))
+    yv = View(kb.output(y).buffer, (batch, channels))
+    dt = y.dtype.name
+    is_max = node.op_type == "GlobalMaxPool"
+
+    def body(idx: list[Expr]) -> list[Stmt]:
+        n, c = idx
+        acc = kb.var("acc", dt)
+        if is_max:
+            def step(r: list[Expr]) -> list[Stmt]:
+                v = xv.load([n, c, r[0]])
+                return [If(logical_or(gt(v, acc), unary("isnan", v)), [Assign(acc, v)])]
+            init, result = const(float("-inf"), dt), acc
+        else:
+            def step(r: list[Expr]) -> list[Stmt]:
+                return [Assign(acc, acc + xv.load([n, c, r[0]]))]
+            init, result = const(0.0, dt), acc / const(float(plane), dt)
+        return [Declare(acc, init), *kb.loops([plane], step, prefix="r"), yv.store([n, c], result)]
+
+    ctx.emit(kb, kb.loops([batch, channels], body))

@@ -1,0 +1,1 @@
+"""The package: generated sources, runtime, build files and manifest, written atomically."""

@@ -1,0 +1,51 @@
+"""A compiled model: its package files in memory, its manifest, and ways to write and run it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aot.package.writer import write_tree_atomically
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Package:
+    name: str
+    files: dict[str, bytes]
+    manifest: dict[str, Any]
+    _host_library: Any = field(default=None, repr=False)
+
+    @property
+    def arena_bytes(self) -> int:
+        return int(self.manifest["arena_bytes"])
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        return list(self.manifest["inputs"])
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        return list(self.manifest["outputs"])
+
+    def write(self, out_dir: str | os.PathLike[str], force: bool = False) -> Path:
+        return write_tree_atomically(self.files, out_dir, force=force)
+
+    def run(self, inputs: dict[str, Any] | list[Any], build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """Build for the host (once) and run through ctypes; returns outputs by ONNX name."""
+        from aot.host.run import HostModel
+
+        if self._host_library is None:
+            self._host_library = HostModel.build(self, build_dir)
+        return self._host_library.run(inputs)
+
+
+def finalize_manifest(files: dict[str, bytes], manifest: dict[str, Any]) -> bytes:
+    """Record the sha256 of every file; the manifest itself is written last, with sorted keys."""
+    manifest["files"] = {path: hashlib.sha256(files[path]).hexdigest() for path in sorted(files)}
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()

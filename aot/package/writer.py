@@ -1,0 +1,44 @@
+"""Writing a package folder atomically: all files appear at once, or none do."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from aot.errors import OutputError
+
+
+def write_tree_atomically(files: dict[str, bytes], out_dir: str | os.PathLike[str], force: bool = False) -> Path:
+    target = Path(out_dir)
+    if target.exists() and not force:
+        raise OutputError(f"{target}: already exists; choose another -o folder or pass --force to replace it")
+    if target.exists() and not target.is_dir():
+        raise OutputError(f"{target}: exists and is not a folder")
+    parent = target.resolve().parent
+    if not parent.is_dir():
+        raise OutputError(f"{target}: parent folder {parent} does not exist")
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+    except OSError as e:
+        raise OutputError(f"{target}: cannot write in {parent}: {e.strerror}") from e
+    try:
+        for rel, data in sorted(files.items()):
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=parent))
+            os.rename(target, old / "pkg")
+            os.rename(staging, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(staging, target)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"{target}: cannot write package: {e.strerror or e}") from e
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target

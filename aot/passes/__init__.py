@@ -1,0 +1,1 @@
+"""Graph passes, run in the fixed order given by aot.passes.pipeline."""
