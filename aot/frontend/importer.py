@@ -21,11 +21,13 @@ from aot.ops.registry import is_supported
 
 
 def load_graph(
-    path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None = None
+    path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    allow_unsupported: bool = False,
 ) -> Graph:
     """Load an ONNX file and return its static graph IR."""
     model = load_onnx(path)
-    return import_model(model, input_shapes, source=str(path), name=Path(path).stem)
+    return import_model(model, input_shapes, source=str(path), name=Path(path).stem,
+                        allow_unsupported=allow_unsupported)
 
 
 def import_model(
@@ -33,14 +35,21 @@ def import_model(
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     source: str = "<model>",
     name: str = "model",
+    allow_unsupported: bool = False,
 ) -> Graph:
+    """The static graph IR of `model`. Unsupported ops are all reported at once; with
+    `allow_unsupported` (for `aot inspect`) they are kept as nodes and listed in graph.unsupported."""
     model_copy = onnx.ModelProto()
     model_copy.CopyFrom(model)
     apply_input_shapes(model_copy, input_shapes or {})
     folded = fold_static_subgraphs(model_copy, source)
-    _check_supported(folded, source)
+    unsupported = find_unsupported(folded)
+    if unsupported and not allow_unsupported:
+        raise UnsupportedError(f"{source}: {describe_unsupported(unsupported, default_opset(folded))}",
+                               unsupported=unsupported)
     graph = _build_graph(folded, source, name)
     graph.source_node_count = len(model.graph.node)
+    graph.unsupported = unsupported
     return graph
 
 
@@ -49,22 +58,23 @@ def node_label(node: onnx.NodeProto, index: int) -> str:
     return node.name if node.name else f"{node.op_type}#{index}"
 
 
-def _check_supported(model: onnx.ModelProto, source: str) -> None:
-    opset = default_opset(model)
+def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Every op type aot cannot compile, with the names of the nodes using it."""
     missing: dict[str, list[str]] = {}
     for i, node in enumerate(model.graph.node):
         if not is_supported(node.domain, node.op_type):
             key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
             missing.setdefault(key, []).append(node_label(node, i))
-    if missing:
-        parts = []
-        for op in sorted(missing):
-            names = missing[op]
-            shown = ", ".join(repr(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-            parts.append(f"{op} ({len(names)} node{'s' if len(names) > 1 else ''}: {shown})")
-        raise UnsupportedError(
-            f"{source}: unsupported ops at opset {opset}: " + "; ".join(parts), unsupported=missing
-        )
+    return missing
+
+
+def describe_unsupported(missing: dict[str, list[str]], opset: int) -> str:
+    parts = []
+    for op in sorted(missing):
+        names = missing[op]
+        shown = ", ".join(repr(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        parts.append(f"{op} ({len(names)} node{'s' if len(names) > 1 else ''}: {shown})")
+    return f"{len(missing)} unsupported op type{'s' if len(missing) > 1 else ''} at opset {opset}: " + "; ".join(parts)
 
 
 def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -115,6 +125,7 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str) -> Graph:
             raise ModelLoadError(f"{source}: input {vi.name!r} is not a tensor with a static shape")
         graph.inputs.append(graph.add_tensor(Tensor(vi.name, info[0], info[1])))
     strict_checked = False
+    used = {name for n in model.graph.node for name in n.input} | {vi.name for vi in model.graph.output}
     for index, proto in enumerate(model.graph.node):
         label = node_label(proto, index)
         inputs: list[Tensor | None] = []
@@ -127,8 +138,8 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str) -> Graph:
                 raise ModelLoadError(f"{source}: node {label!r} ({proto.op_type}) reads {in_name!r}, which no node produces")
         outputs: list[Tensor | None] = []
         for out_name in proto.output:
-            if not out_name:
-                outputs.append(None)
+            if not out_name or out_name not in used:
+                outputs.append(None)  # omitted, or produced but never read: nothing to compute
                 continue
             info = _tensor_from_type(out_name, types[out_name]) if out_name in types else None
             if info is None:

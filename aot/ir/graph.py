@@ -78,6 +78,7 @@ class Graph:
         self.nodes: list[Node] = []
         self.tensors: dict[str, Tensor] = {}
         self.source_node_count = 0  # nodes in the ONNX model this graph came from
+        self.unsupported: dict[str, list[str]] = {}  # op type -> node names (kept only for inspect)
 
     def add_tensor(self, tensor: Tensor) -> Tensor:
         if tensor.name in self.tensors:

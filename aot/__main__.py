@@ -1,0 +1,3 @@
+from aot.cli import main
+
+main()

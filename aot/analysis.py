@@ -1,0 +1,55 @@
+"""Model statistics for `aot inspect`: op counts, parameters and multiply-accumulates."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aot.ir.graph import Graph, Node
+
+
+def node_macs(node: Node) -> int:
+    """Multiply-accumulates of the ops that dominate compute; 0 for the rest."""
+    out = node.outputs[0] if node.outputs else None
+    if out is None:
+        return 0
+    if node.op_type == "Conv" and node.input(1) is not None:
+        w = node.inputs[1]
+        assert w is not None
+        return out.size * int(np.prod(w.shape[1:], dtype=np.int64))
+    if node.op_type == "Gemm" and node.input(0) is not None:
+        a = node.inputs[0]
+        assert a is not None
+        k = a.shape[0] if node.attr("transA", 0) else a.shape[-1]
+        return out.size * k
+    if node.op_type == "MatMul" and node.input(0) is not None:
+        a = node.inputs[0]
+        assert a is not None
+        return out.size * a.shape[-1]
+    return 0
+
+
+@dataclass
+class ModelStats:
+    op_counts: dict[str, int]
+    unsupported: dict[str, list[str]]
+    parameters: int
+    weights_bytes: int
+    macs: int
+    per_node_macs: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+def model_stats(graph: Graph) -> ModelStats:
+    counts = Counter(n.op_type for n in graph.nodes)
+    consts = [t for t in graph.tensors.values() if t.is_constant]
+    per_node = [(n.name, n.op_type, node_macs(n)) for n in graph.nodes]
+    return ModelStats(
+        op_counts=dict(sorted(counts.items())),
+        unsupported=dict(graph.unsupported),
+        parameters=sum(t.size for t in consts if t.dtype.kind == "f"),
+        weights_bytes=sum(t.nbytes for t in consts),
+        macs=sum(m for _, _, m in per_node),
+        per_node_macs=per_node,
+    )

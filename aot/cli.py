@@ -1,0 +1,194 @@
+"""The `aot` command line: compile, verify and inspect ONNX models.
+
+Exit codes: 0 success; 1 verification ran and an output is out of tolerance; 2 the command line,
+the model or an input file is at fault (one line on stderr names the culprit); 3 internal error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from aot import __version__
+from aot.errors import AotError
+
+EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_INTERNAL = 1, 2, 3
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="aot: compile static-shape ONNX models into standalone C packages for edge devices.",
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ModelArg = Annotated[Path, typer.Argument(help="The ONNX model file.", show_default=False)]
+InputShapeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable).",
+                 show_default=False),
+]
+BackendOpt = Annotated[str, typer.Option("--backend", help="Code generator: c.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show details (tracebacks) on errors.")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="Model name: prefix of every C symbol "
+                                                             "(default: the file name).", show_default=False)]
+
+
+def _report_errors(fn: F) -> F:
+    """Turn every failure into one line on stderr and an exit code: never a bare traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        verbose = bool(kwargs.get("verbose"))
+        as_json = bool(kwargs.get("as_json"))
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except AotError as e:
+            if verbose:
+                traceback.print_exc()
+            if as_json:
+                print(json.dumps({"passed": False, "error": str(e)}))
+            print(f"aot: error: {e}", file=sys.stderr)
+            raise typer.Exit(EXIT_USER_ERROR) from None
+        except KeyboardInterrupt:
+            print("aot: interrupted", file=sys.stderr)
+            raise typer.Exit(130) from None
+        except Exception as e:  # a bug in aot: say so, keep it to one line unless asked
+            if verbose:
+                traceback.print_exc()
+            if as_json:
+                print(json.dumps({"passed": False, "error": f"internal error: {type(e).__name__}: {e}"}))
+            first = str(e).splitlines()[0] if str(e) else ""
+            print(f"aot: internal error: {type(e).__name__}: {first} (rerun with --verbose for the traceback; "
+                  "please report it)", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _shapes(options: list[str] | None) -> dict[str, tuple[int, ...]]:
+    from aot.frontend.input_shapes import parse_input_shapes
+
+    return parse_input_shapes(options or [])
+
+
+@app.command("compile")
+@_report_errors
+def compile_cmd(
+    model: ModelArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
+    input_shape: InputShapeOpt = None,
+    name: NameOpt = None,
+    backend: BackendOpt = "c",
+    force: Annotated[bool, typer.Option("--force", help="Replace the output folder if it exists.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Compile MODEL into a C package (header, sources, weights, runtime, Makefile, CMakeLists)."""
+    from aot.compiler import compile as compile_model
+    from aot.errors import OutputError
+
+    if output.exists() and not force:
+        raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
+    package = compile_model(model, _shapes(input_shape), name=name, backend=backend)
+    written = package.write(output, force=force)
+    m = package.manifest
+    if as_json:
+        print(json.dumps({"package": str(written), **{k: v for k, v in m.items() if k != "files"}}, sort_keys=True))
+        return
+    print(f"compiled {model} -> {written}/")
+    print(f"  {m['onnx_nodes']} ONNX nodes -> {m['kernels']} kernels")
+    print(f"  arena {m['arena_bytes']} bytes (lower bound {m['arena_lower_bound_bytes']}, "
+          f"unshared {m['arena_unshared_bytes']}), weights {m['weights_bytes']} bytes")
+    print(f"  C API: {package.name}.h  build: make -C {written}")
+
+
+@app.command("verify")
+@_report_errors
+def verify_cmd(
+    model: ModelArg,
+    input_shape: InputShapeOpt = None,
+    backend: BackendOpt = "c",
+    inputs: Annotated[Path | None, typer.Option("--inputs", help=".npz of input arrays by name "
+                                                "(default: random, seeded).", show_default=False)] = None,
+    expected: Annotated[Path | None, typer.Option("--expected", help=".npz of expected outputs by name "
+                                                  "(default: run onnxruntime).", show_default=False)] = None,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Pass when max abs error <= "
+                                             "tolerance * max(1, max |expected|).")] = 1e-4,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for random inputs.")] = 0,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Compile MODEL, build it for this machine, run it and compare every output with onnxruntime."""
+    from aot.compiler import compile as compile_model
+    from aot.host.run import prepare_inputs
+    from aot.verify import load_npz, match_by_name_or_order, verify_package
+
+    if tolerance <= 0:
+        raise AotError(f"--tolerance {tolerance}: must be positive")
+    package = compile_model(model, _shapes(input_shape), backend=backend)
+    given = None
+    if inputs is not None:
+        given = match_by_name_or_order(load_npz(inputs, "--inputs"), package.inputs, "inputs", str(inputs))
+        prepare_inputs(package.inputs, given)  # shape and dtype checked before building
+    want = None
+    if expected is not None:
+        want = match_by_name_or_order(load_npz(expected, "--expected"), package.outputs, "outputs", str(expected))
+    result = verify_package(package, str(model), given, want, tolerance, seed)
+    if as_json:
+        payload = result.to_json()
+        payload.update({"model": str(model), "backend": backend, "arena_bytes": package.arena_bytes})
+        print(json.dumps(payload, sort_keys=True))
+    else:
+        print(f"verify {model} (backend {backend}) against {result.reference}, tolerance {tolerance:g}")
+        for o in result.outputs:
+            status = "ok  " if o.passed else "FAIL"
+            extra = f"  ({o.detail})" if o.detail else ""
+            print(f"  {status} {o.name}: max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}{extra}")
+        print("PASSED" if result.passed else "FAILED")
+    if not result.passed:
+        raise typer.Exit(EXIT_MISMATCH)
+
+
+@app.command("inspect")
+@_report_errors
+def inspect_cmd(
+    model: ModelArg,
+    input_shape: InputShapeOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show MODEL's ops (and which are unsupported), parameters, MACs and memory plan."""
+    from aot.inspect import inspect_model, render_text
+
+    report = inspect_model(model, _shapes(input_shape))
+    if as_json:
+        print(json.dumps(report, sort_keys=True))
+    else:
+        print(render_text(report))
+
+
+@app.command("version")
+def version_cmd() -> None:
+    """Print the aot version."""
+    print(f"aot {__version__}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

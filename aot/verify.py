@@ -1,0 +1,152 @@
+"""Checking a compiled model against onnxruntime (or given expected outputs) on the host."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aot.errors import AotError, VerifyError
+from aot.host.run import HostModel
+from aot.package.package import Package
+
+DEFAULT_TOLERANCE = 1e-4
+
+
+@dataclass
+class OutputComparison:
+    name: str
+    max_abs_err: float
+    max_rel_err: float
+    scale: float
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class VerifyResult:
+    passed: bool
+    reference: str
+    tolerance: float
+    outputs: list[OutputComparison] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "reference": self.reference,
+            "tolerance": self.tolerance,
+            "outputs": [
+                {"name": o.name, "max_abs_err": o.max_abs_err, "max_rel_err": o.max_rel_err,
+                 "scale": o.scale, "passed": o.passed, **({"detail": o.detail} if o.detail else {})}
+                for o in self.outputs
+            ],
+        }
+
+
+def random_inputs(package: Package, seed: int = 0) -> dict[str, np.ndarray]:
+    """Reproducible inputs: standard normal floats, small non-negative ints, random bools."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for spec in package.inputs:
+        dtype = np.dtype(spec["dtype"])
+        shape = spec["shape"]
+        if dtype.kind == "f":
+            values[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            values[spec["name"]] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            values[spec["name"]] = rng.integers(0, 4, shape).astype(dtype)
+    return values
+
+
+def load_npz(path: str | os.PathLike[str], what: str) -> dict[str, np.ndarray]:
+    p = Path(path)
+    if not p.is_file():
+        raise VerifyError(f"{what} {p}: no such file")
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise VerifyError(f"{what} {p}: expected an .npz archive of named arrays")
+            return {k: np.asarray(data[k]) for k in data.files}
+    except VerifyError:
+        raise
+    except Exception as e:
+        raise VerifyError(f"{what} {p}: not a readable .npz file ({e})") from e
+
+
+def match_by_name_or_order(given: dict[str, np.ndarray], specs: list[dict[str, Any]], what: str,
+                           path: str) -> dict[str, np.ndarray]:
+    """npz keys are the ONNX names; numpy's default keys arr_0, arr_1 ... mean model order."""
+    names = [s["name"] for s in specs]
+    if set(given) <= set(names):
+        return given
+    if all(k == f"arr_{i}" for i, k in enumerate(given)) and len(given) <= len(names):
+        return {names[i]: given[f"arr_{i}"] for i in range(len(given))}
+    unknown = sorted(set(given) - set(names))
+    raise VerifyError(f"{what} {path}: arrays {unknown} name no model {what.split()[0]} (expected {names})")
+
+
+def onnxruntime_outputs(model_path: str, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise AotError("verification against onnxruntime needs it installed: pip install onnxruntime "
+                       "(or pass --expected outputs.npz)") from e
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        results = session.run(names, inputs)
+    except Exception as e:
+        raise AotError(f"{model_path}: onnxruntime could not run the model: {str(e).splitlines()[0]}") from e
+    return dict(zip(names, results))
+
+
+def compare(name: str, ours: np.ndarray, expected: np.ndarray, tolerance: float) -> OutputComparison:
+    """Pass when max |ours - expected| <= tolerance * max(1, max |expected|); NaNs must coincide;
+    integer and bool outputs must match exactly."""
+    expected = np.asarray(expected)
+    if tuple(ours.shape) != tuple(expected.shape):
+        return OutputComparison(name, float("inf"), float("inf"), 0.0, False,
+                                f"shape {list(ours.shape)} vs expected {list(expected.shape)}")
+    if expected.dtype.kind in "iub" or ours.dtype.kind in "iub":
+        diff = np.abs(ours.astype(np.float64) - expected.astype(np.float64))
+        err = float(diff.max()) if diff.size else 0.0
+        return OutputComparison(name, err, err, 0.0, err == 0.0)
+    o = ours.astype(np.float64)
+    e = expected.astype(np.float64)
+    nan_mismatch = bool(np.any(np.isnan(o) != np.isnan(e)))
+    finite = np.isfinite(e) & np.isfinite(o)
+    inf_mismatch = bool(np.any((np.isinf(o) | np.isinf(e)) & (o != e) & ~np.isnan(o) & ~np.isnan(e)))
+    diff = np.abs(o - e)[finite]
+    scale = float(np.abs(e[finite]).max()) if finite.any() else 0.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    passed = max_abs <= tolerance * max(1.0, scale) and not nan_mismatch and not inf_mismatch
+    detail = "NaN positions differ" if nan_mismatch else ("infinities differ" if inf_mismatch else "")
+    return OutputComparison(name, max_abs, max_rel, scale, passed, detail)
+
+
+def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarray] | None = None,
+                   expected: dict[str, np.ndarray] | None = None, tolerance: float = DEFAULT_TOLERANCE,
+                   seed: int = 0, host_model: HostModel | None = None) -> VerifyResult:
+    inputs = inputs if inputs is not None else random_inputs(package, seed)
+    model = host_model or HostModel.build(package)
+    ours = model.run(inputs)
+    names = [o["name"] for o in package.outputs]
+    if expected is None:
+        feeds = {k: v for k, v in inputs.items()}
+        reference = onnxruntime_outputs(model_path, feeds, names)
+        source = "onnxruntime"
+    else:
+        missing = [n for n in names if n not in expected]
+        if missing:
+            raise VerifyError(f"--expected has no array for output(s) {missing}")
+        reference = expected
+        source = "expected"
+    comparisons = [compare(n, ours[n], reference[n], tolerance) for n in names]
+    return VerifyResult(all(c.passed for c in comparisons), source, tolerance, comparisons)
