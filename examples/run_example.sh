@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The main job on the bundled example: compile examples/tiny_cnn.onnx into a C package, build it
+# with the system C compiler, run it on an input image, print the result and the arena size, and
+# check it against onnxruntime. Sets up its own virtual environment (.venv) on first use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tests/setup_env.sh
+
+out=build/tiny_cnn
+aot compile examples/tiny_cnn.onnx -o "$out" --force
+make -s -C "$out"
+python - "$out/input0.npy" <<'PY'
+import sys
+import numpy as np
+np.save(sys.argv[1], np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32))
+PY
+"$out/tiny_cnn_runner" -o "$out" -r 200 "$out/input0.npy"
+python - "$out" <<'PY'
+import json, sys
+import numpy as np
+out = sys.argv[1]
+probs = np.load(f"{out}/output0.npy")[0]
+manifest = json.load(open(f"{out}/manifest.json"))
+print("class probabilities:", np.array2string(probs, precision=4, suppress_small=True))
+print(f"predicted class {int(probs.argmax())} (p={probs.max():.4f})")
+print(f"arena: {manifest['arena_bytes']} bytes (lower bound {manifest['arena_lower_bound_bytes']}), "
+      f"weights: {manifest['weights_bytes']} bytes, {manifest['onnx_nodes']} ONNX nodes -> {manifest['kernels']} kernels")
+PY
+aot verify examples/tiny_cnn.onnx --inputs <(python -c "
+import io, sys, numpy as np
+buf = io.BytesIO(); np.savez(buf, image=np.load('$out/input0.npy')); sys.stdout.buffer.write(buf.getvalue())")

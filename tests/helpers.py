@@ -1,0 +1,76 @@
+"""Shared test helpers: build small ONNX models and check aot against onnxruntime."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from aot.compiler import compile as compile_model
+from aot.host.run import HostModel
+from aot.verify import compare
+
+NP_TO_ONNX = {
+    np.dtype("float32"): TensorProto.FLOAT, np.dtype("float64"): TensorProto.DOUBLE,
+    np.dtype("int64"): TensorProto.INT64, np.dtype("int32"): TensorProto.INT32,
+    np.dtype("bool"): TensorProto.BOOL, np.dtype("uint8"): TensorProto.UINT8, np.dtype("int8"): TensorProto.INT8,
+}
+
+
+def make_model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Mapping[str, np.ndarray],
+    outputs: Sequence[str],
+    initializers: Mapping[str, np.ndarray] | None = None,
+    opset: int = 17,
+    output_shapes: Mapping[str, Sequence[int | str] | None] | None = None,
+) -> onnx.ModelProto:
+    """A model over `nodes`; input types come from the example arrays, output types are inferred."""
+    graph_inputs = [helper.make_tensor_value_info(n, NP_TO_ONNX[a.dtype], list(a.shape)) for n, a in inputs.items()]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (initializers or {}).items()]
+    graph_outputs = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs]
+    graph = helper.make_graph(list(nodes), "test_graph", graph_inputs, graph_outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="aot-tests")
+    model.ir_version = 8 if opset < 21 else 10
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    # Give the graph outputs their inferred types so onnxruntime accepts the model.
+    known = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for out in model.graph.output:
+        if out.name in known and known[out.name].type.tensor_type.elem_type:
+            out.CopyFrom(known[out.name])
+    return model
+
+
+def run_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(inputs))))
+
+
+def run_aot(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], **compile_args: Any) -> dict[str, np.ndarray]:
+    """Compile with aot, build with -Werror (and -pedantic), run on the host through ctypes."""
+    package = compile_model(model, **compile_args)
+    host = HostModel.build(package, opt="-O1", extra_cflags="-pedantic")
+    return host.run(dict(inputs))
+
+
+def assert_matches_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray],
+                               tolerance: float = 1e-4, **compile_args: Any) -> dict[str, np.ndarray]:
+    ours = run_aot(model, inputs, **compile_args)
+    ref = run_onnxruntime(model, inputs)
+    for name, expected in ref.items():
+        result = compare(name, ours[name], expected, tolerance)
+        assert result.passed, (f"output {name!r}: max abs err {result.max_abs_err:.3g} "
+                               f"(scale {result.scale:.3g}) {result.detail}")
+    return ours
+
+
+def rand(*shape: int, seed: int = 0, dtype: Any = np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
