@@ -23,6 +23,7 @@ def inspect_model(path: str | os.PathLike[str], input_shapes: Mapping[str, tuple
         "op_counts": stats.op_counts,
         "unsupported": [{"op": op, "nodes": names} for op, names in sorted(stats.unsupported.items())],
         "supported": not stats.unsupported,
+        "unknown_shapes": list(graph.unknown_shapes),
         "parameters": stats.parameters,
         "weights_bytes": stats.weights_bytes,
         "macs": stats.macs,

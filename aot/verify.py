@@ -122,7 +122,7 @@ def compare(name: str, ours: np.ndarray, expected: np.ndarray, tolerance: float)
     nan_mismatch = bool(np.any(np.isnan(o) != np.isnan(e)))
     finite = np.isfinite(e) & np.isfinite(o)
     inf_mismatch = bool(np.any((np.isinf(o) | np.isinf(e)) & (o != e) & ~np.isnan(o) & ~np.isnan(e)))
-    diff = np.abs(o - e)[finite]
+    diff = np.abs(o[finite] - e[finite])
     scale = float(np.abs(e[finite]).max()) if finite.any() else 0.0
     max_abs = float(diff.max()) if diff.size else 0.0
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))

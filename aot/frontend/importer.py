@@ -13,7 +13,7 @@ from onnx import numpy_helper
 
 from aot.errors import ModelLoadError, NodeError, UnsupportedError
 from aot.frontend.input_shapes import apply_input_shapes, runtime_inputs
-from aot.frontend.loader import default_opset, load_onnx
+from aot.frontend.loader import default_opset, load_onnx, upgrade_opset
 from aot.frontend.shape_folding import fold_static_subgraphs, infer_shapes
 from aot.ir.graph import Graph, Node, Tensor
 from aot.ir.verifier import MAX_ELEMENTS
@@ -39,15 +39,17 @@ def import_model(
 ) -> Graph:
     """The static graph IR of `model`. Unsupported ops are all reported at once; with
     `allow_unsupported` (for `aot inspect`) they are kept as nodes and listed in graph.unsupported."""
-    model_copy = onnx.ModelProto()
-    model_copy.CopyFrom(model)
+    model_copy = upgrade_opset(model, source)
+    if model_copy is model:
+        model_copy = onnx.ModelProto()
+        model_copy.CopyFrom(model)
     apply_input_shapes(model_copy, input_shapes or {})
     folded = fold_static_subgraphs(model_copy, source)
     unsupported = find_unsupported(folded)
     if unsupported and not allow_unsupported:
         raise UnsupportedError(f"{source}: {describe_unsupported(unsupported, default_opset(folded))}",
                                unsupported=unsupported)
-    graph = _build_graph(folded, source, name)
+    graph = _build_graph(folded, source, name, lenient=bool(unsupported))
     graph.source_node_count = len(model.graph.node)
     graph.unsupported = unsupported
     return graph
@@ -111,7 +113,9 @@ def _attr_value(attr: onnx.AttributeProto) -> Any:
     return value
 
 
-def _build_graph(model: onnx.ModelProto, source: str, name: str) -> Graph:
+def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool = False) -> Graph:
+    """With `lenient` (inspecting a model with unsupported ops), tensors whose shape cannot be
+    known get shape () and are listed in graph.unknown_shapes instead of failing."""
     graph = Graph(name)
     opset = default_opset(model)
     types = _value_types(model)
@@ -142,6 +146,9 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str) -> Graph:
                 outputs.append(None)  # omitted, or produced but never read: nothing to compute
                 continue
             info = _tensor_from_type(out_name, types[out_name]) if out_name in types else None
+            if info is None and lenient:
+                graph.unknown_shapes.append(out_name)
+                info = (np.dtype(np.float32), ())
             if info is None:
                 if not strict_checked:
                     strict_checked = True

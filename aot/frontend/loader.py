@@ -46,7 +46,7 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     except (onnx.checker.ValidationError, Exception) as e:  # checker raises several types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelLoadError(f"{p}: model fails ONNX checks: {first}") from e
-    return _upgrade_opset(model, p)
+    return model
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -56,14 +56,15 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 1  # IR without an explicit default domain import means opset 1
 
 
-def _upgrade_opset(model: onnx.ModelProto, p: Path) -> onnx.ModelProto:
+def upgrade_opset(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """Models older than MIN_OPSET go through onnx's version converter first."""
     if default_opset(model) >= MIN_OPSET:
         return model
     try:
         return onnx.version_converter.convert_version(model, MIN_OPSET)
     except Exception as e:
         raise ModelLoadError(
-            f"{p}: opset {default_opset(model)} cannot be upgraded to opset {MIN_OPSET}: {e}"
+            f"{source}: opset {default_opset(model)} cannot be upgraded to opset {MIN_OPSET}: {e}"
         ) from e
 
 

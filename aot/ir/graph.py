@@ -79,6 +79,7 @@ class Graph:
         self.tensors: dict[str, Tensor] = {}
         self.source_node_count = 0  # nodes in the ONNX model this graph came from
         self.unsupported: dict[str, list[str]] = {}  # op type -> node names (kept only for inspect)
+        self.unknown_shapes: list[str] = []  # tensors after unsupported ops (inspect only)
 
     def add_tensor(self, tensor: Tensor) -> Tensor:
         if tensor.name in self.tensors:

@@ -1,0 +1,419 @@
+"""ONNX backend conformance for aot: the cases the installed onnx package ships, run through aot.
+
+Sources of cases:
+  * node cases, generated in memory by onnx.backend.test.case.node.collect_testcases(None): one
+    ONNX node per model, with numpy inputs and expected outputs;
+  * model folders under onnx/backend/test/data/{pytorch-converted,pytorch-operator,simple}: a
+    model.onnx and test_data_set_N/{input,output}_K.pb;
+  * light models, onnx/backend/test/data/light/light_X.onnx: real architectures whose weights are
+    ConstantOfShape nodes. onnx ships only the expected output; its backend runner feeds each
+    runtime input arange(n)/n in the input's shape (symbolic dims as 1), and so do we.
+
+Each case is classified as
+  out_of_scope  a graph input or output is not a tensor of float32/int32/int64/bool, a node is in a
+                non-default domain (ML, training, contrib), or the case needs training behaviour;
+  unsupported   aot.compile raises UnsupportedError; the missing op types are recorded;
+  passed        every data set matches the expected outputs (aot.verify.compare, tolerance 1e-4);
+  failed        anything else, with a one-line reason.
+
+No pytest in here: `python -m tests.conformance` prints the summary, and tests/test_conformance.py
+turns the cases into tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.backend.test
+from onnx import TensorProto, numpy_helper
+
+from aot.compiler import compile as compile_model
+from aot.errors import AotError, UnsupportedError
+from aot.host.run import HostModel
+from aot.ops.registry import is_supported
+from aot.verify import compare
+
+DATA_DIR = Path(onnx.backend.test.__file__).resolve().parent / "data"
+NODE = "node"
+FOLDER_SUITES = ("pytorch-converted", "pytorch-operator", "simple")
+LIGHT = "light"
+SUITES = (NODE, *FOLDER_SUITES, LIGHT)
+TOLERANCE = 1e-4
+
+PASSED, FAILED, UNSUPPORTED, OUT_OF_SCOPE = "passed", "failed", "unsupported", "out_of_scope"
+STATUSES = (PASSED, FAILED, UNSUPPORTED, OUT_OF_SCOPE)
+
+# The element types a compiled model's inputs and outputs may have for a case to be in scope.
+IN_SCOPE_DTYPES = {TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+DataSet = tuple[list[np.ndarray], list[np.ndarray]]
+
+
+@dataclass
+class Case:
+    """One conformance case: a model and where its data sets come from."""
+
+    suite: str
+    name: str
+    model: onnx.ModelProto
+    node_data: list[DataSet] | None = None  # node cases carry their data in memory
+    folder: Path | None = None  # model folders: test_data_set_N/ inside
+    light_output: Path | None = None  # light models: the expected output_0 TensorProto
+
+    @property
+    def id(self) -> str:
+        return f"{self.suite}/{self.name}"
+
+    def data_sets(self) -> list[DataSet]:
+        if self.node_data is not None:
+            return self.node_data
+        if self.folder is not None:
+            return [_read_data_set(d) for d in sorted(self.folder.glob("test_data_set_*"), key=_set_number)]
+        if self.light_output is not None:
+            inputs = [light_input(vi) for vi in runtime_inputs(self.model)]
+            return [(inputs, [_read_tensor(self.light_output)])]
+        return []
+
+
+@dataclass
+class CaseResult:
+    case: str  # Case.id
+    suite: str
+    status: str
+    reason: str = ""
+    unsupported_ops: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        detail = self.reason or ", ".join(self.unsupported_ops)
+        return f"{self.case}: {detail}" if detail else self.case
+
+
+# ---------------------------------------------------------------------------------------------
+# Enumerating cases
+
+
+def node_cases() -> list[Case]:
+    """onnx's node cases. Generating them runs numpy reference code that warns about the overflows
+    and infinities it produces on purpose; those warnings say nothing about aot."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with np.errstate(all="ignore"):
+            raw = collect_testcases(None)
+    cases = []
+    for tc in sorted(raw, key=lambda t: t.name):
+        data = [([_as_array(v) for v in ins], [_as_array(v) for v in outs]) for ins, outs in tc.data_sets]
+        cases.append(Case(NODE, tc.name, tc.model, node_data=data))
+    return cases
+
+
+def folder_cases(suite: str) -> list[Case]:
+    base = DATA_DIR / suite
+    cases = []
+    for folder in sorted(p for p in base.iterdir() if (p / "model.onnx").is_file()):
+        cases.append(Case(suite, folder.name, onnx.load(str(folder / "model.onnx")), folder=folder))
+    return cases
+
+
+def light_cases() -> list[Case]:
+    cases = []
+    for path in sorted((DATA_DIR / LIGHT).glob("light_*.onnx")):
+        output = path.with_name(f"{path.stem}_output_0.pb")
+        if output.is_file():
+            cases.append(Case(LIGHT, path.stem, onnx.load(str(path)), light_output=output))
+    return cases
+
+
+def cases_of(suite: str) -> list[Case]:
+    if suite == NODE:
+        return node_cases()
+    if suite == LIGHT:
+        return light_cases()
+    if suite in FOLDER_SUITES:
+        return folder_cases(suite)
+    raise ValueError(f"unknown suite {suite!r} (suites: {', '.join(SUITES)})")
+
+
+def all_cases(suites: Iterable[str] = SUITES) -> list[Case]:
+    return [c for s in suites for c in cases_of(s)]
+
+
+def light_input(vi: onnx.ValueInfoProto) -> np.ndarray:
+    """What onnx's backend runner feeds a light model (Runner.generate_dummy_data, random=False):
+    arange(n)/n in float32, symbolic dimensions taken as 1. The expected outputs onnx ships were
+    computed from exactly this input."""
+    shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
+    n = int(np.prod(shape, dtype=np.int64))
+    return (np.arange(n).reshape(shape) / n).astype(np.float32)
+
+
+def _set_number(path: Path) -> int:
+    return int(path.name.rsplit("_", 1)[1])
+
+
+def _read_tensor(path: Path) -> np.ndarray:
+    tensor = TensorProto()
+    tensor.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(tensor)
+
+
+def _read_data_set(folder: Path) -> DataSet:
+    def read(prefix: str) -> list[np.ndarray]:
+        files = sorted(folder.glob(f"{prefix}_*.pb"), key=_set_number)
+        return [_read_tensor(f) for f in files]
+
+    return read("input"), read("output")
+
+
+def _as_array(value: object) -> np.ndarray:
+    """Node-case data holds numpy arrays, and sometimes TensorProtos (or sequences and optionals,
+    which only appear in out-of-scope cases and are kept as they are)."""
+    if isinstance(value, TensorProto):
+        return numpy_helper.to_array(value)
+    return value  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------
+# Classifying
+
+
+def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs the caller feeds: those without an initializer (older exporters list weights
+    among the graph inputs too)."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in initializers]
+
+
+def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _all_nodes(g)
+
+
+def op_types(model: onnx.ModelProto) -> list[str]:
+    """The op types a model uses, subgraphs included; non-default domains as `domain::Op`."""
+    ops = {n.op_type if n.domain in DEFAULT_DOMAINS else f"{n.domain}::{n.op_type}" for n in _all_nodes(model.graph)}
+    return sorted(ops)
+
+
+def _type_problem(kind: str, vi: onnx.ValueInfoProto) -> str | None:
+    t = vi.type
+    which = t.WhichOneof("value")
+    if which != "tensor_type":
+        return f"{kind} {vi.name!r} is a {(which or 'untyped value').replace('_type', '')}, not a tensor"
+    elem = t.tensor_type.elem_type
+    if elem not in IN_SCOPE_DTYPES:
+        name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
+        return f"{kind} {vi.name!r} has element type {name}"
+    return None
+
+
+def scope_problem(model: onnx.ModelProto) -> str | None:
+    """Why a case is out of scope for a static-shape inference compiler of float32/int32/int64/bool
+    tensors, or None if it is in scope."""
+    for node in _all_nodes(model.graph):
+        if node.domain not in DEFAULT_DOMAINS:
+            return f"op {node.domain}::{node.op_type} is in a non-default domain"
+    for vi in runtime_inputs(model):
+        problem = _type_problem("input", vi)
+        if problem:
+            return problem
+    for vi in model.graph.output:
+        problem = _type_problem("output", vi)
+        if problem:
+            return problem
+    graph_inputs = {vi.name for vi in runtime_inputs(model)}
+    for node in model.graph.node:
+        # Dropout with training_mode fed at run time draws a random mask: training, not inference.
+        if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] in graph_inputs:
+            return "Dropout with a run-time training_mode input (random training-mode mask)"
+    return None
+
+
+def statically_supported(model: onnx.ModelProto) -> bool:
+    """Whether every op of the model is in aot's registry (before any constant folding)."""
+    return all(is_supported(n.domain, n.op_type) for n in _all_nodes(model.graph))
+
+
+def in_scope(case: Case) -> bool:
+    return scope_problem(case.model) is None
+
+
+def is_test_target(case: Case) -> bool:
+    """In scope and using only registered ops: these cases must pass."""
+    return in_scope(case) and statically_supported(case.model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    # Build errors put the compiler's diagnostics after a heading line: show the first one too.
+    if first.endswith(":") and len(lines) > 1:
+        first = f"{first} {lines[1]}"
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def run_case(case: Case, opt: str = "-O1", extra_cflags: str = "-pedantic") -> CaseResult:
+    start = time.perf_counter()
+    result = _run_case(case, opt, extra_cflags)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
+    def result(status: str, reason: str = "", ops: Sequence[str] = ()) -> CaseResult:
+        return CaseResult(case.id, case.suite, status, reason, list(ops))
+
+    problem = scope_problem(case.model)
+    if problem:
+        return result(OUT_OF_SCOPE, problem)
+    try:
+        package = compile_model(case.model)
+    except UnsupportedError as e:
+        return result(UNSUPPORTED, "", sorted(e.unsupported))
+    except AotError as e:
+        return result(FAILED, f"compile: {_one_line(str(e))}")
+    except Exception as e:  # an internal error is a failure to report, not a crash of the sweep
+        return result(FAILED, f"compile: internal {type(e).__name__}: {_one_line(str(e))}")
+    try:
+        host = HostModel.build(package, opt=opt, extra_cflags=extra_cflags)
+    except AotError as e:
+        return result(FAILED, f"build: {_one_line(str(e))}")
+    names_in = [vi.name for vi in runtime_inputs(case.model)]
+    names_out = [vi.name for vi in case.model.graph.output]
+    try:
+        data_sets = case.data_sets()
+    except Exception as e:
+        return result(FAILED, f"test data: {type(e).__name__}: {_one_line(str(e))}")
+    if not data_sets:
+        return result(FAILED, "no test data sets")
+    for k, (inputs, expected) in enumerate(data_sets):
+        where = f"data set {k}: " if len(data_sets) > 1 else ""
+        if len(inputs) != len(names_in) or len(expected) != len(names_out):
+            return result(FAILED, f"{where}{len(inputs)} inputs/{len(expected)} outputs given, the model "
+                                  f"has {len(names_in)}/{len(names_out)}")
+        try:
+            ours = host.run(dict(zip(names_in, inputs, strict=True)))
+        except AotError as e:
+            return result(FAILED, f"{where}run: {_one_line(str(e))}")
+        for name, want in zip(names_out, expected, strict=True):
+            got = ours[name]
+            cmp = compare(name, got, want, TOLERANCE)
+            if not cmp.passed:
+                if cmp.detail:
+                    why = cmp.detail
+                else:
+                    why = f"max abs err {cmp.max_abs_err:.3g}"
+                    if cmp.scale:
+                        why += f" (max |expected| {cmp.scale:.3g})"
+                if got.dtype != np.asarray(want).dtype:
+                    why += f"; dtype {got.dtype} vs expected {np.asarray(want).dtype}"
+                return result(FAILED, f"{where}output {name!r}: {why}")
+    return result(PASSED)
+
+
+def _run_quietly(case: Case) -> CaseResult:
+    # onnx's reference evaluator (used for folding) and numpy may print or warn; keep the report clean.
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        return run_case(case)
+
+
+def run_cases(cases: Sequence[Case], jobs: int = 1) -> list[CaseResult]:
+    if jobs <= 1 or len(cases) <= 1:
+        return [_run_quietly(c) for c in cases]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(_run_quietly, cases, chunksize=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+
+
+def summarize(results: Sequence[CaseResult], title: str = "ONNX conformance") -> str:
+    counts = Counter(r.status for r in results)
+    lines = [f"{title}: {len(results)} cases: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)]
+    in_scope_count = counts[PASSED] + counts[FAILED] + counts[UNSUPPORTED]
+    attempted = counts[PASSED] + counts[FAILED]
+    if attempted:
+        lines.append(f"  in scope {in_scope_count}; compiled-or-tried {attempted}, "
+                     f"pass rate {counts[PASSED] / attempted:.1%}")
+    suites = sorted({r.suite for r in results}, key=lambda s: SUITES.index(s) if s in SUITES else 99)
+    if len(suites) > 1:
+        for suite in suites:
+            c = Counter(r.status for r in results if r.suite == suite)
+            lines.append(f"  {suite}: " + ", ".join(f"{c[s]} {s}" for s in STATUSES))
+    failed = [r for r in results if r.status == FAILED]
+    if failed:
+        lines.append(f"failed ({len(failed)}):")
+        lines += [f"  {r.line()}" for r in failed]
+    unsupported = [r for r in results if r.status == UNSUPPORTED]
+    if unsupported:
+        ops = Counter(op for r in unsupported for op in r.unsupported_ops)
+        lines.append(f"unsupported ({len(unsupported)} cases; op types by number of cases needing them):")
+        lines.append("  " + ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))))
+        lines += [f"  {r.line()}" for r in unsupported]
+    out = [r for r in results if r.status == OUT_OF_SCOPE]
+    if out:
+        reasons = Counter(_reason_kind(r.reason) for r in out)
+        lines.append(f"out of scope ({len(out)} cases): "
+                     + ", ".join(f"{k} {n}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])))
+    return "\n".join(lines)
+
+
+def _reason_kind(reason: str) -> str:
+    if "non-default domain" in reason:
+        return "non-default domain"
+    if "element type" in reason:
+        return reason.rsplit(" ", 1)[-1]
+    if "not a tensor" in reason:
+        return reason.split(" is a ", 1)[1].split(",")[0] + " I/O"
+    return reason
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.conformance", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", action="append", choices=SUITES,
+                        help="suites to run (repeatable; default: all but light)")
+    parser.add_argument("-k", dest="pattern", default="", help="only cases whose id contains this text")
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--show-out-of-scope", action="store_true", help="list every out-of-scope case")
+    args = parser.parse_args(argv)
+    suites = args.suite or [NODE, *FOLDER_SUITES]
+    cases = [c for c in all_cases(suites) if args.pattern in c.id]
+    results = run_cases(cases, args.jobs)
+    print(summarize(results))
+    if args.show_out_of_scope:
+        for r in results:
+            if r.status == OUT_OF_SCOPE:
+                print(f"  {r.line()}")
+    return 0 if not any(r.status == FAILED for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
