@@ -180,6 +180,21 @@ def inspect_cmd(
         print(render_text(report))
 
 
+@app.command("targets")
+@_report_errors
+def targets_cmd(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """List the target presets (use with --target NAME, or give a path to your own .toml)."""
+    from aot.targets import list_targets
+
+    targets = list_targets()
+    if as_json:
+        print(json.dumps([t.to_json() for t in targets], sort_keys=True))
+        return
+    width = max(len(t.name) for t in targets)
+    for t in targets:
+        print(f"{t.name:{width}}  {t.triple:32} {t.description}")
+
+
 @app.command("version")
 def version_cmd() -> None:
     """Print the aot version."""

@@ -1,0 +1,127 @@
+"""Target presets: one small TOML file per target in targets/, validated on load.
+
+`--target NAME` picks a preset; `--target path/to/file.toml` loads a user's own.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aot.errors import AotError
+from aot.resources import resource_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+_REQUIRED: dict[str, type] = {
+    "description": str, "triple": str, "cpu": str, "features": str, "float_abi": str, "os": str,
+    "alignment": int, "cflags": list,
+}
+_OPTIONAL: dict[str, type] = {"gcc_prefix": str, "zig_target": str, "qemu": str}
+_FLOAT_ABIS = {"hard", "soft", "softfp"}
+_OSES = {"linux", "none"}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    triple: str
+    cpu: str
+    features: str
+    float_abi: str
+    os: str
+    alignment: int
+    cflags: tuple[str, ...]
+    gcc_prefix: str = ""
+    zig_target: str = ""
+    qemu: str = ""
+    source: str = field(default="", compare=False)
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-")[0]
+
+    @property
+    def bare_metal(self) -> bool:
+        return self.os == "none"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "triple": self.triple, "cpu": self.cpu,
+                "features": self.features, "float_abi": self.float_abi, "os": self.os,
+                "alignment": self.alignment, "cflags": list(self.cflags)}
+
+
+def _validate(name: str, data: dict[str, Any], source: str) -> Target:
+    where = f"target {source}"
+    for key, kind in _REQUIRED.items():
+        if key not in data:
+            raise AotError(f"{where}: missing key {key!r}")
+        if not isinstance(data[key], kind):
+            raise AotError(f"{where}: {key!r} must be a {kind.__name__}")
+    unknown = sorted(set(data) - set(_REQUIRED) - set(_OPTIONAL))
+    if unknown:
+        raise AotError(f"{where}: unknown key(s) {unknown}")
+    for key, kind in _OPTIONAL.items():
+        if key in data and not isinstance(data[key], kind):
+            raise AotError(f"{where}: {key!r} must be a {kind.__name__}")
+    if data["float_abi"] not in _FLOAT_ABIS:
+        raise AotError(f"{where}: float_abi {data['float_abi']!r} must be one of {sorted(_FLOAT_ABIS)}")
+    if data["os"] not in _OSES:
+        raise AotError(f"{where}: os {data['os']!r} must be one of {sorted(_OSES)}")
+    align = data["alignment"]
+    if align <= 0 or align & (align - 1):
+        raise AotError(f"{where}: alignment {align} must be a power of two")
+    if not all(isinstance(f, str) for f in data["cflags"]):
+        raise AotError(f"{where}: cflags must be a list of strings")
+    if len(data["triple"].split("-")) < 3:
+        raise AotError(f"{where}: triple {data['triple']!r} is not arch-vendor-os[-abi]")
+    return Target(name=name, cflags=tuple(data["cflags"]), source=source,
+                  **{k: v for k, v in data.items() if k != "cflags"})
+
+
+def _read(path: Path, name: str) -> Target:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise AotError(f"target {path}: cannot read: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise AotError(f"target {path}: not valid TOML: {e}") from e
+    return _validate(name, data, str(path))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in resource_dir("targets").glob("*.toml"))
+
+
+def list_targets() -> list[Target]:
+    return [load_target(n) for n in preset_names()]
+
+
+def host_target_name() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(machine, "x86_64")
+
+
+def load_target(spec: str | os.PathLike[str] | None) -> Target:
+    """A preset by name, a user's TOML file by path, or (None) the host."""
+    if spec is None or str(spec) == "host":
+        spec = host_target_name()
+    text = str(spec)
+    if text.endswith(".toml") or os.sep in text:
+        path = Path(text)
+        if not path.is_file():
+            raise AotError(f"--target {text}: no such file")
+        return _read(path, path.stem)
+    preset = resource_dir("targets") / f"{text}.toml"
+    if not preset.is_file():
+        raise AotError(f"--target {text!r}: unknown target (available: {', '.join(preset_names())}, "
+                       "or a path to a .toml file)")
+    return _read(preset, text)
