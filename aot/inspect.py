@@ -11,7 +11,8 @@ from aot.analysis import model_stats
 from aot.frontend.importer import load_graph
 
 
-def inspect_model(path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+def inspect_model(path: str | os.PathLike[str],
+                  input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     graph = load_graph(path, input_shapes, allow_unsupported=True)
     stats = model_stats(graph)
     report: dict[str, Any] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -131,11 +131,16 @@ def compare(name: str, ours: np.ndarray, expected: np.ndarray, tolerance: float)
     return OutputComparison(name, max_abs, max_rel, scale, passed, detail)
 
 
+class Runnable(Protocol):
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
 def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarray] | None = None,
                    expected: dict[str, np.ndarray] | None = None, tolerance: float = DEFAULT_TOLERANCE,
-                   seed: int = 0, host_model: HostModel | None = None) -> VerifyResult:
+                   seed: int = 0, built: Runnable | None = None) -> VerifyResult:
+    """Run `built` (default: the package built for this machine) and compare with the reference."""
     inputs = inputs if inputs is not None else random_inputs(package, seed)
-    model = host_model or HostModel.build(package)
+    model = built or HostModel.build(package)
     ours = model.run(inputs)
     names = [o["name"] for o in package.outputs]
     if expected is None:

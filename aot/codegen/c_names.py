@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 
-C_KEYWORDS = frozenset(
-    """auto break case char const continue default do double else enum extern float for goto if
-    inline int long register restrict return short signed sizeof static struct switch typedef union
-    unsigned void volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic
-    _Noreturn _Static_assert _Thread_local bool true false asm fortran main NULL""".split()
-)
+C_KEYWORDS = frozenset([
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
+    "volatile", "while", "_Bool", "_Complex", "_Imaginary", "_Alignas", "_Alignof", "_Atomic", "_Generic",
+    "_Noreturn", "_Static_assert", "_Thread_local", "bool", "true", "false", "asm", "fortran", "main",
+    "NULL",
+])
 
 
 def c_identifier(name: str, fallback: str = "t") -> str:

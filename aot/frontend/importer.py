@@ -120,8 +120,8 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
     opset = default_opset(model)
     types = _value_types(model)
     for init in model.graph.initializer:
-        data = numpy_helper.to_array(init)
-        data = np.ascontiguousarray(data)
+        # np.require, not np.ascontiguousarray: the latter turns a 0-d scalar into shape (1,).
+        data = np.require(numpy_helper.to_array(init), requirements="C")
         graph.add_tensor(Tensor(init.name, data.dtype, tuple(data.shape), data=data))
     for vi in runtime_inputs(model):
         info = _tensor_from_type(vi.name, vi.type)
@@ -139,7 +139,8 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
             elif in_name in graph.tensors:
                 inputs.append(graph.tensors[in_name])
             else:
-                raise ModelLoadError(f"{source}: node {label!r} ({proto.op_type}) reads {in_name!r}, which no node produces")
+                raise ModelLoadError(
+                    f"{source}: node {label!r} ({proto.op_type}) reads {in_name!r}, which no node produces")
         outputs: list[Tensor | None] = []
         for out_name in proto.output:
             if not out_name or out_name not in used:

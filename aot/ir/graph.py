@@ -114,6 +114,38 @@ class Graph:
         old.consumers.clear()
         self.outputs = [new if t is old else t for t in self.outputs]
 
+    def set_input(self, node: Node, index: int, tensor: Tensor | None) -> None:
+        """Rewire one input of `node`, keeping consumer lists right."""
+        while len(node.inputs) <= index:
+            node.inputs.append(None)
+        old = node.inputs[index]
+        node.inputs[index] = tensor
+        if old is not None and old not in node.inputs and node in old.consumers:
+            old.consumers.remove(node)
+        if tensor is not None and node not in tensor.consumers:
+            tensor.consumers.append(node)
+
+    def set_output(self, node: Node, index: int, tensor: Tensor) -> None:
+        old = node.outputs[index]
+        if old is not None and old.producer is node:
+            old.producer = None
+        node.outputs[index] = tensor
+        tensor.producer = node
+
+    def unique_name(self, hint: str) -> str:
+        name, n = hint, 1
+        while name in self.tensors:
+            name = f"{hint}_{n}"
+            n += 1
+        return name
+
+    def add_constant(self, data: np.ndarray, hint: str) -> Tensor:
+        data = np.require(data, requirements="C")  # (ascontiguousarray would make 0-d arrays 1-d)
+        return self.add_tensor(Tensor(self.unique_name(hint), data.dtype, tuple(data.shape), data=data))
+
+    def is_output(self, tensor: Tensor) -> bool:
+        return any(t is tensor for t in self.outputs)
+
     def constants(self) -> Iterable[Tensor]:
         return (t for t in self.tensors.values() if t.is_constant)
 

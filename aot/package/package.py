@@ -36,7 +36,8 @@ class Package:
     def write(self, out_dir: str | os.PathLike[str], force: bool = False) -> Path:
         return write_tree_atomically(self.files, out_dir, force=force)
 
-    def run(self, inputs: dict[str, Any] | list[Any], build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    def run(self, inputs: dict[str, Any] | list[Any],
+            build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         """Build for the host (once) and run through ctypes; returns outputs by ONNX name."""
         from aot.host.run import HostModel
 

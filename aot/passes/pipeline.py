@@ -1,4 +1,6 @@
-"""The pass pipeline. Each pass keeps the IR valid; the verifier runs after every pass."""
+"""The pass pipeline, in its fixed order. Each pass keeps the IR valid; the verifier runs after
+every pass. (Folding of everything computable from constants and shapes happens in the frontend,
+with onnx's reference evaluator, before the graph IR exists.)"""
 
 from __future__ import annotations
 
@@ -6,6 +8,10 @@ from collections.abc import Callable
 
 from aot.ir.graph import Graph
 from aot.ir.verifier import verify_graph
+from aot.passes.cse import eliminate_common_subexpressions
+from aot.passes.fold_affine import fold_affine_into_weights
+from aot.passes.layout_cancel import cancel_layout_ops
+from aot.passes.remove_identity import remove_identities
 
 
 def remove_dead_nodes(graph: Graph) -> None:
@@ -14,6 +20,11 @@ def remove_dead_nodes(graph: Graph) -> None:
 
 
 PIPELINE: list[tuple[str, Callable[[Graph], None]]] = [
+    ("remove_dead_nodes", remove_dead_nodes),
+    ("remove_identities", remove_identities),          # Identity / inference Dropout
+    ("cancel_layout_ops", cancel_layout_ops),          # Transpose∘Transpose, view∘view, no-op views
+    ("eliminate_common_subexpressions", eliminate_common_subexpressions),  # duplicate constants and nodes
+    ("fold_affine_into_weights", fold_affine_into_weights),  # BatchNorm / Mul / Add into Conv, Gemm, MatMul
     ("remove_dead_nodes", remove_dead_nodes),
 ]
 

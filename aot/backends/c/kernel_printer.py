@@ -8,8 +8,23 @@ import numpy as np
 
 from aot.codegen.c_names import c_comment
 from aot.kernel.ir import (
-    INDEX, Assign, Binary, Buffer, Cast, Const, Declare, Expr, If, Kernel, Load, Loop, Select, Stmt, Store,
-    Unary, Var,
+    INDEX,
+    Assign,
+    Binary,
+    Buffer,
+    Cast,
+    Const,
+    Declare,
+    Expr,
+    If,
+    Kernel,
+    Load,
+    Loop,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    Var,
 )
 
 C_TYPES = {
@@ -200,7 +215,8 @@ HELPER_DEFINITIONS = {
 }
 for _t, _c in C_TYPES.items():
     if _t not in ("float32", "float64"):
-        HELPER_DEFINITIONS[f"aot_min_{_t}"] = f"static inline {_c} aot_min_{_t}({_c} a, {_c} b) {{ return a < b ? a : b; }}"
-        HELPER_DEFINITIONS[f"aot_max_{_t}"] = f"static inline {_c} aot_max_{_t}({_c} a, {_c} b) {{ return a > b ? a : b; }}"
+        for _op, _cmp in (("min", "<"), ("max", ">")):
+            HELPER_DEFINITIONS[f"aot_{_op}_{_t}"] = (
+                f"static inline {_c} aot_{_op}_{_t}({_c} a, {_c} b) {{ return a {_cmp} b ? a : b; }}")
 
 __all__ = ["KernelPrinter", "HELPER_DEFINITIONS", "c_type", "float_literal", "int_literal", "Buffer"]

@@ -1,0 +1,103 @@
+"""Finding a C compiler that builds for a target.
+
+Order of preference: the host compiler when the target is the host; a cross GCC from the
+distribution (e.g. aarch64-linux-gnu-gcc); `ziglang` from PyPI (a cross C compiler and linker for
+every target, `pip install ziglang`); clang (bare-metal compile only, it brings no libc).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from aot.errors import BuildError
+from aot.targets import Target
+
+_HOST_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    kind: str                 # "host", "gcc", "zig" or "clang"
+    cc: tuple[str, ...]       # the compiler command, possibly with fixed leading arguments
+    ar: tuple[str, ...]
+    static_ok: bool           # can link fully static Linux binaries
+    libc: str                 # "glibc", "musl" or "none"
+
+    @property
+    def cc_text(self) -> str:
+        return shlex.join(self.cc)
+
+    @property
+    def ar_text(self) -> str:
+        return shlex.join(self.ar)
+
+
+def is_host(target: Target) -> bool:
+    return target.os == "linux" and target.arch == _HOST_ARCH.get(platform.machine().lower(), "")
+
+
+def _zig_available() -> bool:
+    return importlib.util.find_spec("ziglang") is not None
+
+
+def find_toolchain(target: Target, prefer: str | None = None) -> Toolchain:
+    """The best toolchain installed for `target`; `prefer` ("gcc", "zig", "clang") forces a kind."""
+    candidates: list[Toolchain] = []
+    if is_host(target) and prefer in (None, "host"):
+        cc = os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+        if cc:
+            candidates.append(Toolchain("host", (cc,), ("ar",), True, "glibc"))
+    gcc = f"{target.gcc_prefix}gcc" if target.gcc_prefix else ""
+    if gcc and shutil.which(gcc) and prefer in (None, "gcc"):
+        ar = f"{target.gcc_prefix}ar"
+        candidates.append(Toolchain("gcc", (gcc,), (ar if shutil.which(ar) else "ar",), True,
+                                    "none" if target.bare_metal else "glibc"))
+    if target.zig_target and _zig_available() and prefer in (None, "zig"):
+        zig_target = target.zig_target
+        if not target.bare_metal:
+            # musl links fully static binaries that run on any kernel, old boards included
+            zig_target = zig_target.replace("-gnueabihf", "-musleabihf").replace("-gnu", "-musl")
+        zig = (sys.executable, "-m", "ziglang")
+        candidates.append(Toolchain("zig", (*zig, "cc", "-target", zig_target), (*zig, "ar"), True,
+                                    "none" if target.bare_metal else "musl"))
+    if target.bare_metal and shutil.which("clang") and prefer in (None, "clang"):
+        candidates.append(Toolchain("clang", ("clang", f"--target={target.triple}"), ("llvm-ar",), False, "none"))
+    if candidates:
+        return candidates[0]
+    hints = []
+    if target.gcc_prefix:
+        pkg = {"aarch64-linux-gnu-": "gcc-aarch64-linux-gnu", "arm-linux-gnueabihf-": "gcc-arm-linux-gnueabihf",
+               "arm-none-eabi-": "gcc-arm-none-eabi", "x86_64-linux-gnu-": "gcc-x86-64-linux-gnu"}.get(
+            target.gcc_prefix, f"a {target.gcc_prefix}gcc cross compiler")
+        hints.append(f"apt-get install {pkg}")
+    if target.zig_target:
+        hints.append("pip install ziglang")
+    wanted = f" ({prefer})" if prefer else ""
+    raise BuildError(f"--target {target.name}: no C toolchain{wanted} found for {target.triple}; install one: "
+                     + " or ".join(hints))
+
+
+def qemu_for(target: Target) -> list[str]:
+    """How to run a target's Linux binary here: directly on the host, else under qemu-user."""
+    if is_host(target):
+        return []
+    if target.bare_metal:
+        raise BuildError(f"--target {target.name}: bare-metal binaries cannot be run here")
+    if not target.qemu or not shutil.which(target.qemu):
+        name = target.qemu or "qemu-user"
+        raise BuildError(f"--target {target.name}: running its binaries needs {name}: apt-get install qemu-user")
+    return [target.qemu]
+
+
+def check_runs(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False

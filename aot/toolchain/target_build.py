@@ -1,0 +1,85 @@
+"""Building a package for a target with its toolchain, and running its runner (under qemu-user
+when the target is not the host)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aot.errors import AotError, BuildError
+from aot.host.build import STRICT_CFLAGS
+from aot.host.run import prepare_inputs
+from aot.targets import Target
+from aot.toolchain.discovery import Toolchain, find_toolchain, qemu_for
+
+if TYPE_CHECKING:
+    from aot.package.package import Package
+
+
+def build_package_dir(package_dir: Path, name: str, target: Target, toolchain: Toolchain,
+                      opt: str = "-O2", static: bool = True, extra_cflags: str = "") -> list[Path]:
+    """Run the package's Makefile for `target`; returns the artefacts built (library, runner)."""
+    cflags = " ".join([opt, STRICT_CFLAGS, *target.cflags, extra_cflags]).strip()
+    goals = [f"lib{name}.a"] if target.bare_metal else [f"lib{name}.a", f"{name}_runner"]
+    ldflags = "-static" if static and not target.bare_metal and toolchain.static_ok else ""
+    cmd = ["make", "-s", "-C", str(package_dir), f"CC={toolchain.cc_text}", f"AR={toolchain.ar_text}",
+           f"CFLAGS={cflags}", f"LDFLAGS={ldflags}", *goals]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        detail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[:20])
+        raise BuildError(f"{package_dir}: building for {target.name} with {toolchain.kind} "
+                         f"({toolchain.cc_text}) failed:\n{detail}")
+    return [package_dir / g for g in goals]
+
+
+class TargetModel:
+    """A package built for a target; `run` executes its runner (natively or under qemu-user)."""
+
+    def __init__(self, package: Package, target: Target, directory: Path, keep: Any = None) -> None:
+        self.package = package
+        self.target = target
+        self.directory = directory
+        self.runner = directory / f"{package.name}_runner"
+        self._keep = keep
+        self._launcher = qemu_for(target)
+
+    @classmethod
+    def build(cls, package: Package, target: Target, toolchain: Toolchain | None = None,
+              build_dir: Path | None = None, opt: str = "-O2") -> TargetModel:
+        if target.bare_metal:
+            raise AotError(f"--target {target.name}: bare-metal targets build a library only; nothing to run here")
+        toolchain = toolchain or find_toolchain(target)
+        keep = None
+        if build_dir is None:
+            keep = tempfile.TemporaryDirectory(prefix=f"aot-{package.name}-{target.name}-")
+            directory = Path(keep.name) / "pkg"
+            package.write(directory)
+        else:
+            directory = package.write(build_dir, force=True)
+        build_package_dir(directory, package.name, target, toolchain, opt=opt)
+        return cls(package, target, directory, keep)
+
+    def command(self, args: Sequence[str]) -> list[str]:
+        return [*self._launcher, str(self.runner), *args]
+
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any], repeat: int = 0) -> dict[str, np.ndarray]:
+        arrays = prepare_inputs(self.package.inputs, inputs)
+        with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
+            paths = []
+            for i, arr in enumerate(arrays):
+                path = Path(tmp) / f"input{i}.npy"
+                np.save(path, arr)
+                paths.append(str(path))
+            args = ["-o", tmp, *(["-r", str(repeat)] if repeat else []), *paths]
+            cmd = self.command(args)
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise AotError(f"{shlex.join(cmd)} failed: {(proc.stderr or proc.stdout).strip()}")
+            self.last_stdout = proc.stdout
+            return {o["name"]: np.load(Path(tmp) / f"output{i}.npy") for i, o in enumerate(self.package.outputs)}
