@@ -37,7 +37,14 @@ InputShapeOpt = Annotated[
     typer.Option("--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable).",
                  show_default=False),
 ]
-BackendOpt = Annotated[str, typer.Option("--backend", help="Code generator: c.")]
+BackendOpt = Annotated[str, typer.Option("--backend", help="Code generator: c (C sources), or llvm (object "
+                                                        "files for --target, plus the C sources).")]
+TargetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--target", help="With --backend llvm: target to build an object for, a preset name (see "
+                                  "`aot targets`) or a .toml file (repeatable; default: this machine).",
+                 show_default=False),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show details (tracebacks) on errors.")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Model name: prefix of every C symbol "
@@ -92,6 +99,7 @@ def compile_cmd(
     input_shape: InputShapeOpt = None,
     name: NameOpt = None,
     backend: BackendOpt = "c",
+    target: TargetOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Replace the output folder if it exists.")] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -102,7 +110,7 @@ def compile_cmd(
 
     if output.exists() and not force:
         raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
-    package = compile_model(model, _shapes(input_shape), name=name, backend=backend)
+    package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None)
     written = package.write(output, force=force)
     m = package.manifest
     if as_json:
@@ -113,6 +121,8 @@ def compile_cmd(
     print(f"  arena {m['arena_bytes']} bytes (lower bound {m['arena_lower_bound_bytes']}, "
           f"unshared {m['arena_unshared_bytes']}), weights {m['weights_bytes']} bytes")
     print(f"  C API: {package.name}.h  build: make -C {written}")
+    for entry in m.get("targets", []):
+        print(f"  LLVM object for {entry['name']} ({entry['triple']}, cpu {entry['cpu']}): {entry['object']}")
 
 
 @app.command("verify")
@@ -121,6 +131,7 @@ def verify_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
     backend: BackendOpt = "c",
+    target: TargetOpt = None,
     inputs: Annotated[Path | None, typer.Option("--inputs", help=".npz of input arrays by name "
                                                 "(default: random, seeded).", show_default=False)] = None,
     expected: Annotated[Path | None, typer.Option("--expected", help=".npz of expected outputs by name "
@@ -138,7 +149,13 @@ def verify_cmd(
 
     if tolerance <= 0:
         raise AotError(f"--tolerance {tolerance}: must be positive")
-    package = compile_model(model, _shapes(input_shape), backend=backend)
+    package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None)
+    if backend == "llvm":
+        from aot.host.run import host_variant
+
+        if host_variant(package)[0] != "llvm":
+            raise AotError(f"--target {', '.join(target or [])}: verify runs the model on this machine, "
+                           "which cannot run objects for that target")
     given = None
     if inputs is not None:
         given = match_by_name_or_order(load_npz(inputs, "--inputs"), package.inputs, "inputs", str(inputs))

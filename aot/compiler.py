@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
@@ -23,7 +23,10 @@ from aot.planner.liveness import arena_intervals
 from aot.planner.memory import MemoryPlan, plan_memory
 from aot.resources import resource_dir
 
-BACKENDS = ("c",)
+if TYPE_CHECKING:  # the LLVM backend (llvmlite) is imported only when it is used
+    from aot.backends.llvm import LlvmTarget
+
+BACKENDS = ("c", "llvm")
 DEFAULT_ALIGNMENT = 64
 
 
@@ -47,10 +50,16 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     name: str | None = None,
     backend: str = "c",
+    target: str | Sequence[str] | None = None,
 ) -> Package:
-    """Compile an ONNX model (path or ModelProto) into an in-memory Package."""
+    """Compile an ONNX model (path or ModelProto) into an in-memory Package.
+
+    backend="llvm" adds `<name>.<triple>.o` for each `target` (default: the host's) next to the
+    C sources, which stay as the fallback for other targets.
+    """
     if backend not in BACKENDS:
         raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
+    llvm_targets = _llvm_targets(backend, target)
     graph, source = load(model, input_shapes)
     if name is None:
         name = graph.name
@@ -60,8 +69,13 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     run_passes(graph)
     program = lower_graph(graph)
     memory = plan(program)
-    texts, info = render_c_sources(program, memory, ident, Path(source).name)
+    texts, info = render_c_sources(program, memory, ident, Path(source).name,
+                                   llvm_targets=[_build_entry(ident, t) for t in llvm_targets])
     files = {path: text.encode() for path, text in texts.items()}
+    if llvm_targets:
+        from aot.backends.llvm import compile_objects
+
+        files.update(compile_objects(program, memory, ident, info["inputs"], info["outputs"], llvm_targets))
     for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
         if runtime_file.suffix in (".h", ".c"):
             files[f"runtime/{runtime_file.name}"] = runtime_file.read_bytes()
@@ -80,8 +94,33 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "onnx_nodes": graph.source_node_count,
         "kernels": len(program.kernels),
     }
+    if llvm_targets:
+        # target/triple: the (first) --target; targets: every object in the package.
+        manifest["target"] = llvm_targets[0].name
+        manifest["triple"] = llvm_targets[0].triple
+        manifest["targets"] = [{"name": t.name, "triple": t.triple, "cpu": t.cpu, "features": t.features,
+                                "object": _build_entry(ident, t)["object"]} for t in llvm_targets]
     files[MANIFEST] = finalize_manifest(files, manifest)
     return Package(ident, files, manifest)
+
+
+def _llvm_targets(backend: str, target: str | Sequence[str] | None) -> list[LlvmTarget]:
+    if backend != "llvm":
+        if target:
+            raise AotError(f"--target applies to --backend llvm (got --backend {backend})")
+        return []
+    from aot.backends.llvm import resolve_targets
+
+    return resolve_targets(target)
+
+
+def _build_entry(model: str, spec: LlvmTarget) -> dict[str, Any]:
+    """What the package's Makefile and CMakeLists need to know about one LLVM object."""
+    from aot.backends.llvm import object_name
+
+    return {"name": spec.name, "triple": spec.triple,
+            "object": object_name(model, spec), "cc_machines": list(spec.cc_machines),
+            "cc_regexes": [f"^{p.replace('%', '.*')}$" for p in spec.cc_machines], "cflags": list(spec.cflags)}
 
 
 def _io_entry(t: dict[str, Any]) -> dict[str, Any]:

@@ -44,6 +44,9 @@ def inspect_model(path: str | os.PathLike[str],
             "arena_lower_bound_bytes": memory.lower_bound_bytes,
             "arena_unshared_bytes": memory.unshared_bytes,
             "arena_alignment": memory.alignment,
+            "peak_live": {"kernel": memory.peak_step,
+                          "kernel_sources": program.kernels[memory.peak_step].sources if program.kernels else [],
+                          "tensors": list(memory.peak_keys)},
         })
     return report
 
@@ -74,4 +77,8 @@ def render_text(r: dict[str, Any]) -> str:
     else:
         lines.append(f"  all ops supported: {r['kernels']} kernels; arena {r['arena_bytes']} bytes "
                      f"(lower bound {r['arena_lower_bound_bytes']}, unshared {r['arena_unshared_bytes']})")
+        peak = r["peak_live"]
+        if peak["tensors"]:
+            lines.append(f"  largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "
+                         + ", ".join(peak["tensors"]))
     return "\n".join(lines)

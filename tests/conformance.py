@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
+import multiprocessing as mp
 import os
+import resource
 import sys
 import time
 import warnings
@@ -33,6 +36,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +46,7 @@ from onnx import TensorProto, numpy_helper
 
 from aot.compiler import compile as compile_model
 from aot.errors import AotError, UnsupportedError
+from aot.frontend.shape_folding import NEVER_FOLD
 from aot.host.run import HostModel
 from aot.ops.registry import is_supported
 from aot.verify import compare
@@ -52,6 +57,11 @@ FOLDER_SUITES = ("pytorch-converted", "pytorch-operator", "simple")
 LIGHT = "light"
 SUITES = (NODE, *FOLDER_SUITES, LIGHT)
 TOLERANCE = 1e-4
+# How tests/helpers.py builds packages: strict warnings (-Werror comes with the host build) and -pedantic.
+DEFAULT_OPT, DEFAULT_CFLAGS = "-O1", "-pedantic"
+# Light models are built in a child process with this much address space (python, make and cc
+# each). ResNet-50 needs about 4 GiB in the compiler; `-n auto` runs two at once on a 24 GiB machine.
+LIGHT_MEMORY_LIMIT = 10 * 2**30
 
 PASSED, FAILED, UNSUPPORTED, OUT_OF_SCOPE = "passed", "failed", "unsupported", "out_of_scope"
 STATUSES = (PASSED, FAILED, UNSUPPORTED, OUT_OF_SCOPE)
@@ -164,7 +174,8 @@ def light_input(vi: onnx.ValueInfoProto) -> np.ndarray:
 
 
 def _set_number(path: Path) -> int:
-    return int(path.name.rsplit("_", 1)[1])
+    """N in test_data_set_N or input_N.pb, so that 10 sorts after 9."""
+    return int(path.name.split(".")[0].rsplit("_", 1)[1])
 
 
 def _read_tensor(path: Path) -> np.ndarray:
@@ -211,17 +222,11 @@ def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                     yield from _all_nodes(g)
 
 
-def op_types(model: onnx.ModelProto) -> list[str]:
-    """The op types a model uses, subgraphs included; non-default domains as `domain::Op`."""
-    ops = {n.op_type if n.domain in DEFAULT_DOMAINS else f"{n.domain}::{n.op_type}" for n in _all_nodes(model.graph)}
-    return sorted(ops)
-
-
 def _type_problem(kind: str, vi: onnx.ValueInfoProto) -> str | None:
     t = vi.type
     which = t.WhichOneof("value")
     if which != "tensor_type":
-        return f"{kind} {vi.name!r} is a {(which or 'untyped value').replace('_type', '')}, not a tensor"
+        return f"{kind} {vi.name!r} is not a tensor but {(which or 'untyped').replace('_type', '')}"
     elem = t.tensor_type.elem_type
     if elem not in IN_SCOPE_DTYPES:
         name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() else str(elem)
@@ -247,13 +252,57 @@ def scope_problem(model: onnx.ModelProto) -> str | None:
     for node in model.graph.node:
         # Dropout with training_mode fed at run time draws a random mask: training, not inference.
         if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] in graph_inputs:
-            return "Dropout with a run-time training_mode input (random training-mode mask)"
+            return "Dropout with training_mode fed at run time (training behaviour: a random mask)"
+        # BatchNormalization(training_mode=1) normalizes by batch statistics and outputs updated
+        # running statistics: a training step, not inference.
+        if any(a.name == "training_mode" and a.i for a in node.attribute):
+            return f"{node.op_type} with training_mode=1"
     return None
 
 
+def _foldable_nodes(model: onnx.ModelProto) -> set[int]:
+    """Indices of top-level nodes that aot's frontend folds into constants: nodes computing only
+    from initializers and other folded values, and Shape/Size of a declared static shape. (The
+    frontend also folds what shape inference reveals; this cheap look needs no evaluation, which
+    matters for the light models whose ConstantOfShape nodes make hundreds of MB of weights.)"""
+    graph = model.graph
+    constant = {t.name for t in graph.initializer}
+    static = set(constant)
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape") and all(
+                d.HasField("dim_value") for d in tt.shape.dim):
+            static.add(vi.name)
+    folded = set()
+    for i, node in enumerate(graph.node):
+        if node.domain not in DEFAULT_DOMAINS or node.op_type in NEVER_FOLD:
+            continue
+        inputs = [name for name in node.input if name]
+        if (node.op_type in ("Shape", "Size") and inputs and inputs[0] in static) or all(
+                name in constant for name in inputs):
+            folded.add(i)
+            constant.update(name for name in node.output if name)
+            static.update(name for name in node.output if name)
+    return folded
+
+
+def registry_missing_ops(model: onnx.ModelProto) -> list[str]:
+    """Op types aot would have to lower that are not in its registry (nodes it folds into
+    constants at compile time need no lowering)."""
+    folded = _foldable_nodes(model)
+    missing = {n.op_type for i, n in enumerate(model.graph.node)
+               if i not in folded and not is_supported(n.domain, n.op_type)}
+    for node in model.graph.node:  # ops inside subgraphs, were any to be reached
+        for attr in node.attribute:
+            graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for g in graphs:
+                missing.update(n.op_type for n in _all_nodes(g) if not is_supported(n.domain, n.op_type))
+    return sorted(missing)
+
+
 def statically_supported(model: onnx.ModelProto) -> bool:
-    """Whether every op of the model is in aot's registry (before any constant folding)."""
-    return all(is_supported(n.domain, n.op_type) for n in _all_nodes(model.graph))
+    """Whether every op aot has to lower (after folding constants) is in its registry."""
+    return not registry_missing_ops(model)
 
 
 def in_scope(case: Case) -> bool:
@@ -278,11 +327,29 @@ def _one_line(text: str, limit: int = 300) -> str:
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
-def run_case(case: Case, opt: str = "-O1", extra_cflags: str = "-pedantic") -> CaseResult:
+def _describe_internal(e: BaseException) -> str:
+    if isinstance(e, MemoryError):
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        return "out of memory" + (f" (address-space limit {limit / 2**30:.0f} GiB)" if limit > 0 else "")
+    text = _one_line(str(e))
+    return f"internal {type(e).__name__}" + (f": {text}" if text else "")
+
+
+def run_case(case: Case, opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS) -> CaseResult:
     start = time.perf_counter()
     result = _run_case(case, opt, extra_cflags)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def symbolic_inputs(model: onnx.ModelProto) -> list[str]:
+    """Runtime inputs whose declared shape is not fully static."""
+    names = []
+    for vi in runtime_inputs(model):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
+            names.append(vi.name)
+    return names
 
 
 def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
@@ -292,18 +359,6 @@ def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
     problem = scope_problem(case.model)
     if problem:
         return result(OUT_OF_SCOPE, problem)
-    try:
-        package = compile_model(case.model)
-    except UnsupportedError as e:
-        return result(UNSUPPORTED, "", sorted(e.unsupported))
-    except AotError as e:
-        return result(FAILED, f"compile: {_one_line(str(e))}")
-    except Exception as e:  # an internal error is a failure to report, not a crash of the sweep
-        return result(FAILED, f"compile: internal {type(e).__name__}: {_one_line(str(e))}")
-    try:
-        host = HostModel.build(package, opt=opt, extra_cflags=extra_cflags)
-    except AotError as e:
-        return result(FAILED, f"build: {_one_line(str(e))}")
     names_in = [vi.name for vi in runtime_inputs(case.model)]
     names_out = [vi.name for vi in case.model.graph.output]
     try:
@@ -312,13 +367,33 @@ def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
         return result(FAILED, f"test data: {type(e).__name__}: {_one_line(str(e))}")
     if not data_sets:
         return result(FAILED, "no test data sets")
+    symbolic = symbolic_inputs(case.model)
+    hosts: dict[tuple, HostModel] = {}
     for k, (inputs, expected) in enumerate(data_sets):
         where = f"data set {k}: " if len(data_sets) > 1 else ""
         if len(inputs) != len(names_in) or len(expected) != len(names_out):
             return result(FAILED, f"{where}{len(inputs)} inputs/{len(expected)} outputs given, the model "
                                   f"has {len(names_in)}/{len(names_out)}")
+        feeds = dict(zip(names_in, inputs, strict=True))
+        # A static-shape compiler is told the sizes of symbolic dimensions (as `--input-shape` does
+        # on the command line); the data set's own arrays say what they are.
+        shapes = {name: tuple(np.shape(feeds[name])) for name in symbolic}
+        key = tuple(sorted(shapes.items()))
+        if key not in hosts:
+            try:
+                package = compile_model(case.model, input_shapes=shapes or None)
+            except UnsupportedError as e:
+                return result(UNSUPPORTED, "", sorted(e.unsupported))
+            except AotError as e:
+                return result(FAILED, f"{where}compile: {_one_line(str(e))}")
+            except Exception as e:  # an internal error is a failure to report, not a crash of the sweep
+                return result(FAILED, f"{where}compile: {_describe_internal(e)}")
+            try:
+                hosts[key] = HostModel.build(package, opt=opt, extra_cflags=extra_cflags)
+            except AotError as e:
+                return result(FAILED, f"{where}build: {_one_line(str(e))}")
         try:
-            ours = host.run(dict(zip(names_in, inputs, strict=True)))
+            ours = hosts[key].run(feeds)
         except AotError as e:
             return result(FAILED, f"{where}run: {_one_line(str(e))}")
         for name, want in zip(names_out, expected, strict=True):
@@ -337,18 +412,64 @@ def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
     return result(PASSED)
 
 
-def _run_quietly(case: Case) -> CaseResult:
+def _run_quietly(case: Case, opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS) -> CaseResult:
     # onnx's reference evaluator (used for folding) and numpy may print or warn; keep the report clean.
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        return run_case(case)
+        return run_case(case, opt, extra_cflags)
 
 
-def run_cases(cases: Sequence[Case], jobs: int = 1) -> list[CaseResult]:
+def run_cases(cases: Sequence[Case], jobs: int = 1, opt: str = DEFAULT_OPT,
+              extra_cflags: str = DEFAULT_CFLAGS) -> list[CaseResult]:
+    run = functools.partial(_run_quietly, opt=opt, extra_cflags=extra_cflags)
     if jobs <= 1 or len(cases) <= 1:
-        return [_run_quietly(c) for c in cases]
+        return [run(c) for c in cases]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_run_quietly, cases, chunksize=1))
+        return list(pool.map(run, cases, chunksize=1))
+
+
+def _isolated_child(case: Case, memory_limit: int | None, opt: str, extra_cflags: str, conn: Connection) -> None:
+    if memory_limit is not None:
+        # Inherited by make and the C compiler too: a model too big for the budget fails in
+        # this child (MemoryError, or the compiler's out-of-memory) instead of swapping the host.
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    try:
+        conn.send(_run_quietly(case, opt, extra_cflags))
+    finally:
+        conn.close()
+
+
+def run_case_isolated(case: Case, memory_limit: int | None = None, timeout: float | None = None,
+                      opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS) -> CaseResult:
+    """run_case in a child process with an address-space limit and a deadline, for big models:
+    running out of either, or crashing, is reported as a failure with the reason."""
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(method)
+    receive, send = ctx.Pipe(duplex=False)
+    start = time.perf_counter()
+    child = ctx.Process(target=_isolated_child, args=(case, memory_limit, opt, extra_cflags, send), daemon=True)
+    child.start()
+    send.close()
+    try:
+        if receive.poll(timeout):
+            result: CaseResult = receive.recv()
+            child.join()
+            return result
+    except EOFError:
+        pass  # the child died before sending its result
+    finally:
+        receive.close()
+    if child.is_alive():
+        child.kill()
+        child.join()
+        reason = f"did not finish within {timeout:.0f} s"
+    else:
+        child.join()
+        code = child.exitcode
+        reason = f"runner process died ({f'signal {-code}' if code and code < 0 else f'exit {code}'})"
+        if memory_limit is not None:
+            reason += f" under a {memory_limit / 2**30:.0f} GiB memory limit"
+    return CaseResult(case.id, case.suite, FAILED, reason, seconds=time.perf_counter() - start)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,8 +482,8 @@ def summarize(results: Sequence[CaseResult], title: str = "ONNX conformance") ->
     in_scope_count = counts[PASSED] + counts[FAILED] + counts[UNSUPPORTED]
     attempted = counts[PASSED] + counts[FAILED]
     if attempted:
-        lines.append(f"  in scope {in_scope_count}; compiled-or-tried {attempted}, "
-                     f"pass rate {counts[PASSED] / attempted:.1%}")
+        lines.append(f"  in scope {in_scope_count}, of which {counts[UNSUPPORTED]} need unsupported ops; "
+                     f"of the other {attempted}, {counts[PASSED]} passed ({counts[PASSED] / attempted:.1%})")
     suites = sorted({r.suite for r in results}, key=lambda s: SUITES.index(s) if s in SUITES else 99)
     if len(suites) > 1:
         for suite in suites:
@@ -376,7 +497,10 @@ def summarize(results: Sequence[CaseResult], title: str = "ONNX conformance") ->
     if unsupported:
         ops = Counter(op for r in unsupported for op in r.unsupported_ops)
         lines.append(f"unsupported ({len(unsupported)} cases; op types by number of cases needing them):")
-        lines.append("  " + ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))))
+        tally = [f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))]
+        shown = 40
+        more = f", ... and {len(tally) - shown} more op types" if len(tally) > shown else ""
+        lines.append("  " + ", ".join(tally[:shown]) + more)
         lines += [f"  {r.line()}" for r in unsupported]
     out = [r for r in results if r.status == OUT_OF_SCOPE]
     if out:
@@ -392,7 +516,7 @@ def _reason_kind(reason: str) -> str:
     if "element type" in reason:
         return reason.rsplit(" ", 1)[-1]
     if "not a tensor" in reason:
-        return reason.split(" is a ", 1)[1].split(",")[0] + " I/O"
+        return reason.rsplit(" ", 1)[-1] + " I/O"
     return reason
 
 
@@ -402,11 +526,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="suites to run (repeatable; default: all but light)")
     parser.add_argument("-k", dest="pattern", default="", help="only cases whose id contains this text")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--opt", default=DEFAULT_OPT, help=f"C optimisation flag (default {DEFAULT_OPT})")
+    parser.add_argument("--cflags", default=DEFAULT_CFLAGS, help=f"extra C flags (default {DEFAULT_CFLAGS})")
     parser.add_argument("--show-out-of-scope", action="store_true", help="list every out-of-scope case")
     args = parser.parse_args(argv)
     suites = args.suite or [NODE, *FOLDER_SUITES]
     cases = [c for c in all_cases(suites) if args.pattern in c.id]
-    results = run_cases(cases, args.jobs)
+    small = [c for c in cases if c.suite != LIGHT]
+    results = run_cases(small, args.jobs, args.opt, args.cflags)
+    # Light models one at a time, each in a memory-limited child: they take gigabytes.
+    for case in (c for c in cases if c.suite == LIGHT):
+        results.append(run_case_isolated(case, LIGHT_MEMORY_LIMIT, None, args.opt, args.cflags))
+        print(f"{results[-1].line() or case.id} [{results[-1].status}, {results[-1].seconds:.0f} s]", flush=True)
     print(summarize(results))
     if args.show_out_of_scope:
         for r in results:

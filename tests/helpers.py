@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,16 +55,28 @@ def run_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) ->
     return dict(zip(names, session.run(names, dict(inputs))))
 
 
-def run_aot(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], **compile_args: Any) -> dict[str, np.ndarray]:
-    """Compile with aot, build with -Werror (and -pedantic), run on the host through ctypes."""
-    package = compile_model(model, **compile_args)
+def selected_backend(backend: str | None = None) -> str:
+    """The backend a check runs: given, else $AOT_TEST_BACKEND (so that e.g.
+    `AOT_TEST_BACKEND=llvm pytest tests/test_ops.py` runs every op check through LLVM), else c."""
+    return backend or os.environ.get("AOT_TEST_BACKEND") or "c"
+
+
+def run_aot(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], backend: str | None = None,
+            **compile_args: Any) -> dict[str, np.ndarray]:
+    """Compile with aot, build with -Werror (and -pedantic), run on the host through ctypes.
+
+    With backend="llvm" the library is built from the host's LLVM object, never the C fallback."""
+    backend = selected_backend(backend)
+    package = compile_model(model, backend=backend, **compile_args)
     host = HostModel.build(package, opt="-O1", extra_cflags="-pedantic")
+    assert host.backend == backend, f"built the {host.backend} variant for backend={backend}"
     return host.run(dict(inputs))
 
 
 def assert_matches_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray],
-                               tolerance: float = 1e-4, **compile_args: Any) -> dict[str, np.ndarray]:
-    ours = run_aot(model, inputs, **compile_args)
+                               tolerance: float = 1e-4, backend: str | None = None,
+                               **compile_args: Any) -> dict[str, np.ndarray]:
+    ours = run_aot(model, inputs, backend=backend, **compile_args)
     ref = run_onnxruntime(model, inputs)
     for name, expected in ref.items():
         result = compare(name, ours[name], expected, tolerance)

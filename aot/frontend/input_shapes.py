@@ -69,7 +69,9 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, .
             missing.append(f"{vi.name!r} (unknown rank)")
             continue
         for i, dim in enumerate(tensor_type.shape.dim):
-            if not (dim.HasField("dim_value") and dim.dim_value > 0):
+            # A set dim_value of 0 is a known size (an empty tensor), as the importer reads it too;
+            # only a dim_param or a missing value is symbolic.
+            if not (dim.HasField("dim_value") and dim.dim_value >= 0):
                 label = dim.dim_param or "?"
                 missing.append(f"{vi.name!r} dimension {i} ({label})")
     if missing:

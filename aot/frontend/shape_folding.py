@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import numpy_helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from aot.errors import ModelLoadError
 from aot.frontend.loader import default_opset
 
 # Ops whose result is not a function of their inputs, or that carry subgraphs.
-_NEVER_FOLD = {
+NEVER_FOLD = {
     "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
     "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct", "SequenceEmpty", "Optional",
 }
@@ -96,25 +96,41 @@ def _try_fold(
     opset: int,
     source: str,
 ) -> list[np.ndarray] | None:
-    if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER_FOLD:
+    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD:
         return None
     if node.op_type in ("Shape", "Size") and node.input[0] in shapes:
         shape = shapes[node.input[0]]
         if node.op_type == "Size":
             return [np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        start, end = attrs.get("start", 0), attrs.get("end", None)
+        start, end = attrs.get("start", 0), attrs.get("end")
         return [np.array(shape[slice(start, end)], dtype=np.int64)]
     inputs = [name for name in node.input if name]
     if not all(name in constants for name in inputs):
         return None
     feeds = {name: numpy_helper.to_array(constants[name]) for name in inputs}
     try:
-        evaluator = ReferenceEvaluator(node, opsets={"": opset})
-        results = evaluator.run(None, feeds)
+        return _evaluate(node, feeds, opset)
     except Exception as e:
         label = node.name or node.op_type
         raise ModelLoadError(
             f"{source}: node {label!r} ({node.op_type}): cannot evaluate its constant inputs: {e}"
         ) from e
-    return [np.asarray(r) for r in results]
+
+
+def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray]:
+    """Run one node with onnx's reference implementation at the model's opset; the result lists
+    one value per entry of node.output (an empty array where the output is omitted).
+
+    The node goes in a one-node model that imports the opset: given a bare NodeProto,
+    ReferenceEvaluator ignores `opsets` and runs the newest version of the op, whose meaning may
+    differ (Unsqueeze-13 reads axes from an input, Unsqueeze-1 from an attribute)."""
+    outputs = [name for name in node.output if name]
+    graph = helper.make_graph(
+        [node], "fold",
+        [helper.make_empty_tensor_value_info(name) for name in feeds],
+        [helper.make_empty_tensor_value_info(name) for name in outputs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    results = dict(zip(outputs, ReferenceEvaluator(model).run(None, feeds), strict=True))
+    return [np.asarray(results[name]) if name else np.zeros(0) for name in node.output]

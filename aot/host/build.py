@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from aot.errors import BuildError
@@ -19,11 +20,14 @@ def host_cc() -> str:
     return cc
 
 
-def run_make(package_dir: Path, targets: list[str], opt: str = "-O2", extra_cflags: str = "") -> None:
+def run_make(package_dir: Path, targets: list[str], opt: str = "-O2", extra_cflags: str = "",
+             variables: Mapping[str, str] | None = None) -> None:
+    """`variables` are extra make variables, e.g. BACKEND=llvm TARGET=x86_64 for an LLVM package."""
     if not shutil.which("make"):
         raise BuildError("`make` not found: install it (Debian: apt-get install make)")
     cflags = f"{opt} {STRICT_CFLAGS} {extra_cflags}".strip()
-    cmd = ["make", "-s", "-C", str(package_dir), f"CC={host_cc()}", f"CFLAGS={cflags}", *targets]
+    extra = [f"{k}={v}" for k, v in (variables or {}).items()]
+    cmd = ["make", "-s", "-C", str(package_dir), f"CC={host_cc()}", f"CFLAGS={cflags}", *extra, *targets]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()

@@ -27,6 +27,8 @@ class HostModel:
         self.package = package
         self.directory = directory
         self._keep = keep  # a TemporaryDirectory kept alive as long as the library is loaded
+        # Where the model code in the library came from: "c", or "llvm" and the target's name.
+        self.backend, self.target = host_variant(package)
         self._lib = ctypes.CDLL(str(directory / f"lib{package.name}.so"))
         self._run = getattr(self._lib, f"{package.name}_run_ptrs")
         self._run.restype = ctypes.c_int
@@ -47,7 +49,9 @@ class HostModel:
         else:
             directory = Path(build_dir)
             package.write(directory, force=True)
-        run_make(directory, ["shared"], opt=opt, extra_cflags=extra_cflags)
+        backend, target = host_variant(package)
+        variables = {"BACKEND": backend, "TARGET": target or ""} if package.manifest.get("targets") else None
+        run_make(directory, ["shared"], opt=opt, extra_cflags=extra_cflags, variables=variables)
         return cls(package, directory, keep)
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
@@ -60,6 +64,21 @@ class HostModel:
         if status != 0:
             raise AotError(f"{self.package.name}_run failed: {_STATUS.get(status, status)}")
         return {o["name"]: arr for o, arr in zip(self.package.outputs, outputs)}
+
+
+def host_variant(package: Package) -> tuple[str, str | None]:
+    """("llvm", target) when the package has an LLVM object this machine can run, else ("c", None).
+
+    Named explicitly to the Makefile, so the library is built from exactly that object (or from
+    the C sources) whatever `cc -dumpmachine` says.
+    """
+    if package.manifest.get("backend") == "llvm":
+        from aot.backends.llvm.target import runs_on_host
+
+        for entry in package.manifest.get("targets", []):
+            if runs_on_host(entry["triple"], entry["cpu"], entry["features"]):
+                return "llvm", entry["name"]
+    return "c", None
 
 
 def prepare_inputs(specs: list[dict[str, Any]], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:

@@ -40,13 +40,18 @@ class LoweringContext:
         return KernelBuilder(op, sources, self.root)
 
     def emit(self, kb: KernelBuilder, body: list[Stmt]) -> None:
+        if not body:
+            # Nothing to compute (an empty tensor: loops over a zero extent vanish). Emitting it
+            # would give a function whose parameters are all unused, which -Werror rejects; any
+            # tensor it would have bound still gets storage from the kernels that read it.
+            return
         kernel = kb.build(f"k{len(self.kernels)}", body)
         self.kernels.append(kernel)
         self.kernel_bindings.append(list(kb.bindings))
 
     def constant(self, data: np.ndarray, hint: str) -> Tensor:
         """A new compile-time constant made by a lowering (e.g. folded BatchNorm scales)."""
-        data = np.ascontiguousarray(data)
+        data = np.require(data, requirements="C")  # keeps 0-d scalars 0-d, unlike ascontiguousarray
         self._new_constants += 1
         name = f"{hint}__aot{self._new_constants}"
         while name in self.graph.tensors:

@@ -38,7 +38,8 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
         for size, pb, pe, k, s, d in zip(in_spatial, pad_begin, pad_end, kernel, strides, dilations)
     )
     if y.shape != (batch, out_channels, *out_spatial):
-        raise fail(node, f"output shape {list(y.shape)} differs from the computed {[batch, out_channels, *out_spatial]}")
+        expected = [batch, out_channels, *out_spatial]
+        raise fail(node, f"output shape {list(y.shape)} differs from the computed {expected}")
     if bias is not None and bias.shape != (out_channels,):
         raise fail(node, f"bias shape {list(bias.shape)} should be [{out_channels}]")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import Expr, binary, cast, const, lt, maximum, minimum, select, unary
+from aot.kernel.ir import INDEX, Expr, binary, cast, const, lt, maximum, minimum, select, unary
+from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import constant_input, fail
 from aot.ops.registry import register
@@ -39,8 +40,13 @@ def emit_elementwise(ctx: LoweringContext, node: Node, inputs: Sequence[Tensor],
     shape = output.shape
     views = [kb.input(t).broadcast_to(shape) for t in inputs]
     out = kb.output(output)
-    if all(t.shape == shape for t in inputs):  # same shapes: one flat loop, easiest to vectorise
-        body = kb.loops([output.size], lambda i: [out.store_flat(i[0], fn([v.load_flat(i[0]) for v in views]))])
+    if all(t.shape == shape or t.size == 1 for t in inputs):
+        # Same shapes (or scalars broadcast to every element): one flat loop, easiest to vectorise.
+        def flat(i: Expr, t: Tensor, v: View) -> Expr:
+            return v.load_flat(const(0, INDEX) if t.shape != shape else i)
+
+        body = kb.loops([output.size], lambda i: [
+            out.store_flat(i[0], fn([flat(i[0], t, v) for t, v in zip(inputs, views, strict=True)]))])
     else:
         body = kb.loops(shape, lambda idx: [out.store(idx, fn([v.load(idx) for v in views]))])
     ctx.emit(kb, body)
@@ -70,9 +76,30 @@ def lower_binary(node: Node, ctx: LoweringContext) -> None:
     if node.attr("broadcast", 1) == 1 and node.attr("axis") is not None and node.opset < 7:
         raise fail(node, "legacy broadcast with axis (opset < 7) is not supported")
     op = BINARY[node.op_type]
-    if a.dtype.kind in "iu" and op == "div":
-        raise fail(node, "integer Div is not supported yet")
+    # Integer Div truncates toward zero in ONNX (onnx's reference and onnxruntime), which is what
+    # C's integer `/` does; a zero divisor is undefined in ONNX as it is in C.
     emit_elementwise(ctx, node, [a, b], out, lambda v: binary(op, v[0], v[1]))
+
+
+@register("Sum")
+def lower_sum(node: Node, ctx: LoweringContext) -> None:
+    """Variadic Add with numpy broadcasting (Caffe2-era exporters write residual adds as Sum),
+    accumulated left to right like the ONNX reference."""
+    inputs = [t for t in node.inputs if t is not None]
+    out = node.outputs[0]
+    assert out is not None
+    if not inputs:
+        raise fail(node, "Sum needs at least one input")
+    if any(t.dtype != out.dtype for t in inputs):
+        raise fail(node, f"inputs have dtypes {sorted({str(t.dtype) for t in inputs})}, output {out.dtype}")
+
+    def total(v: list[Expr]) -> Expr:
+        acc = v[0]
+        for term in v[1:]:
+            acc = acc + term
+        return acc
+
+    emit_elementwise(ctx, node, inputs, out, total)
 
 
 @register("Clip")
@@ -80,23 +107,43 @@ def lower_clip(node: Node, ctx: LoweringContext) -> None:
     x = node.inputs[0]
     out = node.outputs[0]
     assert x is not None and out is not None
-    _float_only(node, x)
+    if x.dtype.kind not in "fiu":
+        raise fail(node, f"input {x.name!r} has dtype {x.dtype}; Clip is implemented for numeric types")
     if node.opset < 11:
         lo, hi = node.attr("min"), node.attr("max")
     else:
-        lo_arr, hi_arr = constant_input(node, 1, "min"), constant_input(node, 2, "max")
-        lo = None if lo_arr is None else float(lo_arr.reshape(-1)[0])
-        hi = None if hi_arr is None else float(hi_arr.reshape(-1)[0])
+        lo, hi = _clip_bound(node, 1, "min"), _clip_bound(node, 2, "max")
+    # Bounds known at compile time become literals; bounds fed at run time are scalar inputs that
+    # broadcast over x, loaded by the same elementwise loop.
+    runtime = [b for b in (lo, hi) if isinstance(b, Tensor)]
+    for b in runtime:
+        if b.dtype != x.dtype:
+            raise fail(node, f"bound {b.name!r} has dtype {b.dtype}, input {x.dtype}")
 
     def clip(v: list[Expr]) -> Expr:
         y = v[0]
-        if lo is not None:
-            y = maximum(y, const(lo, y.dtype))
-        if hi is not None:
-            y = minimum(y, const(hi, y.dtype))
+        loaded = iter(v[1:])
+        for bound, fn in ((lo, maximum), (hi, minimum)):
+            if bound is None:
+                continue
+            y = fn(y, next(loaded) if isinstance(bound, Tensor) else const(bound, y.dtype))
         return y
 
-    emit_elementwise(ctx, node, [x], out, clip)
+    emit_elementwise(ctx, node, [x, *runtime], out, clip)
+
+
+def _clip_bound(node: Node, index: int, what: str) -> float | int | Tensor | None:
+    """Clip-11+ min/max: omitted (None), a compile-time scalar, or a scalar tensor read at run time."""
+    t = node.input(index)
+    if t is None:
+        return None
+    if t.size != 1:
+        raise fail(node, f"{what} {t.name!r} has shape {list(t.shape)}; it must be a scalar")
+    if t.is_constant:
+        value = constant_input(node, index, what)
+        assert value is not None
+        return value.reshape(-1)[0].item()
+    return t
 
 
 @register("Identity", "Dropout")
@@ -114,4 +161,5 @@ def lower_identity(node: Node, ctx: LoweringContext) -> None:
     if mask is not None:
         kb = ctx.builder(node)
         view = kb.output(mask)
-        ctx.emit(kb, kb.loops([mask.size], lambda i: [view.store_flat(i[0], cast(const(1, "bool"), mask.dtype.name))]))
+        true = cast(const(1, "bool"), mask.dtype.name)
+        ctx.emit(kb, kb.loops([mask.size], lambda i: [view.store_flat(i[0], true)]))

@@ -3,8 +3,6 @@ nothing; Transpose and Concat copy through strided views."""
 
 from __future__ import annotations
 
-
-
 from aot.ir.graph import Node
 from aot.kernel.ir import Expr, Stmt
 from aot.lowering.builder import View

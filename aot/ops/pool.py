@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from aot.ir.graph import Node
 from aot.kernel.ir import (
-    INDEX, Assign, Const, Declare, Expr, If, Stmt, cast, const, ge, gt, logical_and, logical_or, lt, unary,
+    INDEX,
+    Assign,
+    Const,
+    Declare,
+    Expr,
+    If,
+    Stmt,
+    cast,
+    const,
+    ge,
+    gt,
+    logical_and,
+    logical_or,
+    lt,
+    unary,
 )
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
@@ -12,7 +26,8 @@ from aot.ops.attrs import fail, required_input, spatial_padding
 from aot.ops.registry import register
 
 
-def _window_params(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+def _window_params(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], ...]:
+    """kernel_shape, strides, dilations, begin pads and end pads, one entry per spatial dim."""
     nd = len(in_spatial)
     kernel = list(node.attr("kernel_shape", []))
     if len(kernel) != nd:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import jinja2
 import numpy as np
@@ -114,8 +116,13 @@ def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kern
     return f"{printer.function_name(kernel)}({', '.join(args)});"
 
 
-def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str) -> tuple[dict[str, str], dict]:
-    """The package's C and build files, plus the I/O descriptors and weight sizes for the manifest."""
+def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
+                     llvm_targets: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, str], dict]:
+    """The package's C and build files, plus the I/O descriptors and weight sizes for the manifest.
+
+    `llvm_targets` describes the LLVM objects the package carries, so that the build files can
+    use them instead of <name>.c (see aot/compiler.py `_build_entry`).
+    """
     env = _environment()
     inputs, outputs = _io_descriptors(program)
     slot_list, weights_struct_bytes = layout_weights(program.weights)
@@ -132,6 +139,7 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str)
         "kernels": kernels_text, "calls": calls,
         "helpers": [HELPER_DEFINITIONS[h] for h in sorted(printer.helpers)],
         "onnx_nodes": program.graph.source_node_count,
+        "llvm_targets": list(llvm_targets),
         "weights": [{
             "member": s.member, "ctype": c_type(s.tensor.dtype.name), "pad": s.pad,
             "count": max(s.tensor.size, 1), "literals": _weight_values(s.tensor),

@@ -181,13 +181,14 @@ class KernelPrinter:
             return f"{e.op}{f}({a})"
         if e.op == "round_even":
             return f"nearbyint{f}({a})"
+        # The classification macros return "nonzero" (glibc's isinf gives -1 for -inf): normalise to 0/1.
         if e.op == "isnan":
-            return f"isnan({a})"
+            return f"(isnan({a}) != 0)"
         if e.op == "isinf":
-            return f"isinf({a})"
+            return f"(isinf({a}) != 0)"
         if e.op in ("isposinf", "isneginf"):
             sign = ">" if e.op == "isposinf" else "<"
-            return f"(isinf({a}) && {a} {sign} 0)"
+            return f"((isinf({a}) != 0) && {a} {sign} 0)"
         if e.op == "sign":
             zero = "0"
             return f"(({a} > {zero}) - ({a} < {zero}))"

@@ -1,0 +1,61 @@
+"""The LLVM backend: kernel IR -> LLVM IR (llvmlite.ir) -> relocatable ELF objects per target.
+
+No C compiler touches the model code: the package's C sources stay as the portable fallback,
+and the build files link `<name>.<triple>.o` with the C-compiled weights when they build for
+that target.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from aot.backends.llvm.module import build_model_module
+from aot.backends.llvm.target import LlvmTarget, emit_object, get_target, host_target, runs_on_host
+from aot.errors import AotError
+from aot.lowering.program import Program
+from aot.planner.memory import MemoryPlan
+
+_BUILD_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def object_name(model: str, spec: LlvmTarget) -> str:
+    return f"{model}.{spec.triple}.o"
+
+
+def resolve_targets(names: str | Sequence[str] | None) -> list[LlvmTarget]:
+    """The targets (preset names or .toml paths) to build objects for: the host's by default.
+    Objects are named by triple, so two targets sharing one (x86_64 and x86_64-v3, rpi3 and
+    rpi-zero2) cannot go into the same package."""
+    if names is None or (not isinstance(names, str) and len(names) == 0):
+        return [host_target()]
+    specs = [get_target(n) for n in ([names] if isinstance(names, str) else names)]
+    seen: dict[str, str] = {}
+    unique = []
+    for spec in specs:
+        if not _BUILD_NAME.fullmatch(spec.name):
+            # The name becomes part of make and CMake variable names in the package.
+            raise AotError(f"--target {spec.name!r}: target names may only use letters, digits and _ . + -")
+        if spec.triple in seen:
+            if seen[spec.triple] == spec.name:
+                continue
+            raise AotError(f"--target {spec.name} and --target {seen[spec.triple]} both build {spec.triple} "
+                           "objects; one package holds one object per triple (compile two packages)")
+        seen[spec.triple] = spec.name
+        unique.append(spec)
+    return unique
+
+
+def compile_objects(program: Program, plan: MemoryPlan, name: str, inputs: Sequence[dict[str, Any]],
+                    outputs: Sequence[dict[str, Any]], specs: Sequence[LlvmTarget]) -> dict[str, bytes]:
+    """`<name>.<triple>.o` for each target."""
+    objects = {}
+    for spec in specs:
+        text, hidden = build_model_module(program, plan, name, inputs, outputs, spec)
+        objects[object_name(name, spec)] = emit_object(text, spec, hidden)
+    return objects
+
+
+__all__ = ["LlvmTarget", "compile_objects", "get_target", "host_target", "object_name", "resolve_targets",
+           "runs_on_host"]

@@ -1,0 +1,529 @@
+"""Renders kernel IR as LLVM functions (the LLVM counterpart of aot/backends/c/kernel_printer.py).
+
+Semantics follow the C the C backend prints, expression by expression, so both backends compute
+bit-identical results whenever the C compiler does not itself reassociate or contract floats:
+
+* Integer promotions, truncation on store and signedness are C's (see types.py).
+* Float arithmetic carries no fast-math flags: no reassociation, no FMA contraction, NaN/Inf and
+  signed zeros behave as IEEE 754 requires (what -std=c99 without -ffast-math gives).
+* min/max are the C helpers `(a < b || a != a) ? a : b`, which propagate NaN from either side.
+* C evaluates only the chosen operand of `?:` and the right operand of `&&`/`||` when needed.
+  Those operands become branches when they could fault if evaluated speculatively (a load whose
+  index is not provably inside its buffer, such as a padded convolution tap, or an integer
+  division), and plain `select`s otherwise; LLVM's SimplifyCFG flattens what it can prove safe.
+
+Scalar locals live in allocas (mem2reg/SROA promote them); loop counters are phis of
+constant-trip-count loops in rotated form (`do { } while (++i < n)`), which is what LLVM's loop
+passes expect and saves them the work of rotating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from aot.backends.llvm import types as t
+from aot.kernel.ir import (
+    COMPARISONS,
+    INDEX,
+    Assign,
+    Binary,
+    Cast,
+    Const,
+    Declare,
+    Expr,
+    If,
+    Kernel,
+    Load,
+    Loop,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+)
+
+# Unary ops that LLVM has exact intrinsics for (same results as the libm call the C backend makes;
+# nearbyint honours the current rounding mode exactly like C's nearbyint()).
+_INTRINSICS = {"sqrt": "llvm.sqrt", "abs": "llvm.fabs", "floor": "llvm.floor", "ceil": "llvm.ceil",
+               "round_even": "llvm.nearbyint"}
+# The rest are libm calls, named as in C: expf/exp, tanhf/tanh, ...
+_LIBM = {"exp", "log", "tanh", "erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+         "acosh", "atanh"}
+_FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """What the caller guarantees about one kernel pointer parameter."""
+
+    align: int      # bytes; at least the element size
+    noalias: bool   # no other parameter of the same call overlaps it (C's `restrict`)
+
+
+@dataclass
+class _Binding:
+    """A name in scope: a loop counter (an SSA value with a known range) or a local variable slot."""
+
+    dtype: str
+    value: ir.Value | None = None          # loop counter
+    slot: ir.AllocaInstr | None = None     # declared local
+    bounds: tuple[int, int] | None = None  # loop counter range, for proving loads in bounds
+
+
+class MathLibrary:
+    """Declares the intrinsics and libm functions a module calls, once each."""
+
+    def __init__(self, module: ir.Module) -> None:
+        self.module = module
+        self._cache: dict[str, ir.Function] = {}
+
+    def intrinsic(self, name: str, typ: ir.Type) -> ir.Function:
+        return self.module.declare_intrinsic(name, [typ])
+
+    def libm(self, name: str, typ: ir.Type, arity: int = 1) -> ir.Function:
+        symbol = name + ("f" if typ == t.F32 else "")
+        fn = self._cache.get(symbol)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(typ, [typ] * arity), symbol)
+            # These functions only compute a value from their arguments. Declaring them readnone
+            # (like -fno-math-errno) lets LLVM hoist and vectorise around them; results are the
+            # same libm results, and the model never reads errno.
+            fn.attributes.add("nounwind")
+            fn.attributes.add("readnone")
+            self._cache[symbol] = fn
+        return fn
+
+
+class KernelEmitter:
+    """Emits each kernel of a module as an internal function `void name(ptr, ...)`."""
+
+    def __init__(self, module: ir.Module, math: MathLibrary) -> None:
+        self.module = module
+        self.math = math
+
+    def emit(self, kernel: Kernel, name: str, params: Sequence[ParamInfo]) -> ir.Function:
+        if len(params) != len(kernel.params):
+            raise ValueError(f"{kernel.name}: {len(params)} parameter facts for {len(kernel.params)} params")
+        fn = ir.Function(self.module, ir.FunctionType(t.VOID, [t.PTR] * len(kernel.params)), name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for arg, buf, info in zip(fn.args, kernel.params, params, strict=True):
+            arg.name = buf.name
+            arg.attributes.add("captures(none)")
+            if info.noalias:
+                arg.attributes.add("noalias")
+            arg.attributes.align = info.align
+            nbytes = buf.size * t.itemsize(buf.dtype)
+            if nbytes > 0:
+                # The caller passes whole tensors: lets LLVM speculate loads it can prove in range.
+                arg.attributes.dereferenceable = nbytes
+        _FunctionEmitter(fn, kernel, self.math).run()
+        return fn
+
+
+class _FunctionEmitter:
+    def __init__(self, fn: ir.Function, kernel: Kernel, math: MathLibrary) -> None:
+        self.fn = fn
+        self.kernel = kernel
+        self.math = math
+        self.buffers = {b.name: (b, arg) for b, arg in zip(kernel.params, fn.args, strict=True)}
+        entry = fn.append_basic_block("entry")
+        body = fn.append_basic_block("body")
+        # Allocas go in the entry block, where mem2reg looks for them; code starts in `body`.
+        self.allocas = ir.IRBuilder(entry)
+        self.entry_exit = body
+        self.b = ir.IRBuilder(body)
+        self.scopes: list[dict[str, _Binding]] = []
+
+    def run(self) -> None:
+        self.block(self.kernel.body)
+        self.b.ret_void()
+        self.allocas.branch(self.entry_exit)
+
+    # -- scopes ------------------------------------------------------------------------------
+    def lookup(self, var: Var) -> _Binding:
+        for scope in reversed(self.scopes):
+            if var.name in scope:
+                return scope[var.name]
+        raise NameError(f"{self.kernel.name}: variable {var.name} used outside its scope")
+
+    def block(self, body: list[Stmt]) -> None:
+        """A C block `{ ... }`: declarations inside it end with it."""
+        self.scopes.append({})
+        for stmt in body:
+            self.stmt(stmt)
+        self.scopes.pop()
+
+    # -- statements --------------------------------------------------------------------------
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Loop):
+            self.loop(s)
+        elif isinstance(s, Declare):
+            slot = self.allocas.alloca(t.storage_type(s.var.dtype), name=s.var.name)
+            self.b.store(self.to_storage(self.expr(s.init), s.var.dtype), slot)
+            self.scopes[-1][s.var.name] = _Binding(s.var.dtype, slot=slot)
+        elif isinstance(s, Assign):
+            binding = self.lookup(s.var)
+            if binding.slot is None:
+                raise TypeError(f"{self.kernel.name}: assignment to loop counter {s.var.name}")
+            self.b.store(self.to_storage(self.expr(s.value), s.var.dtype), binding.slot)
+        elif isinstance(s, Store):
+            buf, arg = self.buffers[s.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            self.b.store(self.to_storage(self.expr(s.value), buf.dtype), ptr, align=t.itemsize(buf.dtype))
+        elif isinstance(s, If):
+            self.if_stmt(s)
+        else:
+            raise TypeError(f"{self.kernel.name}: cannot emit statement {s!r}")
+
+    def loop(self, s: Loop) -> None:
+        if s.extent <= 0:  # C's `for (i = 0; i < 0; ++i)` runs no iteration
+            return
+        name = s.var.name
+        typ = t.value_type(s.var.dtype)
+        if not isinstance(typ, ir.IntType):
+            raise TypeError(f"{self.kernel.name}: loop counter {name} has non-integer dtype {s.var.dtype}")
+        before = self.b.block
+        header = self.fn.append_basic_block(f"{name}.loop")
+        done = self.fn.append_basic_block(f"{name}.done")
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        counter = self.b.phi(typ, name=name)
+        counter.add_incoming(ir.Constant(typ, 0), before)
+        self.scopes.append({name: _Binding(s.var.dtype, value=counter, bounds=(0, s.extent - 1))})
+        self.block(s.body)
+        self.scopes.pop()
+        # The counter stays in [0, extent], so the increment cannot wrap either way.
+        step = self.b.add(counter, ir.Constant(typ, 1), name=f"{name}.next", flags=["nuw", "nsw"])
+        counter.add_incoming(step, self.b.block)
+        more = self.b.icmp_signed("<", step, ir.Constant(typ, s.extent))
+        self.b.cbranch(more, header, done)
+        self.b.position_at_end(done)
+
+    def if_stmt(self, s: If) -> None:
+        cond = self.condition(s.cond)
+        then_block = self.fn.append_basic_block("if.then")
+        else_block = self.fn.append_basic_block("if.else") if s.orelse else None
+        merge = self.fn.append_basic_block("if.end")
+        self.b.cbranch(cond, then_block, else_block or merge)
+        self.b.position_at_end(then_block)
+        self.block(s.then)
+        self.b.branch(merge)
+        if else_block is not None:
+            self.b.position_at_end(else_block)
+            self.block(s.orelse)
+            self.b.branch(merge)
+        self.b.position_at_end(merge)
+
+    # -- conversions between C types ---------------------------------------------------------
+    def to_storage(self, value: ir.Value, dtype: str) -> ir.Value:
+        """C assignment of a (promoted) value into a `dtype` object: truncates narrow integers."""
+        target = t.storage_type(dtype)
+        return self.b.trunc(value, target) if value.type != target else value
+
+    def promote(self, raw: ir.Value, dtype: str) -> ir.Value:
+        """C integer promotion of a stored `dtype` value."""
+        if not t.is_narrow(dtype):
+            return raw
+        return self.b.zext(raw, t.I32) if t.zero_extends(dtype) else self.b.sext(raw, t.I32)
+
+    def truth(self, value: ir.Value, dtype: str) -> ir.Value:
+        """C's `value != 0` as i1 (for floats `!=`, so NaN is true)."""
+        if t.is_float(dtype):
+            return self.b.fcmp_unordered("!=", value, ir.Constant(value.type, 0.0))
+        return self.b.icmp_signed("!=", value, ir.Constant(value.type, 0))
+
+    def as_int(self, flag: ir.Value) -> ir.Value:
+        """An i1 as the int 0/1 C comparisons and logical operators yield."""
+        return self.b.zext(flag, t.I32)
+
+    def condition(self, e: Expr) -> ir.Value:
+        """`e` as an i1, without the int round trip for comparisons and logical operators."""
+        if isinstance(e, Binary) and (e.op in COMPARISONS or e.op == "xor"):
+            return self.compare("ne" if e.op == "xor" else e.op, e.a, e.b)
+        if isinstance(e, Binary) and e.op in ("and", "or"):
+            return self.logical(e)
+        if isinstance(e, Unary) and e.op in ("not", "isnan", "isinf", "isposinf", "isneginf"):
+            return self.predicate(e)
+        if isinstance(e, Const):
+            return ir.Constant(t.I1, 1 if e.value else 0)
+        return self.truth(self.expr(e), e.dtype)
+
+    # -- expressions -------------------------------------------------------------------------
+    def expr(self, e: Expr) -> ir.Value:
+        if isinstance(e, Const):
+            return self.const(e)
+        if isinstance(e, Var):
+            binding = self.lookup(e)
+            if binding.value is not None:
+                return binding.value
+            assert binding.slot is not None
+            raw = self.b.load(binding.slot, typ=t.storage_type(binding.dtype))
+            return self.promote(raw, binding.dtype)
+        if isinstance(e, Load):
+            buf, arg = self.buffers[e.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            raw = self.b.load(ptr, typ=t.storage_type(buf.dtype), align=t.itemsize(buf.dtype))
+            return self.promote(raw, buf.dtype)
+        if isinstance(e, Binary):
+            return self.binary(e)
+        if isinstance(e, Unary):
+            return self.unary(e)
+        if isinstance(e, Select):
+            return self.select(e)
+        if isinstance(e, Cast):
+            return self.cast(self.expr(e.a), e.a.dtype, e.dtype)
+        raise TypeError(f"{self.kernel.name}: cannot emit expression {e!r}")
+
+    def const(self, e: Const) -> ir.Value:
+        typ = t.value_type(e.dtype)
+        if t.is_float(e.dtype):
+            value = float(e.value)
+            if e.dtype == "float32":
+                with np.errstate(over="ignore"):  # rounds like the C printer: 1e40 -> INFINITY
+                    value = float(np.float32(value))
+            # The C printer writes every NaN as NAN (the positive quiet NaN); do the same.
+            return ir.Constant(typ, float("nan") if value != value else value)
+        return t.int_constant(int(bool(e.value)) if e.dtype == "bool" else int(e.value), typ)
+
+    def binary(self, e: Binary) -> ir.Value:
+        op, operand = e.op, e.a.dtype
+        if op in COMPARISONS or op == "xor":
+            # C: `a < b` is an int 0/1; the IR's xor of two bools is printed as `a != b`.
+            return self.as_int(self.compare("ne" if op == "xor" else op, e.a, e.b))
+        if op in ("and", "or"):
+            return self.as_int(self.logical(e))
+        a, b = self.expr(e.a), self.expr(e.b)
+        if op in ("min", "max"):
+            return self.min_max(op, a, b, operand)
+        if t.is_float(operand):
+            if op == "pow":
+                return self.b.call(self.math.libm("pow", a.type, 2), [a, b])
+            # frem is C's fmod exactly (and lowers to fmodf/fmod where there is no instruction).
+            method = {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul, "div": self.b.fdiv,
+                      "mod": self.b.frem}[op]
+            return method(a, b)
+        if op == "pow":
+            raise TypeError(f"{self.kernel.name}: integer pow is not part of the kernel IR")
+        unsigned = t.unsigned_value(operand)
+        # Index arithmetic cannot overflow (the IR verifier caps tensors at 2**31-1 elements), and
+        # telling LLVM so (nsw, as C's signed int rules do) lets it widen offsets to 64-bit
+        # addresses. Tensor data arithmetic wraps, which is what C compilers do in practice.
+        flags = ["nsw"] if operand == INDEX and op in ("add", "sub", "mul") else []
+        if op == "add":
+            return self.b.add(a, b, flags=flags)
+        if op == "sub":
+            return self.b.sub(a, b, flags=flags)
+        if op == "mul":
+            return self.b.mul(a, b, flags=flags)
+        if op == "div":
+            return self.b.udiv(a, b) if unsigned else self.b.sdiv(a, b)
+        if op == "mod":
+            return self.b.urem(a, b) if unsigned else self.b.srem(a, b)
+        raise TypeError(f"{self.kernel.name}: cannot emit binary {op}")
+
+    def compare(self, op: str, ea: Expr, eb: Expr) -> ir.Value:
+        a, b = self.expr(ea), self.expr(eb)
+        if t.is_float(ea.dtype):
+            # Ordered comparisons are false with a NaN operand; C's != is the unordered one.
+            if op == "ne":
+                return self.b.fcmp_unordered("!=", a, b)
+            return self.b.fcmp_ordered(_FCMP[op], a, b)
+        if t.unsigned_value(ea.dtype):
+            return self.b.icmp_unsigned(_FCMP[op], a, b)
+        return self.b.icmp_signed(_FCMP[op], a, b)
+
+    def logical(self, e: Binary) -> ir.Value:
+        """C's `a && b` / `a || b` as i1. The right side is evaluated only when needed if it could
+        fault; otherwise a select (the poison-safe form of and/or) lets LLVM pick the best code."""
+        lhs = self.condition(e.a)
+        if not self.may_fault(e.b):
+            rhs = self.condition(e.b)
+            if e.op == "and":
+                return self.b.select(lhs, rhs, ir.Constant(t.I1, 0))
+            return self.b.select(lhs, ir.Constant(t.I1, 1), rhs)
+        start = self.b.block
+        rhs_block = self.fn.append_basic_block(f"{e.op}.rhs")
+        merge = self.fn.append_basic_block(f"{e.op}.end")
+        if e.op == "and":
+            self.b.cbranch(lhs, rhs_block, merge)
+        else:
+            self.b.cbranch(lhs, merge, rhs_block)
+        self.b.position_at_end(rhs_block)
+        rhs = self.condition(e.b)
+        rhs_end = self.b.block
+        self.b.branch(merge)
+        self.b.position_at_end(merge)
+        phi = self.b.phi(t.I1)
+        phi.add_incoming(ir.Constant(t.I1, 0 if e.op == "and" else 1), start)
+        phi.add_incoming(rhs, rhs_end)
+        return phi
+
+    def min_max(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        if t.is_float(dtype):
+            # aot_min_float32: (a < b || a != a) ? a : b -- NaN in either operand propagates.
+            first = self.b.fcmp_ordered("<" if op == "min" else ">", a, b)
+            a_nan = self.b.fcmp_unordered("uno", a, a)
+            return self.b.select(self.b.or_(first, a_nan), a, b)
+        # The C helper takes its arguments as the dtype's own C type, so narrow values are
+        # truncated on the way in and compared with that type's signedness.
+        storage = t.storage_type(dtype)
+        if a.type != storage:
+            a, b = self.b.trunc(a, storage), self.b.trunc(b, storage)
+        cmp = self.b.icmp_unsigned if t.unsigned_storage(dtype) else self.b.icmp_signed
+        chosen = self.b.select(cmp("<" if op == "min" else ">", a, b), a, b)
+        return self.promote(chosen, dtype)
+
+    def unary(self, e: Unary) -> ir.Value:
+        op, operand = e.op, e.a.dtype
+        if op in ("not", "isnan", "isinf", "isposinf", "isneginf"):
+            return self.as_int(self.predicate(e))
+        a = self.expr(e.a)
+        floating = t.is_float(operand)
+        if op == "neg":
+            return self.b.fneg(a) if floating else self.b.sub(ir.Constant(a.type, 0), a)
+        if op == "sign":
+            # C: ((a > 0) - (a < 0)), an int; convert it to the result dtype right away (exact).
+            zero = ir.Constant(a.type, 0.0 if floating else 0)
+            if floating:
+                pos, neg = self.b.fcmp_ordered(">", a, zero), self.b.fcmp_ordered("<", a, zero)
+            else:
+                cmp = self.b.icmp_unsigned if t.unsigned_value(operand) else self.b.icmp_signed
+                pos, neg = cmp(">", a, zero), cmp("<", a, zero)
+            diff = self.b.sub(self.as_int(pos), self.as_int(neg))
+            return self.cast(diff, "int32", e.dtype)
+        if op == "abs" and not floating:
+            # C: (a < 0 ? -a : a) on the promoted value (unsigned values are never below 0).
+            if t.unsigned_value(operand):
+                return a
+            negative = self.b.icmp_signed("<", a, ir.Constant(a.type, 0))
+            return self.b.select(negative, self.b.sub(ir.Constant(a.type, 0), a), a)
+        if not floating:
+            raise TypeError(f"{self.kernel.name}: unary {op} on {operand} has no C meaning")
+        if op in _INTRINSICS:
+            return self.b.call(self.math.intrinsic(_INTRINSICS[op], a.type), [a])
+        if op in _LIBM:
+            return self.b.call(self.math.libm(op, a.type), [a])
+        raise TypeError(f"{self.kernel.name}: cannot emit unary {op}")
+
+    def predicate(self, e: Unary) -> ir.Value:
+        """The i1 of the boolean unary ops."""
+        a = self.expr(e.a)
+        if e.op == "not":
+            return self.b.not_(self.truth(a, e.a.dtype))
+        if not t.is_float(e.a.dtype):
+            # isnan/isinf of an integer converts it to floating point first: never NaN or Inf.
+            return ir.Constant(t.I1, 0)
+        if e.op == "isnan":
+            return self.b.fcmp_unordered("uno", a, a)
+        inf = ir.Constant(a.type, float("inf"))
+        if e.op == "isinf":
+            return self.b.fcmp_ordered("==", self.b.call(self.math.intrinsic("llvm.fabs", a.type), [a]), inf)
+        if e.op == "isposinf":
+            return self.b.fcmp_ordered("==", a, inf)
+        return self.b.fcmp_ordered("==", a, ir.Constant(a.type, float("-inf")))
+
+    def select(self, e: Select) -> ir.Value:
+        cond = self.condition(e.cond)
+        if not (self.may_fault(e.a) or self.may_fault(e.b)):
+            return self.b.select(cond, self.expr(e.a), self.expr(e.b))
+        # C's ?: evaluates only the chosen operand, and one of them could fault here.
+        then_block = self.fn.append_basic_block("sel.then")
+        else_block = self.fn.append_basic_block("sel.else")
+        merge = self.fn.append_basic_block("sel.end")
+        self.b.cbranch(cond, then_block, else_block)
+        self.b.position_at_end(then_block)
+        a = self.expr(e.a)
+        then_end = self.b.block
+        self.b.branch(merge)
+        self.b.position_at_end(else_block)
+        b = self.expr(e.b)
+        else_end = self.b.block
+        self.b.branch(merge)
+        self.b.position_at_end(merge)
+        phi = self.b.phi(a.type)
+        phi.add_incoming(a, then_end)
+        phi.add_incoming(b, else_end)
+        return phi
+
+    def cast(self, value: ir.Value, src: str, dst: str) -> ir.Value:
+        """C's `(dst)value` for a value of dtype `src`, yielding a promoted `dst` value."""
+        if dst == "bool":  # printed as (uint8_t)(value != 0)
+            return self.as_int(self.truth(value, src))
+        target = t.storage_type(dst)
+        if t.is_float(dst):
+            if t.is_float(src):
+                if value.type == target:
+                    return value
+                return self.b.fpext(value, target) if dst == "float64" else self.b.fptrunc(value, target)
+            return self.b.uitofp(value, target) if t.unsigned_value(src) else self.b.sitofp(value, target)
+        if t.is_float(src):
+            if t.is_narrow(dst):
+                # Float to a type narrower than int: convert to int, then wrap -- what C compilers
+                # emit (the out-of-range case is undefined in C; this keeps it deterministic).
+                return self.promote(self.b.trunc(self.b.fptosi(value, t.I32), target), dst)
+            converted = self.b.fptoui(value, target) if t.unsigned_storage(dst) else self.b.fptosi(value, target)
+            return converted
+        # Integer to integer: C converts the value modulo 2^n of the target type.
+        if value.type.width > target.width:
+            converted = self.b.trunc(value, target)
+        elif value.type.width < target.width:
+            extend = self.b.zext if t.unsigned_value(src) else self.b.sext
+            converted = extend(value, target)
+        else:
+            converted = value
+        return self.promote(converted, dst)
+
+    # -- speculation safety ------------------------------------------------------------------
+    def may_fault(self, e: Expr) -> bool:
+        """Whether evaluating `e` unconditionally could touch memory outside a buffer or trap.
+
+        Loads are safe when their index range, from the enclosing loop counters, lies inside the
+        buffer. Operands of a nested select or of && / || are guarded by their own branches.
+        """
+        if isinstance(e, Load):
+            bounds = self.bounds(e.index)
+            if bounds is None or bounds[0] < 0 or bounds[1] >= e.buffer.size:
+                return True
+            return self.may_fault(e.index)
+        if isinstance(e, Binary):
+            if e.op in ("div", "mod") and not t.is_float(e.a.dtype):
+                divisor = e.b
+                if not (isinstance(divisor, Const) and int(divisor.value) not in (0, -1)):
+                    return True
+            if e.op in ("and", "or"):
+                return self.may_fault(e.a)
+            return self.may_fault(e.a) or self.may_fault(e.b)
+        if isinstance(e, Select):
+            return self.may_fault(e.cond)
+        if isinstance(e, (Unary, Cast)):
+            return self.may_fault(e.a)
+        return False
+
+    def bounds(self, e: Expr) -> tuple[int, int] | None:
+        """An inclusive range containing every value the index expression `e` can take, if known."""
+        if isinstance(e, Const) and not t.is_float(e.dtype):
+            return int(e.value), int(e.value)
+        if isinstance(e, Var):
+            return self.lookup(e).bounds
+        if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "min", "max"):
+            a, b = self.bounds(e.a), self.bounds(e.b)
+            if a is None or b is None:
+                return None
+            if e.op == "add":
+                return a[0] + b[0], a[1] + b[1]
+            if e.op == "sub":
+                return a[0] - b[1], a[1] - b[0]
+            if e.op == "mul":
+                products = [x * y for x in a for y in b]
+                return min(products), max(products)
+            pick = min if e.op == "min" else max
+            return pick(a[0], b[0]), pick(a[1], b[1])
+        return None
+
+
+__all__ = ["KernelEmitter", "MathLibrary", "ParamInfo"]

@@ -1,0 +1,285 @@
+"""The whole model as one LLVM module: kernels, the tensor-info tables and the public C API.
+
+The module defines exactly the functions <name>.h declares -- `<name>_run`, `<name>_run_ptrs` and
+`<name>_info` -- with the behaviour of the C backend's model.c.j2 (same NULL checks, alignment
+check and status codes), and takes the weights from the external `<name>_weights` object that
+<name>_weights.c defines, addressing members by the byte offsets of `layout_weights`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llvmlite import ir
+
+from aot.backends.llvm import types as t
+from aot.backends.llvm.kernel_emitter import KernelEmitter, MathLibrary, ParamInfo
+from aot.backends.llvm.target import LlvmTarget
+from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
+from aot.package.c_sources import WEIGHT_ALIGN, WeightSlot, layout_weights
+from aot.planner.memory import MemoryPlan
+
+# aot_dtype values (runtime_c/aot_runtime.h: ONNX TensorProto numbers).
+DTYPE_CODES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
+               "bool": 9, "float64": 11, "uint32": 12, "uint64": 13}
+AOT_OK, AOT_ERROR_NULL_POINTER, AOT_ERROR_ARENA_ALIGNMENT = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class _Region:
+    """The memory one kernel argument covers, to tell which arguments may overlap."""
+
+    kind: str
+    index: int   # input/output position; unused for arena and weights
+    start: int   # byte offset in the arena or the weights struct
+    stop: int
+
+    def overlaps(self, other: _Region) -> bool:
+        if self.kind != other.kind:
+            return False  # inputs, outputs, arena and weights are distinct objects by contract
+        if self.kind in (INPUT, OUTPUT):
+            return self.index == other.index
+        return self.start < other.stop and other.start < self.stop
+
+
+def _power_of_two_dividing(offset: int, cap: int) -> int:
+    """The alignment a pointer `offset` bytes past a `cap`-aligned base is known to have."""
+    if offset == 0:
+        return cap
+    return min(offset & -offset, cap)
+
+
+def _c_string(text: str) -> ir.Constant:
+    data = text.encode("utf-8") + b"\0"
+    return ir.Constant(ir.ArrayType(t.I8, len(data)), bytearray(data))
+
+
+class ModelModule:
+    """Builds the LLVM IR of one model for one target."""
+
+    def __init__(self, program: Program, plan: MemoryPlan, name: str, inputs: Sequence[dict[str, Any]],
+                 outputs: Sequence[dict[str, Any]], spec: LlvmTarget) -> None:
+        self.program = program
+        self.plan = plan
+        self.name = name
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.spec = spec
+        self.size_t = ir.IntType(spec.pointer_bits)
+        self.module = ir.Module(name=name)
+        self.module.triple = spec.triple
+        slot_list, self.weights_struct_bytes = layout_weights(program.weights)
+        self.slots: dict[int, WeightSlot] = {id(s.tensor): s for s in slot_list}
+        self._weights: ir.GlobalVariable | None = None
+
+    @property
+    def weights_symbol(self) -> str:
+        return f"{self.name}_weights"
+
+    def build(self) -> ir.Module:
+        math = MathLibrary(self.module)
+        emitter = KernelEmitter(self.module, math)
+        kernels = [emitter.emit(k, f"{self.name}_{k.name}", self._param_facts(i))
+                   for i, k in enumerate(self.program.kernels)]
+        for fn in kernels:
+            self._function_attributes(fn)
+        info = self._info_tables()
+        impl = self._run_impl(kernels)
+        self._api(impl, info)
+        return self.module
+
+    def has_weights_reference(self) -> bool:
+        return self._weights is not None
+
+    # -- kernel arguments --------------------------------------------------------------------
+    def _region(self, kernel_index: int, param_index: int) -> _Region:
+        tensor = self.program.bindings[kernel_index][param_index]
+        storage = self.program.storage[id(tensor)]
+        if storage.kind in (INPUT, OUTPUT):
+            return _Region(storage.kind, storage.index, 0, 0)
+        if storage.kind == ARENA:
+            start = self.plan.offsets[tensor.name]
+            return _Region(ARENA, 0, start, start + tensor.nbytes)
+        if storage.kind == WEIGHT:
+            start = self.slots[id(tensor)].offset
+            return _Region(WEIGHT, 0, start, start + tensor.nbytes)
+        raise AssertionError(storage)
+
+    def _param_facts(self, kernel_index: int) -> list[ParamInfo]:
+        kernel = self.program.kernels[kernel_index]
+        regions = [self._region(kernel_index, i) for i in range(len(kernel.params))]
+        facts = []
+        for i, (buf, region) in enumerate(zip(kernel.params, regions, strict=True)):
+            # `noalias` only matters against memory written during the call (like C restrict).
+            clash = any(region.overlaps(other) and (buf.writable or kernel.params[j].writable)
+                        for j, other in enumerate(regions) if j != i)
+            if region.kind == ARENA:
+                # run_ptrs has checked the arena against ARENA_ALIGN before any kernel runs.
+                align = _power_of_two_dividing(region.start, self.plan.alignment)
+            elif region.kind == WEIGHT:
+                align = _power_of_two_dividing(region.start, WEIGHT_ALIGN)
+            else:
+                align = 1  # caller's buffers: only the element alignment C itself assumes
+            facts.append(ParamInfo(max(align, t.itemsize(buf.dtype)), noalias=not clash))
+        return facts
+
+    def _function_attributes(self, fn: ir.Function) -> None:
+        fn.attributes.add("nounwind")
+        if self.spec.unwind_tables:
+            fn.attributes.add("uwtable")
+
+    def _weights_global(self) -> ir.GlobalVariable:
+        if self._weights is None:
+            # Declared as bytes: only the address matters, members are reached by byte offset.
+            # weights.c defines it with AOT_ALIGNED(64), and every member offset is a multiple of 64.
+            typ = ir.ArrayType(t.I8, max(self.weights_struct_bytes, 1))
+            g = ir.GlobalVariable(self.module, typ, self.weights_symbol)
+            g.linkage = "external"
+            g.global_constant = True
+            g.align = WEIGHT_ALIGN
+            self._weights = g
+        return self._weights
+
+    # -- aot_model_info ----------------------------------------------------------------------
+    def _constant(self, name: str, value: ir.Constant, linkage: str = "internal") -> ir.GlobalVariable:
+        g = ir.GlobalVariable(self.module, value.type, name)
+        g.linkage = linkage
+        g.global_constant = True
+        g.initializer = value
+        return g
+
+    def _string(self, name: str, text: str) -> ir.GlobalVariable:
+        g = self._constant(name, _c_string(text), linkage="private")
+        g.unnamed_addr = True  # like a C string literal
+        return g
+
+    def _info_tables(self) -> ir.GlobalVariable:
+        """The same constant tables model.c.j2 defines, laid out by LLVM with the target's C ABI.
+
+        aot_dtype is an enum, written as a 32-bit int. Targets whose C compiler uses short enums
+        (arm-none-eabi GCC) read its first byte, which holds the same value on these
+        little-endian targets, and the following int32 rank has the same offset either way.
+        """
+        tensor_info = ir.LiteralStructType([t.PTR, t.I32, t.I32, t.PTR, self.size_t, self.size_t])
+        tables = []
+        for kind, items in (("input", self.inputs), ("output", self.outputs)):
+            rows = []
+            for item in items:
+                dims = [int(d) for d in item["shape"]] or [0]  # rank 0: C declares dims[1] = { 0 }
+                dims_global = self._constant(
+                    f"{self.name}_{kind}{item['index']}_dims",
+                    ir.Constant(ir.ArrayType(t.I64, len(dims)), [ir.Constant(t.I64, d) for d in dims]))
+                label = self._string(f"{self.name}_{kind}{item['index']}_name", item["name"])
+                rows.append(ir.Constant(tensor_info, [
+                    label, ir.Constant(t.I32, DTYPE_CODES[item["dtype"]]), ir.Constant(t.I32, int(item["rank"])),
+                    dims_global, ir.Constant(self.size_t, int(item["size"])),
+                    ir.Constant(self.size_t, int(item["bytes"]))]))
+            if not rows:  # C: a one-element placeholder array, as C has no empty arrays
+                empty = self._string(f"{self.name}_{kind}_none", "")
+                rows.append(ir.Constant(tensor_info, [
+                    empty, ir.Constant(t.I32, DTYPE_CODES["float32"]), ir.Constant(t.I32, 0),
+                    ir.Constant(t.PTR, None), ir.Constant(self.size_t, 0), ir.Constant(self.size_t, 0)]))
+            tables.append(self._constant(f"{self.name}_{kind}_info",
+                                         ir.Constant(ir.ArrayType(tensor_info, len(rows)), rows)))
+        model_info = ir.LiteralStructType([t.PTR, t.I32, t.I32, t.PTR, t.PTR, self.size_t, self.size_t,
+                                           self.size_t])
+        weights_bytes = sum(w.nbytes for w in self.program.weights)
+        return self._constant(f"{self.name}_model_info", ir.Constant(model_info, [
+            self._string(f"{self.name}_model_name", self.name),
+            ir.Constant(t.I32, len(self.inputs)), ir.Constant(t.I32, len(self.outputs)),
+            tables[0], tables[1],
+            ir.Constant(self.size_t, self.plan.arena_bytes), ir.Constant(self.size_t, self.plan.alignment),
+            ir.Constant(self.size_t, weights_bytes)]))
+
+    # -- run ---------------------------------------------------------------------------------
+    def _run_impl(self, kernels: list[ir.Function]) -> ir.Function:
+        """`aot_status impl(const void *const *inputs, void *const *outputs, void *arena)`.
+
+        Shared by run and run_ptrs (both tail-call it), so the model code exists once; the checks
+        and their order are model.c.j2's.
+        """
+        fn = ir.Function(self.module, ir.FunctionType(t.I32, [t.PTR, t.PTR, t.PTR]), f"{self.name}_run_impl")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        self._function_attributes(fn)
+        inputs, outputs, arena = fn.args
+        inputs.name, outputs.name, arena.name = "inputs", "outputs", "arena"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        null_block = fn.append_basic_block("null_pointer")
+        misaligned_block = fn.append_basic_block("misaligned")
+        null = ir.Constant(t.PTR, None)
+
+        lists_ok = fn.append_basic_block("lists_ok")
+        either = b.or_(b.icmp_unsigned("==", inputs, null), b.icmp_unsigned("==", outputs, null))
+        b.cbranch(either, null_block, lists_ok)
+
+        b.position_at_end(lists_ok)
+        in_ptrs = [b.load(b.gep(inputs, [ir.Constant(t.I32, i)], inbounds=True, source_etype=t.PTR), typ=t.PTR,
+                          name=f"in{i}") for i in range(len(self.inputs))]
+        out_ptrs = [b.load(b.gep(outputs, [ir.Constant(t.I32, i)], inbounds=True, source_etype=t.PTR), typ=t.PTR,
+                           name=f"out{i}") for i in range(len(self.outputs))]
+        missing = [b.icmp_unsigned("==", p, null) for p in in_ptrs + out_ptrs]
+        if self.plan.arena_bytes > 0:
+            missing.append(b.icmp_unsigned("==", arena, null))
+        pointers_ok = fn.append_basic_block("pointers_ok")
+        if missing:
+            any_missing = missing[0]
+            for flag in missing[1:]:
+                any_missing = b.or_(any_missing, flag)
+            b.cbranch(any_missing, null_block, pointers_ok)
+        else:
+            b.branch(pointers_ok)
+
+        b.position_at_end(pointers_ok)
+        address = b.ptrtoint(arena, self.size_t)
+        low_bits = b.and_(address, ir.Constant(self.size_t, self.plan.alignment - 1))
+        aligned = fn.append_basic_block("aligned")
+        b.cbranch(b.icmp_unsigned("!=", low_bits, ir.Constant(self.size_t, 0)), misaligned_block, aligned)
+
+        b.position_at_end(aligned)
+        for i, kernel_fn in enumerate(kernels):
+            args = [self._argument(b, i, j, in_ptrs, out_ptrs, arena)
+                    for j in range(len(self.program.kernels[i].params))]
+            b.call(kernel_fn, args)
+        b.ret(ir.Constant(t.I32, AOT_OK))
+
+        ir.IRBuilder(null_block).ret(ir.Constant(t.I32, AOT_ERROR_NULL_POINTER))
+        ir.IRBuilder(misaligned_block).ret(ir.Constant(t.I32, AOT_ERROR_ARENA_ALIGNMENT))
+        return fn
+
+    def _argument(self, b: ir.IRBuilder, kernel_index: int, param_index: int, in_ptrs: list[ir.Value],
+                  out_ptrs: list[ir.Value], arena: ir.Value) -> ir.Value:
+        region = self._region(kernel_index, param_index)
+        if region.kind == INPUT:
+            return in_ptrs[region.index]
+        if region.kind == OUTPUT:
+            return out_ptrs[region.index]
+        base = arena if region.kind == ARENA else self._weights_global()
+        if region.start == 0:
+            return base
+        return b.gep(base, [ir.Constant(t.I32, region.start)], inbounds=True, source_etype=t.I8)
+
+    def _api(self, impl: ir.Function, info: ir.GlobalVariable) -> None:
+        signature = ir.FunctionType(t.I32, [t.PTR, t.PTR, t.PTR])
+        # <name>_inputs / <name>_outputs are structs of N object pointers, laid out exactly like
+        # the arrays run_ptrs takes, so run needs no copy (model.c.j2 copies only because C
+        # cannot portably index a struct); with no inputs impl never reads the inputs list.
+        for suffix in ("run_ptrs", "run"):
+            fn = ir.Function(self.module, signature, f"{self.name}_{suffix}")
+            self._function_attributes(fn)
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            b.ret(b.call(impl, list(fn.args), tail=True))
+        info_fn = ir.Function(self.module, ir.FunctionType(t.PTR, []), f"{self.name}_info")
+        self._function_attributes(info_fn)
+        ir.IRBuilder(info_fn.append_basic_block("entry")).ret(info)
+
+
+def build_model_module(program: Program, plan: MemoryPlan, name: str, inputs: Sequence[dict[str, Any]],
+                       outputs: Sequence[dict[str, Any]], spec: LlvmTarget) -> tuple[str, tuple[str, ...]]:
+    """The model's LLVM IR text, and the external symbols it references with hidden visibility."""
+    model = ModelModule(program, plan, name, inputs, outputs, spec)
+    module = model.build()
+    hidden = (model.weights_symbol,) if model.has_weights_reference() else ()
+    return f'source_filename = "{name}"\n{module}', hidden

@@ -1,0 +1,233 @@
+"""Targets of the LLVM backend: a target preset -> TargetMachine, O3 pipeline, object file.
+
+What a target *is* (triple, CPU, features, float ABI, OS) comes from the presets in targets/
+(aot/targets.py), so `--target rpi4` means the same to every part of aot. This module adds what
+only object emission needs, by architecture: the ELF machine, pointer width, relocation model,
+and how a package's build files recognise a C compiler that builds for the target (from
+`$(CC) -dumpmachine`), so that `make` picks the matching object by itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import struct
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from aot.errors import AotError
+from aot.targets import Target, load_target, preset_names
+
+EM_X86_64, EM_ARM, EM_AARCH64 = 62, 40, 183
+EF_ARM_EABI_VER5 = 0x05000000
+EF_ARM_ABI_FLOAT_HARD = 0x00000400
+_ELF32_E_FLAGS = 36  # byte offset of e_flags in an ELF32 header
+
+
+@dataclass(frozen=True)
+class _Arch:
+    machine: int         # ELF e_machine
+    pointer_bits: int
+    host_names: tuple[str, ...]  # platform.machine() of hosts that run this architecture
+
+
+_ARCHES = {
+    "x86_64": _Arch(EM_X86_64, 64, ("x86_64", "amd64")),
+    "aarch64": _Arch(EM_AARCH64, 64, ("aarch64", "arm64")),
+    "arm": _Arch(EM_ARM, 32, ("armv7l", "armv8l")),
+}
+
+# Host CPU features (LLVM's names) that code tuned for these CPUs may use beyond their
+# architecture's baseline; used only to decide whether this machine can run an object.
+_CPU_NEEDS = {
+    "x86-64": (), "generic": (),
+    "x86-64-v2": ("sse4.2", "popcnt"),
+    "x86-64-v3": ("avx", "avx2", "fma", "bmi", "bmi2", "f16c", "lzcnt", "movbe"),
+    "cortex-a53": (), "cortex-a72": ("crc",),
+    "cortex-a76": ("crc", "lse", "rdm", "dotprod", "fullfp16", "rcpc"),
+}
+
+
+def _arch_family(arch: str) -> str:
+    if arch in ("x86_64", "aarch64"):
+        return arch
+    if arch.startswith(("arm", "thumb")):
+        return "arm"
+    raise AotError(f"the LLVM backend does not support architecture {arch!r} yet "
+                   f"(supported: x86_64, aarch64, 32-bit ARM / Thumb)")
+
+
+@dataclass(frozen=True)
+class LlvmTarget:
+    """A target preset as the LLVM backend uses it."""
+
+    name: str            # the preset name, what --target and the Makefile's TARGET take
+    triple: str          # normalised to 4 parts (what LLVM needs; names the object file)
+    cpu: str
+    features: str
+    description: str
+    reloc: str           # "pic" for Linux (objects also go into shared libraries), "static" bare metal
+    machine: int
+    pointer_bits: int
+    hard_float_arm: bool      # AAPCS-VFP: floats passed in VFP registers
+    unwind_tables: bool       # Linux: backtraces and profilers can walk through the model
+    cc_machines: tuple[str, ...]  # `$(CC) -dumpmachine` patterns (make `%` wildcards) of its compilers
+    cflags: tuple[str, ...]       # the preset's C flags, for the C parts (weights, runner)
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-", 1)[0]
+
+
+def normalize_triple(triple: str) -> str:
+    """arch-vendor-os-environment, as LLVM's Triple::normalize would spell it.
+
+    LLVM reads a 3-part triple positionally: "thumbv7em-none-eabihf" becomes vendor "none", OS
+    "eabihf" and *no* environment, so the backend silently falls back to the soft-float ABI.
+    """
+    parts = triple.split("-")
+    if len(parts) == 4:
+        return triple
+    if len(parts) == 3 and parts[1] == "none":  # arch-none-env (bare metal, Rust/GCC style)
+        return f"{parts[0]}-unknown-none-{parts[2]}"
+    if len(parts) == 3 and parts[1] == "linux":  # arch-linux-env (GCC style)
+        return f"{parts[0]}-unknown-linux-{parts[2]}"
+    if len(parts) == 3:
+        return f"{parts[0]}-{parts[1]}-{parts[2]}-unknown"
+    raise AotError(f"target triple {triple!r}: expected arch-vendor-os[-environment]")
+
+
+def from_preset(preset: Target) -> LlvmTarget:
+    triple = normalize_triple(preset.triple)
+    family = _arch_family(triple.split("-")[0])
+    arch = _ARCHES[family]
+    environment = triple.split("-")[3]
+    features = preset.features
+    hard = False
+    if family == "arm":
+        hard = preset.float_abi == "hard"
+        if hard != environment.endswith("hf"):
+            # LLVM takes the ARM float ABI from the triple's environment alone.
+            raise AotError(f"target {preset.name}: float_abi {preset.float_abi!r} does not match the triple "
+                           f"{preset.triple!r} (hard float needs an ...eabihf environment, and only it)")
+        if preset.float_abi == "soft":
+            features = ",".join(f for f in (features, "+soft-float") if f)
+    if preset.os == "none":
+        machines = ("arm%-none-eabi", "arm%-none-eabihf", "thumb%-none-eabi", "thumb%-none-eabihf") \
+            if family == "arm" else (f"{family}%-none-elf",)
+    elif family == "arm":
+        suffix = "eabihf" if hard else "eabi"
+        machines = (f"arm%-linux-gnu{suffix}", f"arm%-linux-musl{suffix}")
+    else:
+        machines = (f"{family}%-linux-gnu", f"{family}%-linux-musl")
+    return LlvmTarget(
+        name=preset.name, triple=triple, cpu=preset.cpu, features=features, description=preset.description,
+        reloc="static" if preset.os == "none" else "pic", machine=arch.machine, pointer_bits=arch.pointer_bits,
+        hard_float_arm=hard, unwind_tables=preset.os != "none", cc_machines=machines,
+        cflags=preset.cflags)
+
+
+def get_target(name: str) -> LlvmTarget:
+    """A preset name (see `aot targets`) or the path of a target .toml file."""
+    return from_preset(load_target(name))
+
+
+def host_target() -> LlvmTarget:
+    """The baseline preset of the machine aot runs on (what `--backend llvm` builds by default)."""
+    machine = platform.machine().lower()
+    if platform.system() == "Linux":
+        for preset in ("x86_64", "aarch64"):
+            if preset in preset_names() and machine in _ARCHES[preset].host_names:
+                return get_target(preset)
+    raise AotError(f"--backend llvm: no default target for this {platform.system()} {platform.machine()} host; "
+                   f"pass --target (one of: {', '.join(preset_names())}, or a .toml file)")
+
+
+def runs_on_host(triple: str, cpu: str, features: str) -> bool:
+    """Whether this process's machine can link and execute objects for that triple and CPU."""
+    arch, _, os_name, _ = normalize_triple(triple).split("-")
+    try:
+        family = _arch_family(arch)
+    except AotError:
+        return False
+    if os_name != "linux" or platform.system() != "Linux" or \
+            platform.machine().lower() not in _ARCHES[family].host_names:
+        return False
+    if cpu in _CPU_NEEDS:
+        needs = list(_CPU_NEEDS[cpu])
+    elif cpu == llvm.get_host_cpu_name():
+        needs = []
+    else:
+        return False  # tuned for a CPU we know nothing about: do not risk illegal instructions
+    needs += [f[1:] for f in features.split(",") if f.startswith("+")]
+    if not needs:
+        return True
+    try:
+        host = llvm.get_host_cpu_features()
+    except RuntimeError:
+        return False
+    return all(host.get(n, False) for n in needs)
+
+
+@functools.cache
+def _initialise_llvm() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+def target_machine(spec: LlvmTarget) -> llvm.TargetMachine:
+    _initialise_llvm()
+    try:
+        target = llvm.Target.from_triple(spec.triple)
+    except RuntimeError as e:
+        raise AotError(f"target {spec.name}: LLVM cannot build for {spec.triple}: {e}") from None
+    return target.create_target_machine(cpu=spec.cpu, features=spec.features, opt=3, reloc=spec.reloc,
+                                        codemodel="default")
+
+
+def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
+    """LLVM's default O3 module pipeline (new pass manager), tuned like clang -O3."""
+    options = llvm.create_pipeline_tuning_options(speed_level=3)
+    options.loop_vectorization = True
+    options.slp_vectorization = True
+    options.loop_unrolling = True
+    options.loop_interleaving = True
+    options.inlining_threshold = 250  # clang's -O3 threshold
+    builder = llvm.create_pass_builder(machine, options)
+    builder.getModulePassManager().run(module, builder)
+
+
+def emit_object(ir_text: str, spec: LlvmTarget, hidden: tuple[str, ...] = ()) -> bytes:
+    """Parse, verify, optimise and compile an LLVM IR module into a relocatable ELF object.
+
+    `hidden` names external symbols to reference with hidden visibility (defined elsewhere in the
+    same library, so reached PC-relative instead of through the GOT).
+    """
+    machine = target_machine(spec)
+    module = llvm.parse_assembly(ir_text)
+    module.triple = spec.triple
+    module.data_layout = str(machine.target_data)
+    for name in hidden:
+        module.get_global_variable(name).visibility = "hidden"
+    module.verify()
+    optimize(module, machine)
+    module.verify()
+    obj = bytearray(machine.emit_object(module))
+    if spec.hard_float_arm:
+        _mark_arm_hard_float(obj)
+    return bytes(obj)
+
+
+def _mark_arm_hard_float(obj: bytearray) -> None:
+    """Set EF_ARM_ABI_FLOAT_HARD in the ELF header, as GNU as does for -mfloat-abi=hard.
+
+    LLVM records the hard-float calling convention only in the Tag_ABI_VFP_args build attribute
+    (which linkers check); loaders and tools such as readelf and file(1) read the header flag.
+    """
+    if obj[:4] != b"\x7fELF" or obj[4] != 1:
+        raise AssertionError("expected an ELF32 object for an ARM target")
+    (flags,) = struct.unpack_from("<I", obj, _ELF32_E_FLAGS)
+    if flags & 0xFF000000 != EF_ARM_EABI_VER5:
+        raise AssertionError(f"unexpected ARM EABI version in e_flags {flags:#x}")
+    struct.pack_into("<I", obj, _ELF32_E_FLAGS, flags | EF_ARM_ABI_FLOAT_HARD)

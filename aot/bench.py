@@ -1,0 +1,110 @@
+"""Side-by-side latency of aot and onnxruntime on this machine, in one process.
+
+Both run the same inputs, interleaved in rounds (so drift in machine load hits both alike), one
+thread each unless asked otherwise, many repetitions after warm-up; we report medians and their
+ratio. Our model is called through ctypes and onnxruntime through its Python API, so both pay a
+small per-call overhead from Python.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from aot.analysis import model_stats
+from aot.compiler import compile as compile_model
+from aot.compiler import load
+from aot.host.run import HostModel
+from aot.verify import random_inputs
+
+
+@dataclass
+class BenchResult:
+    model: str
+    ours_ms: float
+    onnxruntime_ms: float
+    ratio: float
+    ours_min_ms: float
+    onnxruntime_min_ms: float
+    runs: int
+    threads: int
+    macs: int
+    ours_gflops: float
+    onnxruntime_gflops: float
+    arena_bytes: int
+    weights_bytes: int
+    ours_memory_bytes: int
+    onnxruntime_peak_rss_delta_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
+          rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
+          opt: str = "-O3 -march=native") -> BenchResult:
+    import onnxruntime as ort
+
+    package = compile_model(model_path, input_shapes)
+    graph, _ = load(model_path, input_shapes)
+    macs = model_stats(graph).macs
+    ours = HostModel.build(package, opt=opt)
+    inputs = random_inputs(package, seed)
+    feeds = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
+
+    rss_before = _rss_bytes()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(os.fspath(model_path), options, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    ort_rss = _rss_bytes() - rss_before
+
+    run_ours = ours.runner_for(inputs)
+    run_ort = lambda: session.run(None, feeds)  # noqa: E731 - symmetric with run_ours
+    for _ in range(warmup):
+        run_ours()
+        run_ort()
+    # Calibrate how many calls make one round of about min_round_seconds for each side.
+    per_round = {}
+    for label, fn in (("ours", run_ours), ("ort", run_ort)):
+        start = time.perf_counter()
+        n = 0
+        while time.perf_counter() - start < min_round_seconds / 5:
+            fn()
+            n += 1
+        per_call = (time.perf_counter() - start) / n
+        per_round[label] = max(1, int(min_round_seconds / per_call))
+    samples: dict[str, list[float]] = {"ours": [], "ort": []}
+    for r in range(rounds):
+        order = (("ours", run_ours), ("ort", run_ort)) if r % 2 == 0 else (("ort", run_ort), ("ours", run_ours))
+        for label, fn in order:
+            for _ in range(per_round[label]):
+                t0 = time.perf_counter_ns()
+                fn()
+                samples[label].append((time.perf_counter_ns() - t0) / 1e6)
+    ours_ms = statistics.median(samples["ours"])
+    ort_ms = statistics.median(samples["ort"])
+    io_bytes = sum(i["bytes"] for i in package.inputs) + sum(o["bytes"] for o in package.outputs)
+    return BenchResult(
+        model=os.fspath(model_path), ours_ms=ours_ms, onnxruntime_ms=ort_ms, ratio=ours_ms / ort_ms,
+        ours_min_ms=min(samples["ours"]), onnxruntime_min_ms=min(samples["ort"]),
+        runs=len(samples["ours"]), threads=threads, macs=macs,
+        ours_gflops=2 * macs / (ours_ms * 1e6), onnxruntime_gflops=2 * macs / (ort_ms * 1e6),
+        arena_bytes=package.arena_bytes, weights_bytes=int(package.manifest["weights_bytes"]),
+        ours_memory_bytes=package.arena_bytes + int(package.manifest["weights_bytes"]) + io_bytes,
+        onnxruntime_peak_rss_delta_bytes=ort_rss,
+    )
