@@ -21,7 +21,7 @@ LOGICAL = {"and", "or", "xor"}
 ARITHMETIC = {"add", "sub", "mul", "div", "mod", "min", "max", "pow"}
 # Unary ops map one-to-one onto C math library functions / LLVM intrinsics in the renderers.
 UNARY_OPS = {
-    "neg", "abs", "exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
+    "neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
     "not", "isnan", "isinf", "isposinf", "isneginf", "sign",
 }

@@ -4,9 +4,53 @@ from __future__ import annotations
 
 import numpy as np
 
+from collections.abc import Sequence
+
 from aot.ir.graph import Graph, Node, Tensor
-from aot.kernel.ir import Kernel, Stmt
+from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
 from aot.lowering.builder import KernelBuilder
+from aot.lowering.fusion import FusionPlan
+
+
+class Epilogue:
+    """The elementwise chain fused after an anchor: `apply` turns the anchor's value at an output
+    index into the chain's final value, loading side inputs (residuals, scales) through the
+    anchor's kernel builder."""
+
+    def __init__(self, ctx: LoweringContext, chain: Sequence[Node], kb: KernelBuilder, start: Tensor) -> None:
+        from aot.ops.elementwise import form_for
+
+        self.shape = start.shape
+        self.inputs: list[Tensor] = []
+        self._steps = []
+        previous = start
+        for node in chain:
+            form = form_for(node, ctx)
+            assert form is not None
+            slots = [None if t is previous else t for t in form.inputs]
+            self.inputs += [t for t in slots if t is not None]
+            self._steps.append((form.fn, slots))
+            out = node.outputs[0]
+            assert out is not None
+            previous = out
+        self._views = {id(t): kb.input(t).broadcast_to(self.shape) for t in self.inputs}
+
+    def apply(self, value: Expr, index: Sequence[Expr] | None = None, flat_index: Expr | None = None) -> Expr:
+        """`index` is the multi-dimensional output index; `flat_index` may be given instead when
+        every side input is the chain's shape or a single element."""
+        for fn, slots in self._steps:
+            args = []
+            for t in slots:
+                if t is None:
+                    args.append(value)
+                elif flat_index is not None:
+                    view = self._views[id(t)]
+                    args.append(view.load_flat(flat_index if t.shape == self.shape else const(0, INDEX)))
+                else:
+                    assert index is not None
+                    args.append(self._views[id(t)].load(list(index)))
+            value = fn(args)
+        return value
 
 
 class LoweringContext:
@@ -16,6 +60,7 @@ class LoweringContext:
         self.kernel_bindings: list[list[Tensor]] = []
         self._alias: dict[int, Tensor] = {}
         self._new_constants = 0
+        self.fusion = FusionPlan()
 
     # -- storage sharing -------------------------------------------------------------------
     def alias(self, view: Tensor, of: Tensor) -> None:
@@ -33,11 +78,23 @@ class LoweringContext:
 
     # -- kernels ---------------------------------------------------------------------------
     def builder(self, node: Node | None, op: str | None = None, sources: list[str] | None = None) -> KernelBuilder:
+        chain = self.fusion.chain(node) if node is not None else []
         if sources is None:
             sources = [node.name] if node is not None else []
+            sources += [n.name for n in chain]
         if op is None:
-            op = node.op_type if node is not None else "Copy"
+            op = "+".join([node.op_type, *(n.op_type for n in chain)]) if node is not None else "Copy"
         return KernelBuilder(op, sources, self.root)
+
+    def epilogue(self, node: Node, kb: KernelBuilder) -> tuple[Tensor, Epilogue]:
+        """Where `node`'s kernel stores its result (its own output, or the fused chain's last
+        output) and the epilogue to apply to each value before storing it."""
+        out = node.outputs[0]
+        assert out is not None
+        chain = self.fusion.chain(node)
+        final = chain[-1].outputs[0] if chain else out
+        assert final is not None
+        return final, Epilogue(self, chain, kb, out)
 
     def emit(self, kb: KernelBuilder, body: list[Stmt]) -> None:
         if not body:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from aot.ir.graph import Graph, Tensor
 from aot.kernel.ir import Kernel, Load, Store
 from aot.lowering.context import LoweringContext
+from aot.lowering.fusion import FusionPlan, plan_fusion
 from aot.ops.registry import lowering_for
 
 INPUT, OUTPUT, ARENA, WEIGHT = "input", "output", "arena", "weight"
@@ -31,9 +32,18 @@ class Program:
     arena_tensors: list[Tensor] = field(default_factory=list)
 
 
-def lower_graph(graph: Graph) -> Program:
+def lower_graph(graph: Graph, fuse: bool = True) -> Program:
     ctx = LoweringContext(graph)
+    ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
     for node in graph.nodes:
+        if id(node) in ctx.fusion.absorbed:
+            # Part of an anchor's epilogue: the anchor's kernel runs here, at the chain's end.
+            if id(node) in ctx.fusion.last:
+                anchor = ctx.fusion.last[id(node)]
+                lowering_for(anchor.op_type)(anchor, ctx)
+            continue
+        if ctx.fusion.chain(node):
+            continue  # lowered when its chain ends
         lowering_for(node.op_type)(node, ctx)
     output_roots = _route_outputs(ctx)
     program = Program(graph, ctx.kernels, ctx.kernel_bindings)

@@ -44,7 +44,8 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
         raise fail(node, f"bias shape {list(bias.shape)} should be [{out_channels}]")
 
     kb = ctx.builder(node)
-    xv, wv, yv = kb.input(x), kb.input(w), kb.output(y)
+    final, epilogue = ctx.epilogue(node, kb)
+    xv, wv, yv = kb.input(x), kb.input(w), kb.output(final)
     bv = kb.input(bias) if bias is not None else None
     out_per_group = out_channels // groups
     dt = y.dtype.name
@@ -68,7 +69,9 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
             return [update] if always_inside else [If(inside, [update])]
 
         init = bv.load([oc]) if bv is not None else const(0.0, dt)
-        return [Declare(acc, init), *kb.loops([group_in, *kernel], tap, prefix="r"), yv.store([n, oc, *o], acc)]
+        out_index = [n, oc, *o]
+        return [Declare(acc, init), *kb.loops([group_in, *kernel], tap, prefix="r"),
+                yv.store(out_index, epilogue.apply(acc, out_index))]
 
     stmts = kb.loops([batch, groups, out_per_group, *out_spatial], body)
     ctx.emit(kb, stmts)

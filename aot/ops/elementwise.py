@@ -1,18 +1,103 @@
-"""Elementwise ops: each op's scalar meaning as a kernel-IR expression, applied with numpy
-broadcasting by one generic loop builder. Fusion composes these same scalar functions."""
+"""Elementwise ops: each op's scalar meaning as a kernel-IR expression (its "form"), applied
+with numpy broadcasting by one generic loop builder.
+
+The same forms are what fusion composes: an elementwise op that follows a Conv, Gemm, MatMul or
+another elementwise op becomes part of that kernel's epilogue (see aot/lowering/fusion.py), so its
+meaning is still written only here.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Expr, binary, cast, const, lt, maximum, minimum, select, unary
+from aot.kernel.ir import (
+    INDEX,
+    Expr,
+    binary,
+    cast,
+    const,
+    eq,
+    ge,
+    gt,
+    le,
+    logical_and,
+    logical_or,
+    lt,
+    maximum,
+    minimum,
+    select,
+    unary,
+)
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import constant_input, fail
 from aot.ops.registry import register
 
 ScalarFn = Callable[[list[Expr]], Expr]
+
+
+@dataclass
+class Form:
+    """out = fn(inputs...) elementwise, with the inputs broadcast (numpy rules) to the output."""
+
+    inputs: list[Tensor]
+    fn: ScalarFn
+
+
+FormBuilder = Callable[[Node, LoweringContext], Form]
+FORMS: dict[str, FormBuilder] = {}
+
+
+def form_for(node: Node, ctx: LoweringContext) -> Form | None:
+    """The elementwise form of `node`, or None when it is not an elementwise op."""
+    builder = FORMS.get(node.op_type)
+    return builder(node, ctx) if builder is not None else None
+
+
+def elementwise(*op_types: str) -> Callable[[FormBuilder], FormBuilder]:
+    """Register a form builder; the op's lowering is the generic elementwise kernel."""
+
+    def decorate(builder: FormBuilder) -> FormBuilder:
+        for op in op_types:
+            FORMS[op] = builder
+        register(*op_types)(lower_elementwise)
+        return builder
+
+    return decorate
+
+
+def lower_elementwise(node: Node, ctx: LoweringContext) -> None:
+    out = node.outputs[0]
+    assert out is not None
+    form = FORMS[node.op_type](node, ctx)
+    emit_elementwise(ctx, node, form.inputs, out, form.fn)
+
+
+def emit_elementwise(ctx: LoweringContext, node: Node, inputs: Sequence[Tensor], output: Tensor,
+                     fn: ScalarFn) -> None:
+    """out[idx] = epilogue(fn(in0[bcast idx], in1[bcast idx], ...)) over the output's shape."""
+    kb = ctx.builder(node)
+    final, epilogue = ctx.epilogue(node, kb)
+    shape = output.shape
+    views = [kb.input(t).broadcast_to(shape) for t in inputs]
+    out = kb.output(final)
+    side = epilogue.inputs
+    if all(t.shape == shape or t.size == 1 for t in [*inputs, *side]):
+        # Same shapes (or scalars broadcast to every element): one flat loop, easiest to vectorise.
+        def flat(i: Expr, t: Tensor, v: View) -> Expr:
+            return v.load_flat(const(0, INDEX) if t.shape != shape else i)
+
+        body = kb.loops([output.size], lambda i: [out.store_flat(i[0], epilogue.apply(
+            fn([flat(i[0], t, v) for t, v in zip(inputs, views)]), flat_index=i[0]))])
+    else:
+        body = kb.loops(shape, lambda idx: [out.store(idx, epilogue.apply(fn([v.load(idx) for v in views]), idx))])
+    ctx.emit(kb, body)
+
+
+# -- helpers ---------------------------------------------------------------------------------
 
 
 def _f(x: Expr, value: float) -> Expr:
@@ -23,92 +108,265 @@ def sigmoid(x: Expr) -> Expr:
     return _f(x, 1.0) / (_f(x, 1.0) + unary("exp", -x))
 
 
-UNARY: dict[str, Callable[[Expr, Node], Expr]] = {
+def _x(node: Node, kinds: str = "f") -> Tensor:
+    x = node.inputs[0]
+    if x is None:
+        raise fail(node, "missing input 0")
+    if x.dtype.kind not in kinds:
+        wanted = {"f": "float", "b": "bool", "fiu": "numeric", "fi": "signed numeric"}.get(kinds, kinds)
+        raise fail(node, f"input {x.name!r} has dtype {x.dtype}; {node.op_type} is implemented for {wanted} types")
+    return x
+
+
+def _unary_form(fn: Callable[[Expr, Node], Expr], kinds: str = "f") -> FormBuilder:
+    def build(node: Node, ctx: LoweringContext) -> Form:
+        return Form([_x(node, kinds)], lambda v: fn(v[0], node))
+
+    return build
+
+
+def _softplus(x: Expr) -> Expr:
+    # log(1 + e^x) without overflow: x + log1p(e^-x) for x > 0 (what onnxruntime computes).
+    return select(gt(x, _f(x, 0.0)), x + unary("log1p", unary("exp", -x)), unary("log1p", unary("exp", x)))
+
+
+def _elu(x: Expr, alpha: float) -> Expr:
+    return select(lt(x, _f(x, 0.0)), _f(x, alpha) * unary("expm1", x), x)
+
+
+def _gelu(x: Expr, node: Node) -> Expr:
+    half = _f(x, 0.5)
+    if node.attr("approximate", "none") == "tanh":
+        inner = _f(x, math.sqrt(2.0 / math.pi)) * (x + _f(x, 0.044715) * x * x * x)
+        return half * x * (_f(x, 1.0) + unary("tanh", inner))
+    return half * x * (_f(x, 1.0) + unary("erf", x * _f(x, 1.0 / math.sqrt(2.0))))
+
+
+def _clamp01(x: Expr) -> Expr:
+    return maximum(_f(x, 0.0), minimum(_f(x, 1.0), x))
+
+
+_UNARY_FLOAT: dict[str, Callable[[Expr, Node], Expr]] = {
     "Relu": lambda x, n: select(lt(x, _f(x, 0.0)), _f(x, 0.0), x),
     "LeakyRelu": lambda x, n: select(lt(x, _f(x, 0.0)), x * _f(x, n.attr("alpha", 0.01)), x),
     "Sigmoid": lambda x, n: sigmoid(x),
     "Tanh": lambda x, n: unary("tanh", x),
+    "Exp": lambda x, n: unary("exp", x),
+    "Log": lambda x, n: unary("log", x),
+    "Sqrt": lambda x, n: unary("sqrt", x),
+    "Erf": lambda x, n: unary("erf", x),
+    "Floor": lambda x, n: unary("floor", x),
+    "Ceil": lambda x, n: unary("ceil", x),
+    "Round": lambda x, n: unary("round_even", x),
+    "Sin": lambda x, n: unary("sin", x),
+    "Cos": lambda x, n: unary("cos", x),
+    "Tan": lambda x, n: unary("tan", x),
+    "Asin": lambda x, n: unary("asin", x),
+    "Acos": lambda x, n: unary("acos", x),
+    "Atan": lambda x, n: unary("atan", x),
+    "Sinh": lambda x, n: unary("sinh", x),
+    "Cosh": lambda x, n: unary("cosh", x),
+    "Asinh": lambda x, n: unary("asinh", x),
+    "Acosh": lambda x, n: unary("acosh", x),
+    "Atanh": lambda x, n: unary("atanh", x),
+    "Reciprocal": lambda x, n: _f(x, 1.0) / x,
+    "Softplus": lambda x, n: _softplus(x),
+    "Softsign": lambda x, n: x / (_f(x, 1.0) + unary("abs", x)),
+    "Elu": lambda x, n: _elu(x, float(n.attr("alpha", 1.0))),
+    "Celu": lambda x, n: maximum(_f(x, 0.0), x) + minimum(
+        _f(x, 0.0), _f(x, float(n.attr("alpha", 1.0))) * unary("expm1", x / _f(x, float(n.attr("alpha", 1.0))))),
+    "Selu": lambda x, n: _f(x, float(n.attr("gamma", 1.05070102214813232421875))) * select(
+        le(x, _f(x, 0.0)), _f(x, float(n.attr("alpha", 1.67326319217681884765625))) * unary("expm1", x), x),
+    "HardSigmoid": lambda x, n: _clamp01(_f(x, float(n.attr("alpha", 0.2))) * x + _f(x, float(n.attr("beta", 0.5)))),
+    "HardSwish": lambda x, n: x * _clamp01(x * _f(x, 1.0 / 6.0) + _f(x, 0.5)),
+    "Mish": lambda x, n: x * unary("tanh", _softplus(x)),
+    "ThresholdedRelu": lambda x, n: select(gt(x, _f(x, float(n.attr("alpha", 1.0)))), x, _f(x, 0.0)),
+    "Gelu": _gelu,
 }
+for _op, _fn in _UNARY_FLOAT.items():
+    elementwise(_op)(_unary_form(_fn))
 
-BINARY: dict[str, str] = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
-
-
-def emit_elementwise(ctx: LoweringContext, node: Node, inputs: Sequence[Tensor], output: Tensor,
-                     fn: ScalarFn) -> None:
-    """out[idx] = fn(in0[bcast idx], in1[bcast idx], ...) over the output's shape."""
-    kb = ctx.builder(node)
-    shape = output.shape
-    views = [kb.input(t).broadcast_to(shape) for t in inputs]
-    out = kb.output(output)
-    if all(t.shape == shape or t.size == 1 for t in inputs):
-        # Same shapes (or scalars broadcast to every element): one flat loop, easiest to vectorise.
-        def flat(i: Expr, t: Tensor, v: View) -> Expr:
-            return v.load_flat(const(0, INDEX) if t.shape != shape else i)
-
-        body = kb.loops([output.size], lambda i: [
-            out.store_flat(i[0], fn([flat(i[0], t, v) for t, v in zip(inputs, views, strict=True)]))])
-    else:
-        body = kb.loops(shape, lambda idx: [out.store(idx, fn([v.load(idx) for v in views]))])
-    ctx.emit(kb, body)
+elementwise("Neg")(_unary_form(lambda x, n: -x, "fi"))
+elementwise("Abs")(_unary_form(lambda x, n: unary("abs", x), "fiu"))
+elementwise("Sign")(_unary_form(lambda x, n: unary("sign", x), "fiu"))
+elementwise("Not")(_unary_form(lambda x, n: unary("not", x), "b"))
+elementwise("IsNaN")(_unary_form(lambda x, n: unary("isnan", x)))
 
 
-def _float_only(node: Node, t: Tensor) -> None:
-    if t.dtype.kind != "f":
-        raise fail(node, f"input {t.name!r} has dtype {t.dtype}; this op is implemented for float types")
+@elementwise("IsInf")
+def _isinf(node: Node, ctx: LoweringContext) -> Form:
+    neg, pos = int(node.attr("detect_negative", 1)), int(node.attr("detect_positive", 1))
+
+    def fn(v: list[Expr]) -> Expr:
+        if neg and pos:
+            return unary("isinf", v[0])
+        if neg:
+            return unary("isneginf", v[0])
+        if pos:
+            return unary("isposinf", v[0])
+        return const(False, "bool")
+
+    return Form([_x(node)], fn)
 
 
-@register(*UNARY)
-def lower_unary(node: Node, ctx: LoweringContext) -> None:
-    x = node.inputs[0]
-    assert x is not None and node.outputs[0] is not None
-    _float_only(node, x)
-    scalar = UNARY[node.op_type]
-    emit_elementwise(ctx, node, [x], node.outputs[0], lambda v: scalar(v[0], node))
+# -- binary and variadic ---------------------------------------------------------------------
+
+_ARITH = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
 
 
-@register(*BINARY)
-def lower_binary(node: Node, ctx: LoweringContext) -> None:
-    a, b = node.inputs[0], node.inputs[1]
-    out = node.outputs[0]
-    assert a is not None and b is not None and out is not None
-    if a.dtype != b.dtype:
-        raise fail(node, f"inputs have different dtypes {a.dtype} and {b.dtype}")
-    if node.attr("broadcast", 1) == 1 and node.attr("axis") is not None and node.opset < 7:
+def _two(node: Node) -> tuple[Tensor, Tensor]:
+    a, b = node.input(0), node.input(1)
+    if a is None or b is None:
+        raise fail(node, "needs two inputs")
+    if node.opset < 7 and node.attr("broadcast", 0) and node.attr("axis") is not None:
         raise fail(node, "legacy broadcast with axis (opset < 7) is not supported")
-    op = BINARY[node.op_type]
+    return a, b
+
+
+def _same_dtype(node: Node, tensors: Sequence[Tensor]) -> None:
+    if len({t.dtype for t in tensors}) > 1:
+        raise fail(node, f"inputs have different dtypes {sorted({str(t.dtype) for t in tensors})}")
+
+
+@elementwise(*_ARITH)
+def _arith(node: Node, ctx: LoweringContext) -> Form:
+    a, b = _two(node)
+    _same_dtype(node, [a, b])
+    if a.dtype.kind == "b":
+        raise fail(node, "arithmetic on bool tensors is not defined")
+    op = _ARITH[node.op_type]
     # Integer Div truncates toward zero in ONNX (onnx's reference and onnxruntime), which is what
     # C's integer `/` does; a zero divisor is undefined in ONNX as it is in C.
-    emit_elementwise(ctx, node, [a, b], out, lambda v: binary(op, v[0], v[1]))
+    return Form([a, b], lambda v: binary(op, v[0], v[1]))
 
 
-@register("Sum")
-def lower_sum(node: Node, ctx: LoweringContext) -> None:
-    """Variadic Add with numpy broadcasting (Caffe2-era exporters write residual adds as Sum),
-    accumulated left to right like the ONNX reference."""
+@elementwise("Pow")
+def _pow(node: Node, ctx: LoweringContext) -> Form:
+    a, b = _two(node)
+    if a.dtype.kind not in "fiu" or b.dtype.kind not in "fiu":
+        raise fail(node, f"Pow of {a.dtype} by {b.dtype} is not supported")
+    if a.dtype.kind == "f":
+        return Form([a, b], lambda v: binary("pow", v[0], cast(v[1], v[0].dtype)))
+    # Integer bases: computed in double (exact for every result an integer type can hold) and
+    # converted back to the base's type, as the ONNX reference does.
+    return Form([a, b], lambda v: cast(binary("pow", cast(v[0], "float64"), cast(v[1], "float64")), v[0].dtype))
+
+
+@elementwise("Mod")
+def _mod(node: Node, ctx: LoweringContext) -> Form:
+    a, b = _two(node)
+    _same_dtype(node, [a, b])
+    if node.attr("fmod", 0):
+        return Form([a, b], lambda v: binary("mod", v[0], v[1]))  # C's % / fmod: sign of the dividend
+
+    def python_mod(v: list[Expr]) -> Expr:
+        # fmod=0: the result takes the divisor's sign (like Python's %), unlike C's %.
+        r = binary("mod", v[0], v[1])
+        zero = const(0, r.dtype)
+        fix = logical_and(binary("ne", r, zero), binary("ne", lt(r, zero), lt(v[1], zero)))
+        return select(fix, r + v[1], r)
+
+    return Form([a, b], python_mod)
+
+
+@elementwise("PRelu")
+def _prelu(node: Node, ctx: LoweringContext) -> Form:
+    x, slope = _two(node)
+    _same_dtype(node, [x, slope])
+    if slope.rank == 1 and x.rank > 2 and slope.size == x.shape[1] and not _broadcasts(slope.shape, x.shape):
+        # PRelu before opset 7 (kept by exporters that upgrade the opset number only) gives one
+        # slope per channel (axis 1), which numpy broadcasting would align with the last axis.
+        per_channel = Tensor(ctx.graph.unique_name(f"{slope.name}__per_channel"), slope.dtype,
+                             (slope.size,) + (1,) * (x.rank - 2))
+        ctx.graph.add_tensor(per_channel)
+        ctx.alias(per_channel, slope)
+        slope = per_channel
+    return Form([x, slope], lambda v: select(lt(v[0], const(0, v[0].dtype)), v[0] * v[1], v[0]))
+
+
+def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    return len(small) <= len(big) and all(s in (1, b) for s, b in zip(reversed(small), reversed(big)))
+
+
+_COMPARE = {"Equal": eq, "Greater": gt, "GreaterOrEqual": ge, "Less": lt, "LessOrEqual": le}
+
+
+@elementwise(*_COMPARE)
+def _compare(node: Node, ctx: LoweringContext) -> Form:
+    a, b = _two(node)
+    _same_dtype(node, [a, b])
+    compare = _COMPARE[node.op_type]
+    return Form([a, b], lambda v: compare(v[0], v[1]))
+
+
+_LOGIC = {"And": logical_and, "Or": logical_or, "Xor": lambda a, b: binary("xor", a, b)}
+
+
+@elementwise(*_LOGIC)
+def _logic(node: Node, ctx: LoweringContext) -> Form:
+    a, b = _two(node)
+    if a.dtype.kind != "b" or b.dtype.kind != "b":
+        raise fail(node, f"{node.op_type} needs bool inputs, got {a.dtype} and {b.dtype}")
+    op = _LOGIC[node.op_type]
+    return Form([a, b], lambda v: op(v[0], v[1]))
+
+
+def _variadic(node: Node) -> list[Tensor]:
     inputs = [t for t in node.inputs if t is not None]
-    out = node.outputs[0]
-    assert out is not None
     if not inputs:
-        raise fail(node, "Sum needs at least one input")
-    if any(t.dtype != out.dtype for t in inputs):
-        raise fail(node, f"inputs have dtypes {sorted({str(t.dtype) for t in inputs})}, output {out.dtype}")
+        raise fail(node, f"{node.op_type} needs at least one input")
+    _same_dtype(node, inputs)
+    return inputs
 
-    def total(v: list[Expr]) -> Expr:
+
+@elementwise("Sum", "Mean", "Max", "Min")
+def _variadic_form(node: Node, ctx: LoweringContext) -> Form:
+    """Variadic ops with numpy broadcasting, folded left to right like the ONNX reference.
+    (Caffe2-era exporters write residual adds as Sum.)"""
+    inputs = _variadic(node)
+    op = {"Sum": "add", "Mean": "add", "Max": "max", "Min": "min"}[node.op_type]
+
+    def fn(v: list[Expr]) -> Expr:
         acc = v[0]
         for term in v[1:]:
-            acc = acc + term
-        return acc
+            acc = binary(op, acc, term)
+        return acc / const(float(len(v)), acc.dtype) if node.op_type == "Mean" else acc
 
-    emit_elementwise(ctx, node, inputs, out, total)
+    return Form(inputs, fn)
 
 
-@register("Clip")
-def lower_clip(node: Node, ctx: LoweringContext) -> None:
-    x = node.inputs[0]
-    out = node.outputs[0]
-    assert x is not None and out is not None
-    if x.dtype.kind not in "fiu":
-        raise fail(node, f"input {x.name!r} has dtype {x.dtype}; Clip is implemented for numeric types")
+@elementwise("Where")
+def _where(node: Node, ctx: LoweringContext) -> Form:
+    cond, a, b = node.input(0), node.input(1), node.input(2)
+    if cond is None or a is None or b is None:
+        raise fail(node, "Where needs condition, X and Y")
+    if cond.dtype.kind != "b":
+        raise fail(node, f"condition has dtype {cond.dtype}, expected bool")
+    _same_dtype(node, [a, b])
+    return Form([cond, a, b], lambda v: select(binary("ne", v[0], const(False, "bool")), v[1], v[2]))
+
+
+_CAST_TARGETS = {"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "bool"}
+
+
+@elementwise("Cast", "CastLike")
+def _cast(node: Node, ctx: LoweringContext) -> Form:
+    x, out = node.input(0), node.outputs[0]
+    assert out is not None
+    if x is None:
+        raise fail(node, "missing input")
+    target = out.dtype.name
+    if target not in _CAST_TARGETS or x.dtype.name not in _CAST_TARGETS:
+        raise fail(node, f"cast from {x.dtype} to {out.dtype} is not supported")
+    if node.attr("saturate", 1) == 0 and target.startswith("float8"):
+        raise fail(node, "float8 casts are not supported")
+    return Form([x], lambda v: cast(v[0], target))
+
+
+@elementwise("Clip")
+def _clip(node: Node, ctx: LoweringContext) -> Form:
+    x = _x(node, "fiu")
     if node.opset < 11:
         lo, hi = node.attr("min"), node.attr("max")
     else:
@@ -129,7 +387,7 @@ def lower_clip(node: Node, ctx: LoweringContext) -> None:
             y = fn(y, next(loaded) if isinstance(bound, Tensor) else const(bound, y.dtype))
         return y
 
-    emit_elementwise(ctx, node, [x, *runtime], out, clip)
+    return Form([x, *runtime], clip)
 
 
 def _clip_bound(node: Node, index: int, what: str) -> float | int | Tensor | None:

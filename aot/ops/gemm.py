@@ -25,7 +25,8 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
         raise fail(node, f"dtype {a.dtype}: Gemm is implemented for float types")
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
     kb = ctx.builder(node)
-    av, bv, yv = kb.input(a), kb.input(b), kb.output(y)
+    final, epilogue = ctx.epilogue(node, kb)
+    av, bv, yv = kb.input(a), kb.input(b), kb.output(final)
     if node.attr("transA", 0):
         av = av.permute([1, 0])
     if node.attr("transB", 0):
@@ -44,7 +45,7 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
         result: Expr = acc if alpha == 1.0 else acc * const(alpha, dt)
         if cv is not None:
             result = result + (cv.load([i, j]) if beta == 1.0 else cv.load([i, j]) * const(beta, dt))
-        return [Declare(acc, const(0.0, dt)), *red, yv.store([i, j], result)]
+        return [Declare(acc, const(0.0, dt)), *red, yv.store([i, j], epilogue.apply(result, [i, j]))]
 
     ctx.emit(kb, kb.loops([m, n], body))
 
@@ -60,7 +61,8 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
     if a.rank == 0 or b.rank == 0:
         raise fail(node, "MatMul inputs must have rank >= 1")
     kb = ctx.builder(node)
-    av, bv, yv = kb.input(a), kb.input(b), kb.output(y)
+    final, epilogue = ctx.epilogue(node, kb)
+    av, bv, yv = kb.input(a), kb.input(b), kb.output(final)
     # numpy rules: a 1-D A is a row vector, a 1-D B a column vector; both extra dims are dropped.
     a_shape = (1, *a.shape) if a.rank == 1 else a.shape
     b_shape = (*b.shape, 1) if b.rank == 1 else b.shape
@@ -84,7 +86,9 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
         acc = kb.var("acc", dt)
         red = kb.loops([k], lambda r: [Assign(acc, acc + a_b.load([*bi, i, r[0]]) * b_b.load([*bi, r[0], j]))],
                        prefix="r")
-        return [Declare(acc, const(0.0, dt)), *red, y_full.store(idx, acc)]
+        # The fusion plan only gives MatMuls with operands of rank >= 2 an epilogue, so the output
+        # index here is the output tensor's own index.
+        return [Declare(acc, const(0.0, dt)), *red, y_full.store(idx, epilogue.apply(acc, idx))]
 
     ctx.emit(kb, kb.loops(full, body))
 

@@ -1,23 +1,21 @@
-"""BatchNormalization in inference mode."""
+"""BatchNormalization in inference mode: per-channel y = x * a + b (an elementwise form, so it
+fuses into the epilogue of the Conv/Gemm before it when the graph pass did not fold it away)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.graph import Node
+from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import Expr, const, unary
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
-from aot.ops.elementwise import emit_elementwise
-from aot.ops.registry import register
+from aot.ops.elementwise import Form, elementwise
 
 
-@register("BatchNormalization")
-def lower_batchnorm(node: Node, ctx: LoweringContext) -> None:
+@elementwise("BatchNormalization")
+def batchnorm_form(node: Node, ctx: LoweringContext) -> Form:
     x = required_input(node, 0, "X")
     params = [required_input(node, i, n) for i, n in enumerate(["scale", "B", "input_mean", "input_var"], 1)]
-    y = node.outputs[0]
-    assert y is not None
     if any(o is not None for o in node.outputs[1:]) or node.attr("training_mode", 0):
         raise fail(node, "training mode (running statistics outputs) is not supported; export in eval mode")
     if x.dtype.kind != "f" or x.rank < 2:
@@ -35,12 +33,11 @@ def lower_batchnorm(node: Node, ctx: LoweringContext) -> None:
         b = bias - mean * a
         a_t = ctx.constant(a.astype(x.dtype).reshape(per_channel), f"{node.name}_scale")
         b_t = ctx.constant(b.astype(x.dtype).reshape(per_channel), f"{node.name}_shift")
-        emit_elementwise(ctx, node, [x, a_t, b_t], y, lambda v: v[0] * v[1] + v[2])
-        return
+        return Form([x, a_t, b_t], lambda v: v[0] * v[1] + v[2])
     reshaped = []
     for p in params:
         if p.shape != per_channel:
-            view = ctx.graph.add_tensor(type(p)(f"{p.name}__bn{node.name}", p.dtype, per_channel))
+            view = ctx.graph.add_tensor(Tensor(ctx.graph.unique_name(f"{p.name}__bn"), p.dtype, per_channel))
             ctx.alias(view, p)
             reshaped.append(view)
         else:
@@ -50,4 +47,4 @@ def lower_batchnorm(node: Node, ctx: LoweringContext) -> None:
         xv, scale, bias, mean, var = v
         return (xv - mean) * (scale / unary("sqrt", var + const(eps, xv.dtype))) + bias
 
-    emit_elementwise(ctx, node, [x, *reshaped], y, bn)
+    return Form([x, *reshaped], bn)

@@ -35,7 +35,7 @@ C_TYPES = {
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||", "xor": "!="}
 _MATH = {"exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan",
-         "sinh", "cosh", "asinh", "acosh", "atanh"}
+         "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1"}
 
 
 def c_type(dtype: str) -> str:

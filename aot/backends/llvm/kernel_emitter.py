@@ -52,7 +52,7 @@ _INTRINSICS = {"sqrt": "llvm.sqrt", "abs": "llvm.fabs", "floor": "llvm.floor", "
                "round_even": "llvm.nearbyint"}
 # The rest are libm calls, named as in C: expf/exp, tanhf/tanh, ...
 _LIBM = {"exp", "log", "tanh", "erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
-         "acosh", "atanh"}
+         "acosh", "atanh", "log1p", "expm1"}
 _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
