@@ -73,25 +73,27 @@ class View:
 class KernelBuilder:
     """Collects the buffers and fresh variable names of one kernel under construction."""
 
-    def __init__(self, op: str, sources: list[str], resolve: Callable[[Tensor], Tensor]) -> None:
+    def __init__(self, op: str, sources: list[str], resolve: Callable[[Tensor], tuple[Tensor, int]]) -> None:
         self.op = op
         self.sources = sources
         self._resolve = resolve
         self.params: list[Buffer] = []
         self.bindings: list[Tensor] = []  # storage-root tensor bound to each param
+        self.offsets: list[int] = []  # element offset of each param inside its root
         self._names: dict[str, int] = {}
 
     def _bind(self, tensor: Tensor, writable: bool) -> Buffer:
-        root = self._resolve(tensor)
-        for buf, bound in zip(self.params, self.bindings):
-            if bound is root:
+        root, offset = self._resolve(tensor)
+        for i, (buf, bound) in enumerate(zip(self.params, self.bindings)):
+            if bound is root and self.offsets[i] == offset and buf.size == tensor.size:
                 if writable and not buf.writable:
                     raise ValueError(f"{tensor!r} is both read and written by one kernel")
                 return buf
         prefix = "out" if writable else "in"
-        buf = Buffer(f"{prefix}{len(self.params)}", root.dtype.name, root.size, writable)
+        buf = Buffer(f"{prefix}{len(self.params)}", root.dtype.name, tensor.size, writable)
         self.params.append(buf)
         self.bindings.append(root)
+        self.offsets.append(offset)
         return buf
 
     def input(self, tensor: Tensor) -> View:

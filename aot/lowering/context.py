@@ -58,7 +58,8 @@ class LoweringContext:
         self.graph = graph
         self.kernels: list[Kernel] = []
         self.kernel_bindings: list[list[Tensor]] = []
-        self._alias: dict[int, Tensor] = {}
+        self._alias: dict[int, tuple[Tensor, int]] = {}  # id(view) -> (tensor it lives in, element offset)
+        self.kernel_offsets: list[list[int]] = []  # element offset into the root, per kernel param
         self._new_constants = 0
         self.fusion = FusionPlan()
 
@@ -67,11 +68,26 @@ class LoweringContext:
         """`view` is the same bytes as `of` (Reshape, Flatten, Identity ...): no kernel, no copy."""
         if view.nbytes != of.nbytes:
             raise ValueError(f"alias {view!r} of {of!r}: sizes differ")
-        self._alias[id(view)] = self.root(of)
+        self._alias[id(view)] = (of, 0)
+
+    def place_inside(self, part: Tensor, whole: Tensor, element_offset: int) -> None:
+        """`part` lives in a contiguous slice of `whole`, starting at `element_offset` (a Concat
+        input written straight into its place in the Concat output)."""
+        if part.dtype != whole.dtype or element_offset < 0 or element_offset + part.size > whole.size:
+            raise ValueError(f"{part!r} does not fit in {whole!r} at {element_offset}")
+        self._alias[id(part)] = (whole, element_offset)
+
+    def resolve(self, tensor: Tensor) -> tuple[Tensor, int]:
+        """The tensor owning the storage `tensor` lives in, and the element offset inside it."""
+        offset = 0
+        while id(tensor) in self._alias:
+            tensor, step = self._alias[id(tensor)]
+            offset += step
+        return tensor, offset
 
     def root(self, tensor: Tensor) -> Tensor:
         """The tensor that owns the storage `tensor` lives in."""
-        return self._alias.get(id(tensor), tensor)
+        return self.resolve(tensor)[0]
 
     def is_alias(self, tensor: Tensor) -> bool:
         return id(tensor) in self._alias
@@ -84,7 +100,7 @@ class LoweringContext:
             sources += [n.name for n in chain]
         if op is None:
             op = "+".join([node.op_type, *(n.op_type for n in chain)]) if node is not None else "Copy"
-        return KernelBuilder(op, sources, self.root)
+        return KernelBuilder(op, sources, self.resolve)
 
     def epilogue(self, node: Node, kb: KernelBuilder) -> tuple[Tensor, Epilogue]:
         """Where `node`'s kernel stores its result (its own output, or the fused chain's last
@@ -105,6 +121,7 @@ class LoweringContext:
         kernel = kb.build(f"k{len(self.kernels)}", body)
         self.kernels.append(kernel)
         self.kernel_bindings.append(list(kb.bindings))
+        self.kernel_offsets.append(list(kb.offsets))
 
     def constant(self, data: np.ndarray, hint: str) -> Tensor:
         """A new compile-time constant made by a lowering (e.g. folded BatchNorm scales)."""

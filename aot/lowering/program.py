@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from aot.ir.graph import Graph, Tensor
 from aot.kernel.ir import Kernel, Load, Store
+from aot.lowering.concat_in_place import plan_concat_in_place
 from aot.lowering.context import LoweringContext
 from aot.lowering.fusion import FusionPlan, plan_fusion
 from aot.ops.registry import lowering_for
@@ -27,6 +28,7 @@ class Program:
     graph: Graph
     kernels: list[Kernel]
     bindings: list[list[Tensor]]  # storage-root tensor for each kernel param
+    offsets: list[list[int]]      # element offset of each kernel param inside its root
     storage: dict[int, Storage] = field(default_factory=dict)  # id(root tensor) -> Storage
     weights: list[Tensor] = field(default_factory=list)
     arena_tensors: list[Tensor] = field(default_factory=list)
@@ -35,6 +37,9 @@ class Program:
 def lower_graph(graph: Graph, fuse: bool = True) -> Program:
     ctx = LoweringContext(graph)
     ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
+    if fuse:
+        for part, whole, offset in plan_concat_in_place(graph):
+            ctx.place_inside(part, whole, offset)
     for node in graph.nodes:
         if id(node) in ctx.fusion.absorbed:
             # Part of an anchor's epilogue: the anchor's kernel runs here, at the chain's end.
@@ -46,7 +51,7 @@ def lower_graph(graph: Graph, fuse: bool = True) -> Program:
             continue  # lowered when its chain ends
         lowering_for(node.op_type)(node, ctx)
     output_roots = _route_outputs(ctx)
-    program = Program(graph, ctx.kernels, ctx.kernel_bindings)
+    program = Program(graph, ctx.kernels, ctx.kernel_bindings, ctx.kernel_offsets)
     _assign_storage(program, output_roots)
     return program
 
@@ -59,14 +64,15 @@ def _route_outputs(ctx: LoweringContext) -> dict[int, int]:
     produced = {id(t) for bindings in ctx.kernel_bindings for t in bindings}
     inputs = {id(t) for t in ctx.graph.inputs}
     for position, out in enumerate(ctx.graph.outputs):
-        root = ctx.root(out)
-        if (id(root) in produced and id(root) not in inputs and not root.is_constant
+        root, offset = ctx.resolve(out)
+        whole = offset == 0 and root.size == out.size  # not a slice of a bigger (Concat) buffer
+        if (whole and id(root) in produced and id(root) not in inputs and not root.is_constant
                 and id(root) not in output_roots):
             output_roots[id(root)] = position
             continue
         dest = Tensor(f"{out.name}__out{position}", out.dtype, out.shape)
         kb = ctx.builder(None, "Copy", [f"graph output {out.name}"])
-        src = kb.input(root).buffer
+        src = kb.input(out).buffer
         dst = kb.output(dest).buffer
         ctx.emit(kb, kb.loops([out.size], lambda i, src=src, dst=dst: [Store(dst, i[0], Load(src, i[0]))]))
         output_roots[id(dest)] = position

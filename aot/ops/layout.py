@@ -47,9 +47,14 @@ def lower_concat(node: Node, ctx: LoweringContext) -> None:
     out = kb.output(y)
     body: list[Stmt] = []
     offset = 0
+    y_root, y_offset = ctx.resolve(y)
     for t in parts:
         if t.dtype != y.dtype:
             raise fail(node, f"input {t.name!r} has dtype {t.dtype}, output {y.dtype}")
+        t_root, t_offset = ctx.resolve(t)
+        if t_root is y_root and t_offset == y_offset + offset * out.strides[axis]:
+            offset += t.shape[axis]  # written in place by its producer (see concat_in_place.py)
+            continue
         src = kb.input(t)
         slot = View(out.buffer, t.shape, out.strides, offset * out.strides[axis])
 

@@ -99,18 +99,20 @@ def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kern
                 name: str, slots: dict[int, WeightSlot]) -> str:
     kernel = program.kernels[kernel_index]
     args = []
-    for buf, t in zip(kernel.params, program.bindings[kernel_index]):
+    for buf, t, elements in zip(kernel.params, program.bindings[kernel_index], program.offsets[kernel_index]):
         storage = program.storage[id(t)]
         ctype = c_type(buf.dtype)
         qual = "" if buf.writable else "const "
+        # A param may be a slice of its root (a Concat part written in place): element offset.
+        shift = f" + {elements}" if elements else ""
         if storage.kind == INPUT:
-            args.append(f"({qual}{ctype} *)inputs[{storage.index}]")
+            args.append(f"({qual}{ctype} *)inputs[{storage.index}]{shift}")
         elif storage.kind == OUTPUT:
-            args.append(f"({qual}{ctype} *)outputs[{storage.index}]")
+            args.append(f"({qual}{ctype} *)outputs[{storage.index}]{shift}")
         elif storage.kind == ARENA:
-            args.append(f"({qual}{ctype} *)(a + {plan.offsets[t.name]})")
+            args.append(f"({qual}{ctype} *)(a + {plan.offsets[t.name] + elements * t.dtype.itemsize})")
         elif storage.kind == WEIGHT:
-            args.append(f"{name}_weights.{slots[id(t)].member}")
+            args.append(f"{name}_weights.{slots[id(t)].member}{shift}")
         else:
             raise AssertionError(storage)
     return f"{printer.function_name(kernel)}({', '.join(args)});"

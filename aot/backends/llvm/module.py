@@ -39,8 +39,8 @@ class _Region:
     def overlaps(self, other: _Region) -> bool:
         if self.kind != other.kind:
             return False  # inputs, outputs, arena and weights are distinct objects by contract
-        if self.kind in (INPUT, OUTPUT):
-            return self.index == other.index
+        if self.kind in (INPUT, OUTPUT) and self.index != other.index:
+            return False
         return self.start < other.stop and other.start < self.stop
 
 
@@ -96,15 +96,19 @@ class ModelModule:
     # -- kernel arguments --------------------------------------------------------------------
     def _region(self, kernel_index: int, param_index: int) -> _Region:
         tensor = self.program.bindings[kernel_index][param_index]
+        buf = self.program.kernels[kernel_index].params[param_index]
         storage = self.program.storage[id(tensor)]
+        # A param may be a slice of its root tensor (a Concat part written in place).
+        shift = self.program.offsets[kernel_index][param_index] * tensor.dtype.itemsize
+        nbytes = buf.size * tensor.dtype.itemsize
         if storage.kind in (INPUT, OUTPUT):
-            return _Region(storage.kind, storage.index, 0, 0)
+            return _Region(storage.kind, storage.index, shift, shift + nbytes)
         if storage.kind == ARENA:
-            start = self.plan.offsets[tensor.name]
-            return _Region(ARENA, 0, start, start + tensor.nbytes)
+            start = self.plan.offsets[tensor.name] + shift
+            return _Region(ARENA, 0, start, start + nbytes)
         if storage.kind == WEIGHT:
-            start = self.slots[id(tensor)].offset
-            return _Region(WEIGHT, 0, start, start + tensor.nbytes)
+            start = self.slots[id(tensor)].offset + shift
+            return _Region(WEIGHT, 0, start, start + nbytes)
         raise AssertionError(storage)
 
     def _param_facts(self, kernel_index: int) -> list[ParamInfo]:
@@ -252,11 +256,10 @@ class ModelModule:
     def _argument(self, b: ir.IRBuilder, kernel_index: int, param_index: int, in_ptrs: list[ir.Value],
                   out_ptrs: list[ir.Value], arena: ir.Value) -> ir.Value:
         region = self._region(kernel_index, param_index)
-        if region.kind == INPUT:
-            return in_ptrs[region.index]
-        if region.kind == OUTPUT:
-            return out_ptrs[region.index]
-        base = arena if region.kind == ARENA else self._weights_global()
+        if region.kind in (INPUT, OUTPUT):
+            base = (in_ptrs if region.kind == INPUT else out_ptrs)[region.index]
+        else:
+            base = arena if region.kind == ARENA else self._weights_global()
         if region.start == 0:
             return base
         return b.gep(base, [ir.Constant(t.I32, region.start)], inbounds=True, source_etype=t.I8)

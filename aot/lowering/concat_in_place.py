@@ -1,0 +1,47 @@
+"""Concat without copies: each input is written by its producer straight into its slice of the
+Concat output, so the Concat itself does nothing.
+
+Possible when the slice is contiguous (every dimension before the axis is 1, e.g. batch-1 NCHW
+channel concat as in SqueezeNet, Inception, DenseNet), and the input is an ordinary intermediate:
+made by a kernel, not a graph input, constant, view or graph output of its own, and listed once.
+Decided before lowering, because the producer's kernel must already know where to write.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.graph import Graph, Node, Tensor
+
+_VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+
+
+def _placeable(graph: Graph, t: Tensor, concat: Node, claimed: set[int]) -> bool:
+    producer = t.producer
+    return (producer is not None and producer.op_type not in _VIEW_OPS and not t.is_constant
+            and not graph.is_output(t) and id(t) not in claimed
+            and sum(1 for x in concat.inputs if x is t) == 1 and t.size > 0)
+
+
+def plan_concat_in_place(graph: Graph) -> list[tuple[Tensor, Tensor, int]]:
+    """(part, concat output, element offset) for every Concat input that can be written in place."""
+    placements: list[tuple[Tensor, Tensor, int]] = []
+    claimed: set[int] = set()
+    for node in graph.nodes:
+        out = node.outputs[0] if node.op_type == "Concat" and node.outputs else None
+        if out is None or out.size == 0:
+            continue
+        axis = int(node.attr("axis", 1))
+        axis = axis + out.rank if axis < 0 else axis
+        if int(np.prod(out.shape[:axis], dtype=np.int64)) != 1:
+            continue  # each part would be strided: a copy is simpler and as fast
+        inner = int(np.prod(out.shape[axis + 1:], dtype=np.int64))
+        offset = 0
+        for t in node.inputs:
+            if t is None or t.size == 0:
+                continue
+            if _placeable(graph, t, node, claimed):
+                placements.append((t, out, offset))
+                claimed.add(id(t))
+            offset += t.shape[axis] * inner
+    return placements
