@@ -149,13 +149,10 @@ def verify_cmd(
 
     if tolerance <= 0:
         raise AotError(f"--tolerance {tolerance}: must be positive")
+    if target and len(target) > 1:
+        raise AotError("--target: verify checks one target at a time")
     package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None)
-    if backend == "llvm":
-        from aot.host.run import host_variant
-
-        if host_variant(package)[0] != "llvm":
-            raise AotError(f"--target {', '.join(target or [])}: verify runs the model on this machine, "
-                           "which cannot run objects for that target")
+    built = _build_to_run(package, target[0] if target else None, backend)
     given = None
     if inputs is not None:
         given = match_by_name_or_order(load_npz(inputs, "--inputs"), package.inputs, "inputs", str(inputs))
@@ -163,13 +160,15 @@ def verify_cmd(
     want = None
     if expected is not None:
         want = match_by_name_or_order(load_npz(expected, "--expected"), package.outputs, "outputs", str(expected))
-    result = verify_package(package, str(model), given, want, tolerance, seed)
+    result = verify_package(package, str(model), given, want, tolerance, seed, built=built)
+    where = getattr(built, "where", "host")
     if as_json:
         payload = result.to_json()
-        payload.update({"model": str(model), "backend": backend, "arena_bytes": package.arena_bytes})
+        payload.update({"model": str(model), "backend": backend, "arena_bytes": package.arena_bytes,
+                        "target": package.manifest.get("target", "host"), "ran_on": where})
         print(json.dumps(payload, sort_keys=True))
     else:
-        print(f"verify {model} (backend {backend}) against {result.reference}, tolerance {tolerance:g}")
+        print(f"verify {model} (backend {backend}, {where}) against {result.reference}, tolerance {tolerance:g}")
         for o in result.outputs:
             status = "ok  " if o.passed else "FAIL"
             extra = f"  ({o.detail})" if o.detail else ""
@@ -177,6 +176,84 @@ def verify_cmd(
         print("PASSED" if result.passed else "FAILED")
     if not result.passed:
         raise typer.Exit(EXIT_MISMATCH)
+
+
+def _build_to_run(package: Any, target_name: str | None, backend: str) -> Any:
+    """The package built to run here: natively for the host, else cross-built and run under qemu-user."""
+    from aot.host.run import HostModel, host_variant
+    from aot.targets import load_target
+    from aot.toolchain.discovery import is_host
+    from aot.toolchain.target_build import TargetModel
+
+    target = load_target(target_name) if target_name else None
+    if target is None or (is_host(target) and (backend != "llvm" or host_variant(package)[0] == "llvm")):
+        built = HostModel.build(package)
+        built.where = "host"
+        return built
+    built = TargetModel.build(package, target)
+    built.where = f"{target.name} under {' '.join(built.command([])[:-1]) or 'native'}"
+    return built
+
+
+@app.command("build")
+@_report_errors
+def build_cmd(
+    model: ModelArg,
+    target: Annotated[str, typer.Option("--target", help="Target preset (see `aot targets`) or .toml file.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
+    input_shape: InputShapeOpt = None,
+    name: NameOpt = None,
+    backend: BackendOpt = "c",
+    toolchain: Annotated[str, typer.Option("--toolchain", help="auto, gcc (cross GCC), zig (pip install "
+                                           "ziglang) or clang (bare metal).")] = "auto",
+    dynamic: Annotated[bool, typer.Option("--dynamic", help="Link the runner against the target's libc "
+                                          "instead of statically.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace the output folder if it exists.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Compile MODEL for a target and build it there-ready: the package, its static library and
+    (for Linux targets) the runner program, cross-compiled."""
+    import tempfile
+
+    from aot.compiler import compile as compile_model
+    from aot.errors import OutputError
+    from aot.targets import load_target
+    from aot.toolchain.discovery import find_toolchain
+    from aot.toolchain.elf import read_elf
+    from aot.toolchain.target_build import build_package_dir
+
+    if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
+        raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
+    if output.exists() and not force:
+        raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
+    preset = load_target(target)
+    tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
+    package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target)
+    # Build in a staging copy, then publish package and artefacts together: no half-built folder.
+    with tempfile.TemporaryDirectory(prefix=".aot-build-", dir=output.resolve().parent) as tmp:
+        staging = package.write(Path(tmp) / "pkg")
+        built = build_package_dir(staging, package.name, preset, tools, static=not dynamic,
+                                  llvm=backend == "llvm")
+        files = {str(p.relative_to(staging)): p.read_bytes() for p in staging.rglob("*")
+                 if p.is_file() and not p.name.endswith(".o") or p.name in package.files}
+        artefacts = [(p.name, read_elf(p).describe() if p.suffix != ".a" else "static library", p.stat().st_size)
+                     for p in built]
+    from aot.package.writer import write_tree_atomically
+
+    written = write_tree_atomically(files, output, force=force)
+    for artefact, _, _ in artefacts:
+        if not artefact.endswith(".a"):
+            (written / artefact).chmod(0o755)
+    if as_json:
+        print(json.dumps({"package": str(written), "target": preset.name, "triple": preset.triple,
+                          "toolchain": tools.kind, "cc": tools.cc_text,
+                          "artefacts": [{"file": a, "kind": k, "bytes": b} for a, k, b in artefacts]},
+                         sort_keys=True))
+        return
+    print(f"built {model} for {preset.name} ({preset.triple}) with {tools.kind}: {tools.cc_text}")
+    for artefact, kind, size in artefacts:
+        print(f"  {written / artefact}: {kind}, {size} bytes")
 
 
 @app.command("inspect")

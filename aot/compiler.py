@@ -22,6 +22,7 @@ from aot.passes.pipeline import run_passes
 from aot.planner.liveness import arena_intervals
 from aot.planner.memory import MemoryPlan, plan_memory
 from aot.resources import resource_dir
+from aot.targets import Target, load_target
 
 if TYPE_CHECKING:  # the LLVM backend (llvmlite) is imported only when it is used
     from aot.backends.llvm import LlvmTarget
@@ -60,6 +61,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     if backend not in BACKENDS:
         raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
     llvm_targets = _llvm_targets(backend, target)
+    presets = _presets(backend, target)
     graph, source = load(model, input_shapes)
     if name is None:
         name = graph.name
@@ -68,9 +70,11 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     ident = model_identifier(str(name))
     run_passes(graph)
     program = lower_graph(graph)
-    memory = plan(program)
+    # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
+    memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
     texts, info = render_c_sources(program, memory, ident, Path(source).name,
-                                   llvm_targets=[_build_entry(ident, t) for t in llvm_targets])
+                                   llvm_targets=[_build_entry(ident, t) for t in llvm_targets],
+                                   target=presets[0] if len(presets) == 1 else None)
     files = {path: text.encode() for path, text in texts.items()}
     if llvm_targets:
         from aot.backends.llvm import compile_objects
@@ -94,6 +98,9 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "onnx_nodes": graph.source_node_count,
         "kernels": len(program.kernels),
     }
+    if presets and not llvm_targets:
+        manifest["target"] = presets[0].name
+        manifest["triple"] = presets[0].triple
     if llvm_targets:
         # target/triple: the (first) --target; targets: every object in the package.
         manifest["target"] = llvm_targets[0].name
@@ -104,10 +111,16 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     return Package(ident, files, manifest)
 
 
+def _presets(backend: str, target: str | Sequence[str] | None) -> list[Target]:
+    """The --target presets named (none: a package for any target, built for the host by default)."""
+    names = [] if not target else ([target] if isinstance(target, str) else list(target))
+    if backend == "c" and len(names) > 1:
+        raise AotError("--target: the C backend takes one target (several are for --backend llvm objects)")
+    return [load_target(n) for n in names]
+
+
 def _llvm_targets(backend: str, target: str | Sequence[str] | None) -> list[LlvmTarget]:
     if backend != "llvm":
-        if target:
-            raise AotError(f"--target applies to --backend llvm (got --backend {backend})")
         return []
     from aot.backends.llvm import resolve_targets
 

@@ -4,7 +4,7 @@
 # check it against onnxruntime. Sets up its own virtual environment (.venv) on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source tests/setup_env.sh
+AOT_SETUP_MINIMAL=1 source tests/setup_env.sh
 
 out=build/tiny_cnn
 aot compile examples/tiny_cnn.onnx -o "$out" --force

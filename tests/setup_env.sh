@@ -1,13 +1,30 @@
 # Sourced by the README's commands: makes sure the system tools and a virtual environment with
 # aot and its test dependencies exist, then activates it. Safe to run again; fast when set up.
-missing=()
-for tool in cc make; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc make libc6-dev >/dev/null
+#
+# System packages (Debian/Ubuntu, installed with apt-get when missing and running as root):
+#   gcc make libc6-dev        build packages for this machine
+#   cmake                     the package's CMakeLists
+#   qemu-user + cross GCCs    build for Raspberry Pi targets and run the binaries here
+#   gcc-arm-none-eabi/newlib  bare-metal Cortex-M targets
+# AOT_SETUP_MINIMAL=1 installs only the first line (enough for `aot compile/verify` on this machine).
+need_cmd() { command -v "$1" >/dev/null 2>&1; }
+packages=()
+need_cmd cc || packages+=(gcc libc6-dev)
+need_cmd make || packages+=(make)
+if [ "${AOT_SETUP_MINIMAL:-0}" != 1 ]; then
+  need_cmd cmake || packages+=(cmake)
+  need_cmd qemu-aarch64 || packages+=(qemu-user)
+  need_cmd aarch64-linux-gnu-gcc || packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+  need_cmd arm-linux-gnueabihf-gcc || packages+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)
+  need_cmd arm-none-eabi-gcc || packages+=(gcc-arm-none-eabi libnewlib-arm-none-eabi)
+fi
+if [ ${#packages[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && need_cmd apt-get; then
+    echo "installing system packages: ${packages[*]}" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
   else
-    echo "aot needs a C compiler and make: sudo apt-get install gcc make" >&2
-    exit 1
+    echo "missing system packages: ${packages[*]} (install them with: sudo apt-get install ${packages[*]})" >&2
+    need_cmd cc && need_cmd make || exit 1
   fi
 fi
 if [ ! -x .venv/bin/python ]; then

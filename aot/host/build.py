@@ -27,7 +27,10 @@ def run_make(package_dir: Path, targets: list[str], opt: str = "-O2", extra_cfla
         raise BuildError("`make` not found: install it (Debian: apt-get install make)")
     cflags = f"{opt} {STRICT_CFLAGS} {extra_cflags}".strip()
     extra = [f"{k}={v}" for k, v in (variables or {}).items()]
-    cmd = ["make", "-s", "-C", str(package_dir), f"CC={host_cc()}", f"CFLAGS={cflags}", *extra, *targets]
+    # CC, AR and TARGET_CFLAGS are set explicitly: a package compiled for a --target defaults to
+    # that target's cross compiler and flags, and this builds it to run here.
+    cmd = ["make", "-s", "-C", str(package_dir), f"CC={host_cc()}", "AR=ar", "TARGET_CFLAGS=", f"CFLAGS={cflags}",
+           *extra, *targets]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()

@@ -17,6 +17,7 @@ from aot.ir.graph import Tensor
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.planner.memory import MemoryPlan, align_up
 from aot.resources import resource_dir
+from aot.targets import Target
 
 WEIGHT_ALIGN = 64
 
@@ -119,7 +120,8 @@ def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kern
 
 
 def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
-                     llvm_targets: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, str], dict]:
+                     llvm_targets: Sequence[Mapping[str, Any]] = (),
+                     target: Target | None = None) -> tuple[dict[str, str], dict]:
     """The package's C and build files, plus the I/O descriptors and weight sizes for the manifest.
 
     `llvm_targets` describes the LLVM objects the package carries, so that the build files can
@@ -142,6 +144,7 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
         "helpers": [HELPER_DEFINITIONS[h] for h in sorted(printer.helpers)],
         "onnx_nodes": program.graph.source_node_count,
         "llvm_targets": list(llvm_targets),
+        "target": target,
         "weights": [{
             "member": s.member, "ctype": c_type(s.tensor.dtype.name), "pad": s.pad,
             "count": max(s.tensor.size, 1), "literals": _weight_values(s.tensor),
@@ -156,5 +159,6 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
         f"{name}_runner.c": env.get_template("c/runner.c.j2").render(context),
         "Makefile": env.get_template("build/Makefile.j2").render(context),
         "CMakeLists.txt": env.get_template("build/CMakeLists.txt.j2").render(context),
+        **({"toolchain.cmake": env.get_template("build/toolchain.cmake.j2").render(context)} if target else {}),
     }, {"inputs": inputs, "outputs": outputs, "weights_bytes": weights_bytes,
         "weights_struct_bytes": weights_struct_bytes}

@@ -30,6 +30,21 @@ class Toolchain:
     static_ok: bool           # can link fully static Linux binaries
     libc: str                 # "glibc", "musl" or "none"
 
+    def target_cflags(self, target: Target) -> list[str]:
+        """The preset's GCC-style flags in the dialect of this compiler. zig's clang takes CPU
+        names with underscores and gets the float ABI and instruction set from its -target."""
+        if self.kind != "zig":
+            return list(target.cflags)
+        flags = []
+        for flag in target.cflags:
+            if flag.startswith("-mcpu="):
+                flags.append("-mcpu=" + flag[len("-mcpu="):].replace("-", "_"))
+            elif flag.startswith("-march="):
+                flags.append("-mcpu=" + flag[len("-march="):].replace("-", "_").replace("x86_64", "x86_64"))
+            elif not flag.startswith(("-mfpu=", "-mfloat-abi=", "-mthumb")):
+                flags.append(flag)
+        return flags
+
     @property
     def cc_text(self) -> str:
         return shlex.join(self.cc)
@@ -59,7 +74,8 @@ def find_toolchain(target: Target, prefer: str | None = None) -> Toolchain:
         ar = f"{target.gcc_prefix}ar"
         candidates.append(Toolchain("gcc", (gcc,), (ar if shutil.which(ar) else "ar",), True,
                                     "none" if target.bare_metal else "glibc"))
-    if target.zig_target and _zig_available() and prefer in (None, "zig"):
+    # zig brings a libc for Linux targets only; bare-metal code needs newlib's math.h from a GCC.
+    if target.zig_target and not target.bare_metal and _zig_available() and prefer in (None, "zig"):
         zig_target = target.zig_target
         if not target.bare_metal:
             # musl links fully static binaries that run on any kernel, old boards included

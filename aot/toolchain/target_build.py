@@ -23,13 +23,17 @@ if TYPE_CHECKING:
 
 
 def build_package_dir(package_dir: Path, name: str, target: Target, toolchain: Toolchain,
-                      opt: str = "-O2", static: bool = True, extra_cflags: str = "") -> list[Path]:
-    """Run the package's Makefile for `target`; returns the artefacts built (library, runner)."""
-    cflags = " ".join([opt, STRICT_CFLAGS, *target.cflags, extra_cflags]).strip()
+                      opt: str = "-O2", static: bool = True, extra_cflags: str = "",
+                      llvm: bool = False) -> list[Path]:
+    """Run the package's Makefile for `target`; returns the artefacts built (library, runner).
+    With `llvm`, the model code comes from the package's LLVM object for the target."""
+    cflags = " ".join([opt, STRICT_CFLAGS, *toolchain.target_cflags(target), extra_cflags]).strip()
     goals = [f"lib{name}.a"] if target.bare_metal else [f"lib{name}.a", f"{name}_runner"]
     ldflags = "-static" if static and not target.bare_metal and toolchain.static_ok else ""
+    variables = ["BACKEND=llvm", f"TARGET={target.name}"] if llvm else []
+    # TARGET_CFLAGS is cleared: the package's defaults are GCC spellings, already translated above.
     cmd = ["make", "-s", "-C", str(package_dir), f"CC={toolchain.cc_text}", f"AR={toolchain.ar_text}",
-           f"CFLAGS={cflags}", f"LDFLAGS={ldflags}", *goals]
+           f"CFLAGS={cflags}", "TARGET_CFLAGS=", f"LDFLAGS={ldflags}", *variables, *goals]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[:20])
@@ -62,7 +66,8 @@ class TargetModel:
             package.write(directory)
         else:
             directory = package.write(build_dir, force=True)
-        build_package_dir(directory, package.name, target, toolchain, opt=opt)
+        llvm = package.manifest.get("backend") == "llvm"
+        build_package_dir(directory, package.name, target, toolchain, opt=opt, llvm=llvm)
         return cls(package, target, directory, keep)
 
     def command(self, args: Sequence[str]) -> list[str]:
