@@ -256,6 +256,33 @@ def build_cmd(
         print(f"  {written / artefact}: {kind}, {size} bytes")
 
 
+@app.command("bench")
+@_report_errors
+def bench_cmd(
+    model: ModelArg,
+    input_shape: InputShapeOpt = None,
+    threads: Annotated[int, typer.Option("--threads", help="Threads for onnxruntime (aot runs one).")] = 1,
+    rounds: Annotated[int, typer.Option("--rounds", help="Interleaved rounds of each side.")] = 15,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Time MODEL compiled by aot against onnxruntime, side by side in one process: medians and ratio."""
+    from aot.bench import bench
+
+    if threads < 1 or rounds < 1:
+        raise AotError("--threads and --rounds must be at least 1")
+    result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds)
+    if as_json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+        return
+    print(f"bench {model}: {result.runs} runs each, {threads} thread(s) for onnxruntime, medians")
+    print(f"  aot          {result.ours_ms:9.4f} ms  {result.ours_gflops:7.2f} GFLOP/s  "
+          f"memory {result.ours_memory_bytes / 1024:.1f} KiB (arena {result.arena_bytes / 1024:.1f} KiB)")
+    print(f"  onnxruntime  {result.onnxruntime_ms:9.4f} ms  {result.onnxruntime_gflops:7.2f} GFLOP/s  "
+          f"peak RSS growth {result.onnxruntime_peak_rss_delta_bytes / 1024:.0f} KiB")
+    print(f"  ratio aot/onnxruntime {result.ratio:.3f}")
+
+
 @app.command("inspect")
 @_report_errors
 def inspect_cmd(

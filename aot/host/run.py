@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +64,20 @@ class HostModel:
         if status != 0:
             raise AotError(f"{self.package.name}_run failed: {_STATUS.get(status, status)}")
         return {o["name"]: arr for o, arr in zip(self.package.outputs, outputs)}
+
+    def runner_for(self, inputs: Mapping[str, Any] | Sequence[Any]) -> Callable[[], None]:
+        """A call with everything prepared (pointers, output buffers), for timing the model alone."""
+        arrays = prepare_inputs(self.package.inputs, inputs)
+        outputs = [np.empty(o["shape"], dtype=np.dtype(o["dtype"])) for o in self.package.outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+        out_ptrs = (ctypes.c_void_p * len(outputs))(*[o.ctypes.data for o in outputs])
+        run, arena = self._run, self._arena.ctypes.data
+
+        def call() -> None:
+            run(in_ptrs, out_ptrs, arena)
+
+        call.keep_alive = (arrays, outputs)  # type: ignore[attr-defined]
+        return call
 
 
 def host_variant(package: Package) -> tuple[str, str | None]:
