@@ -74,6 +74,43 @@ def test_bad_model_files(tmp_path: Path, case: str) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".pkg")], "staging folder left behind"
 
 
+def _graph_file(tmp_path: Path, nodes: list, opset: int = 17, dims: list | None = None) -> Path:  # noqa: ANN001
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims or [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims or [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+BAD_GRAPHS = {
+    "dangling_input": (lambda: [helper.make_node("Relu", ["missing"], ["y"])], {}, "'missing'"),
+    "cycle": (lambda: [helper.make_node("Relu", ["b"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                       helper.make_node("Relu", ["x"], ["y"])], {}, "topologically sorted"),
+    "duplicate_output_names": (lambda: [helper.make_node("Relu", ["x"], ["y"]),
+                                        helper.make_node("Sigmoid", ["x"], ["y"])], {}, "static single assignment"),
+    "unknown_opset": (lambda: [helper.make_node("Relu", ["x"], ["y"])], {"opset": 99}, "opset 99"),
+    "too_many_elements": (lambda: [helper.make_node("Relu", ["x"], ["y"])], {"dims": [100000, 100000]},
+                          "more than the supported"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_GRAPHS))
+def test_invalid_graphs(tmp_path: Path, case: str) -> None:
+    make_nodes, options, message = BAD_GRAPHS[case]
+    path = _graph_file(tmp_path, make_nodes(), **options)
+    result = aot("compile", str(path), "-o", str(tmp_path / "pkg"))
+    assert_user_error(result, message.replace("static single", "single static"))
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_protobuf_that_is_not_a_model(tmp_path: Path) -> None:
+    path = tmp_path / "tensor.onnx"
+    path.write_bytes(helper.make_tensor("t", TensorProto.FLOAT, [2], [1.0, 2.0]).SerializeToString())
+    assert_user_error(aot("compile", str(path), "-o", str(tmp_path / "pkg")), "not an ONNX model")
+
+
 def test_unsupported_ops_are_all_listed(tmp_path: Path) -> None:
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
              helper.make_node("Einsum2", ["a"], ["b"], name="e1"),

@@ -127,6 +127,10 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
         info = _tensor_from_type(vi.name, vi.type)
         if info is None:
             raise ModelLoadError(f"{source}: input {vi.name!r} is not a tensor with a static shape")
+        size = int(np.prod(info[1], dtype=np.int64)) if info[1] else 1
+        if size > MAX_ELEMENTS or size < 0:
+            raise ModelLoadError(f"{source}: input {vi.name!r} of shape {list(info[1])} has {size} elements, "
+                                 f"more than the supported {MAX_ELEMENTS}")
         graph.inputs.append(graph.add_tensor(Tensor(vi.name, info[0], info[1])))
     strict_checked = False
     used = {name for n in model.graph.node for name in n.input} | {vi.name for vi in model.graph.output}

@@ -41,12 +41,21 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     if model.ir_version <= 0:
         raise ModelLoadError(f"{p}: not an ONNX model (no ir_version)")
     _load_external_data(model, p)
+    supported = onnx.defs.onnx_opset_version()
+    if default_opset(model) > supported:
+        raise ModelLoadError(f"{p}: model uses opset {default_opset(model)}, newer than the {supported} this "
+                             f"installation of onnx knows (pip install -U onnx)")
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, Exception) as e:  # checker raises several types
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelLoadError(f"{p}: model fails ONNX checks: {first}") from e
+        raise ModelLoadError(f"{p}: model fails ONNX checks: {one_line(str(e)) or type(e).__name__}") from e
     return model
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """onnx's messages span lines (the node is printed after a newline): keep them on one."""
+    flat = " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def default_opset(model: onnx.ModelProto) -> int:

@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from aot.errors import ModelLoadError
-from aot.frontend.loader import default_opset
+from aot.frontend.loader import default_opset, one_line
 
 # Ops whose result is not a function of their inputs, or that carry subgraphs.
 NEVER_FOLD = {
@@ -29,8 +29,7 @@ def infer_shapes(model: onnx.ModelProto, source: str, strict: bool = False) -> o
     try:
         return shape_inference.infer_shapes(model, check_type=True, strict_mode=strict, data_prop=True)
     except Exception as e:  # onnx raises InferenceError, ValidationError or RuntimeError
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelLoadError(f"{source}: shape inference failed: {first}") from e
+        raise ModelLoadError(f"{source}: shape inference failed: {one_line(str(e)) or type(e).__name__}") from e
 
 
 def fold_static_subgraphs(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
