@@ -283,6 +283,23 @@ def bench_cmd(
     print(f"  ratio aot/onnxruntime {result.ratio:.3f}")
 
 
+@app.command("report")
+@_report_errors
+def report_cmd(
+    model: ModelArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.", show_default=False)],
+    input_shape: InputShapeOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Write one self-contained HTML page: memory plan chart, kernels with their ONNX nodes and MACs, sizes."""
+    from aot.package.writer import write_file_atomically
+    from aot.report import build_report, render_report
+
+    page = render_report(build_report(model, _shapes(input_shape)))
+    write_file_atomically(output, page.encode())
+    print(f"wrote {output}")
+
+
 @app.command("inspect")
 @_report_errors
 def inspect_cmd(

@@ -2,7 +2,8 @@
 
 Sources of cases:
   * node cases, generated in memory by onnx.backend.test.case.node.collect_testcases(None): one
-    ONNX node per model, with numpy inputs and expected outputs;
+    ONNX node per model, with numpy inputs and expected outputs; inputs an op needs at compile
+    time (axes, k, pads...) become initializers with the case's values (freeze_compile_time_inputs);
   * model folders under onnx/backend/test/data/{pytorch-converted,pytorch-operator,simple}: a
     model.onnx and test_data_set_N/{input,output}_K.pb;
   * light models, onnx/backend/test/data/light/light_X.onnx: real architectures whose weights are
@@ -48,7 +49,7 @@ from aot.compiler import compile as compile_model
 from aot.errors import AotError, UnsupportedError
 from aot.frontend.shape_folding import NEVER_FOLD
 from aot.host.run import HostModel
-from aot.ops.registry import is_supported
+from aot.ops.registry import constant_inputs, is_supported
 from aot.verify import compare
 
 DATA_DIR = Path(onnx.backend.test.__file__).resolve().parent / "data"
@@ -129,8 +130,62 @@ def node_cases() -> list[Case]:
     cases = []
     for tc in sorted(raw, key=lambda t: t.name):
         data = [([_as_array(v) for v in ins], [_as_array(v) for v in outs]) for ins, outs in tc.data_sets]
-        cases.append(Case(NODE, tc.name, tc.model, node_data=data))
+        model, data = freeze_compile_time_inputs(tc.model, data)
+        cases.append(Case(NODE, tc.name, model, node_data=data))
     return cases
+
+
+def freeze_compile_time_inputs(model: onnx.ModelProto, data: list[DataSet]) -> tuple[onnx.ModelProto, list[DataSet]]:
+    """Node cases feed every input at run time, even those that decide shapes: Reduce axes,
+    TopK's k, Slice starts/ends, Pad pads, CumSum's axis... A static-shape compiler needs those at
+    compile time, as a deployed model has them (initializers, or values folded from shapes); the
+    registry lists them per op (aot.ops.registry.constant_inputs). A graph input such a value is
+    computed from becomes an initializer holding the case's value, when every data set gives the
+    same one (onnx-mlir's backend tests freeze the same inputs). Everything else stays a run-time
+    input."""
+    runtime = [vi.name for vi in runtime_inputs(model)]
+    producers = {out: node for node in model.graph.node for out in node.output if out}
+    wanted: set[str] = set()
+    seen: set[str] = set()
+
+    def trace(name: str) -> None:
+        """The graph inputs `name` is computed from (expanded function cases compute k or pads
+        from them); Shape and Size read only the static shape of their input, not its values."""
+        if not name or name in seen:
+            return
+        seen.add(name)
+        if name in runtime:
+            wanted.add(name)
+        producer = producers.get(name)
+        if producer is not None and producer.op_type not in ("Shape", "Size"):
+            for source in producer.input:
+                trace(source)
+
+    for node in model.graph.node:
+        if node.domain in DEFAULT_DOMAINS and is_supported(node.domain, node.op_type):
+            for i in constant_inputs(node.op_type):
+                if i < len(node.input):
+                    trace(node.input[i])
+    frozen: dict[str, np.ndarray] = {}
+    for name in sorted(wanted):
+        position = runtime.index(name)
+        # (Scalars come as numpy scalars, e.g. np.int32(0), in some cases.)
+        values = [np.asarray(ins[position]) for ins, _ in data
+                  if position < len(ins) and isinstance(ins[position], (np.ndarray, np.generic))]
+        if len(values) == len(data) and values and all(
+                v.dtype == values[0].dtype and np.array_equal(v, values[0]) for v in values):
+            frozen[name] = values[0]
+    if not frozen:
+        return model, data
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    kept = [vi for vi in result.graph.input if vi.name not in frozen]
+    del result.graph.input[:]
+    result.graph.input.extend(kept)
+    result.graph.initializer.extend(numpy_helper.from_array(v, name) for name, v in frozen.items())
+    drop = {runtime.index(name) for name in frozen}
+    data = [([v for i, v in enumerate(ins) if i not in drop], outs) for ins, outs in data]
+    return result, data
 
 
 def folder_cases(suite: str) -> list[Case]:

@@ -94,3 +94,16 @@ def test_folding_evaluates_ops_at_the_model_opset() -> None:
     folded, _ = load(model)
     assert [n.op_type for n in folded.nodes] == ["Mul"]
     assert_matches_onnxruntime(model, {"x": rand(1, 3, 2, 2)})
+
+
+def test_compile_time_inputs_become_initializers() -> None:
+    """Inputs the registry says an op needs at compile time (TopK's k, Reduce axes) are frozen
+    with the case's value; data inputs, and indices read at run time, stay inputs."""
+    cases = {c.name: c for c in ALL_CASES if c.suite == cf.NODE}
+    for name, frozen, runtime in (("test_top_k", {"k"}, ["x"]),
+                                  ("test_reduce_sum_keepdims_example", {"axes"}, ["data"]),
+                                  ("test_gather_0", set(), ["data", "indices"])):
+        case = cases[name]
+        assert {t.name for t in case.model.graph.initializer} == frozen, name
+        assert [vi.name for vi in cf.runtime_inputs(case.model)] == runtime, name
+        assert all(len(inputs) == len(runtime) for inputs, _ in case.data_sets()), name

@@ -1,3 +1,20 @@
 """ONNX op lowerings, one module per family. Importing this package registers them all."""
 
-from aot.ops import conv, elementwise, gemm, layout, normalization, pool, softmax  # noqa: F401
+from aot.ops import (  # noqa: F401
+    conv,
+    conv_transpose,
+    einsum,
+    elementwise,
+    gemm,
+    indexing,
+    layout,
+    movement,
+    normalization,
+    norms,
+    pool,
+    recurrent,
+    reduce,
+    resize,
+    shape_ops,
+    softmax,
+)

@@ -62,3 +62,24 @@ def spatial_padding(node: Node, in_spatial: tuple[int, ...], kernel: list[int], 
                 end.append(small)
         return begin, end
     raise fail(node, f"unknown auto_pad {auto_pad!r}")
+
+
+def constant_ints(node: Node, index: int, what: str) -> list[int] | None:
+    """An integer input that must be known at compile time (axes, pads, starts, k, split sizes)
+    as a list of Python ints; None if the input is omitted."""
+    value = constant_input(node, index, what)
+    if value is None:
+        return None
+    if value.dtype.kind not in "iu":
+        raise fail(node, f"input {index} ({what}) has dtype {value.dtype}; expected an integer tensor")
+    return [int(v) for v in value.reshape(-1)]
+
+
+def constant_scalar_int(node: Node, index: int, what: str) -> int | None:
+    """A compile-time integer scalar input (CumSum axis, TopK k); None if omitted."""
+    values = constant_ints(node, index, what)
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise fail(node, f"input {index} ({what}) has {len(values)} values; expected a single integer")
+    return values[0]

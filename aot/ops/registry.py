@@ -5,7 +5,7 @@ Each op's meaning is written once, in its lowering; every backend prints the res
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,14 +15,20 @@ if TYPE_CHECKING:
 LowerFn = Callable[["Node", "LoweringContext"], None]
 
 _LOWERINGS: dict[str, LowerFn] = {}
+_CONSTANT_INPUTS: dict[str, tuple[int, ...]] = {}
 
 
-def register(*op_types: str) -> Callable[[LowerFn], LowerFn]:
+def register(*op_types: str, constant_inputs: Sequence[int] = ()) -> Callable[[LowerFn], LowerFn]:
+    """`constant_inputs`: positions of inputs the lowering needs as compile-time constants
+    (axes, pads, starts, k ...), where the op has them; a model feeding them at run time is
+    refused with an error naming the node."""
     def decorate(fn: LowerFn) -> LowerFn:
         for op in op_types:
             if op in _LOWERINGS:
                 raise ValueError(f"op {op} registered twice")
             _LOWERINGS[op] = fn
+            if constant_inputs:
+                _CONSTANT_INPUTS[op] = tuple(constant_inputs)
         return fn
 
     return decorate
@@ -40,6 +46,12 @@ def is_supported(domain: str, op_type: str) -> bool:
 def lowering_for(op_type: str) -> LowerFn:
     _ensure_loaded()
     return _LOWERINGS[op_type]
+
+
+def constant_inputs(op_type: str) -> tuple[int, ...]:
+    """Input positions of `op_type` that must be known at compile time (see register)."""
+    _ensure_loaded()
+    return _CONSTANT_INPUTS.get(op_type, ())
 
 
 def supported_ops() -> list[str]:

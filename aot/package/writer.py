@@ -42,3 +42,24 @@ def write_tree_atomically(files: dict[str, bytes], out_dir: str | os.PathLike[st
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def write_file_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write a single file through a temporary sibling and a rename."""
+    target = Path(path)
+    if target.is_dir():
+        raise OutputError(f"{target}: is a directory")
+    if not target.resolve().parent.is_dir():
+        raise OutputError(f"{target}: parent folder does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.resolve().parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
+        os.replace(tmp, target)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(f"{target}: cannot write: {e.strerror or e}") from e
+    return target
