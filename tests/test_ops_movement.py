@@ -40,6 +40,18 @@ def test_expand(case: str, opset: int) -> None:
     check([node("Expand", ["x", "s"])], {"x": x}, {"s": np.array(target, np.int64)}, opset=opset)
 
 
+@pytest.mark.parametrize("op,target,value", [("Expand", (3, 4), [3, 1]), ("Tile", (4, 8), [2, 2])], ids=str)
+def test_shape_input_at_run_time(op: str, target: tuple[int, ...], value: list[int]) -> None:
+    """The output's static shape decides, as for Reshape; the shape/repeats input is not read."""
+    feeds = {"x": rand(2, 4) if op == "Tile" else rand(1, 4), "s": np.array(value, np.int64)}
+    model = make_model([node(op, ["x", "s"])], feeds, ["y"])
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    del dims[:]
+    for d in target:
+        dims.add().dim_value = d
+    assert_matches_onnxruntime(model, feeds)
+
+
 def test_expand_integer_and_bool_data() -> None:
     check([node("Expand", ["x", "s"])], {"x": np.array([[1], [2]], np.int64)}, {"s": np.array([2, 3], np.int64)})
     check([node("Expand", ["x", "s"])], {"x": np.array([True, False])}, {"s": np.array([3, 2], np.int64)})

@@ -27,12 +27,13 @@ def _same_dtype(node: Node, x: Tensor, y: Tensor) -> None:
 
 @register("Expand", constant_inputs=(1,))
 def lower_expand(node: Node, ctx: LoweringContext) -> None:
+    """Broadcast to the output's static shape. Like Reshape's, the shape input only restates
+    that shape: it is checked when known at compile time and not read at run time otherwise."""
     x = required_input(node, 0, "input")
     y = _first_output(node)
-    shape = constant_ints(node, 1, "shape")
-    if shape is None:
-        raise fail(node, "missing required input 1 (shape)")
+    shape_tensor = required_input(node, 1, "shape")
     _same_dtype(node, x, y)
+    shape = (constant_ints(node, 1, "shape") or []) if shape_tensor.is_constant else list(y.shape)
     try:
         full = tuple(np.broadcast_shapes(x.shape, tuple(shape)))
     except ValueError:
@@ -53,13 +54,18 @@ def lower_expand(node: Node, ctx: LoweringContext) -> None:
 @register("Tile", constant_inputs=(1,))
 def lower_tile(node: Node, ctx: LoweringContext) -> None:
     """Output dim d is repeats[d] copies of input dim d: seen as (copy, position) pairs, the
-    output is a plain strided view and the input one with stride 0 over the copies."""
+    output is a plain strided view and the input one with stride 0 over the copies. The repeats
+    follow from the static shapes; a constant repeats input is checked against them."""
     x = required_input(node, 0, "input")
     y = _first_output(node)
-    repeats = constant_ints(node, 1, "repeats")
-    if repeats is None:
-        raise fail(node, "missing required input 1 (repeats)")
+    repeats_tensor = required_input(node, 1, "repeats")
     _same_dtype(node, x, y)
+    if x.rank != y.rank:
+        raise fail(node, f"output rank {y.rank} differs from the input's {x.rank}")
+    if repeats_tensor.is_constant:
+        repeats = constant_ints(node, 1, "repeats") or []
+    else:  # (an empty input dim gives an empty output whatever the count: take 0)
+        repeats = [o // d if d else 0 for o, d in zip(y.shape, x.shape)]
     if len(repeats) != x.rank or any(r < 0 for r in repeats):
         raise fail(node, f"repeats {repeats} should be {x.rank} non-negative counts")
     if y.shape != tuple(d * r for d, r in zip(x.shape, repeats)):

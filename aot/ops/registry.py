@@ -19,9 +19,10 @@ _CONSTANT_INPUTS: dict[str, tuple[int, ...]] = {}
 
 
 def register(*op_types: str, constant_inputs: Sequence[int] = ()) -> Callable[[LowerFn], LowerFn]:
-    """`constant_inputs`: positions of inputs the lowering needs as compile-time constants
-    (axes, pads, starts, k ...), where the op has them; a model feeding them at run time is
-    refused with an error naming the node."""
+    """`constant_inputs`: positions of inputs whose values decide output shapes or the kernel's
+    structure (axes, pads, starts, k, shape ...), where the op has them. A static graph has them
+    as compile-time constants; lowerings refuse them at run time with an error naming the node,
+    unless the outputs' static shapes already say everything (Expand's shape, like Reshape's)."""
     def decorate(fn: LowerFn) -> LowerFn:
         for op in op_types:
             if op in _LOWERINGS:

@@ -4,8 +4,8 @@ The frontend folds these into initializers whenever their inputs are known (whic
 graph, is nearly always). A model that still has them after folding is lowered here: Shape, Size
 and Constant are compile-time data, so their output becomes a constant tensor (no kernel);
 ConstantOfShape fills its output in a loop and Range computes start + i * delta, both without
-materialising the values at compile time. Inputs that decide an output's size must be
-compile-time constants, and the error names the node when they are not.
+materialising the values at compile time. Sizes come from the outputs' static shapes (as for
+Reshape); size inputs known at compile time are checked against them.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import cast, const
+from aot.kernel.ir import INDEX, Expr, cast, const
 from aot.lowering.context import LoweringContext
-from aot.ops.attrs import constant_input, constant_ints, fail, required_input
+from aot.ops.attrs import constant_ints, fail, required_input
 from aot.ops.registry import register
 
 
@@ -73,12 +73,14 @@ def lower_constant(node: Node, ctx: LoweringContext) -> None:
 
 @register("ConstantOfShape", constant_inputs=(0,))
 def lower_constant_of_shape(node: Node, ctx: LoweringContext) -> None:
+    """Fills the output's static shape; like Reshape's, the shape input only restates it (it is
+    checked when known at compile time, and not read at run time otherwise)."""
     y = _first_output(node)
-    shape = constant_ints(node, 0, "input (the output shape)")
-    if shape is None:
-        raise fail(node, "missing required input 0 (the output shape)")
-    if tuple(shape) != y.shape:
-        raise fail(node, f"shape {shape} differs from the output's {list(y.shape)}")
+    shape_tensor = required_input(node, 0, "input (the output shape)")
+    if shape_tensor.is_constant:
+        shape = constant_ints(node, 0, "input (the output shape)")
+        if tuple(shape or []) != y.shape:
+            raise fail(node, f"shape {shape} differs from the output's {list(y.shape)}")
     value = node.attr("value")
     fill = np.asarray(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
     if fill.size != 1 or fill.dtype != y.dtype:
@@ -91,26 +93,34 @@ def lower_constant_of_shape(node: Node, ctx: LoweringContext) -> None:
 
 @register("Range", constant_inputs=(0, 1, 2))
 def lower_range(node: Node, ctx: LoweringContext) -> None:
-    """output[i] = start + i * delta; the element count, max(ceil((limit - start) / delta), 0),
-    is the output's static length, so all three inputs must be known at compile time."""
+    """output[i] = start + i * delta for the output's static length (ONNX's element count,
+    max(ceil((limit - start) / delta), 0), which shape inference could only fix from known
+    inputs). start and delta are literals when known at compile time, else loaded at run time;
+    when all three are known the count is checked."""
     y = _first_output(node)
-    values = []
-    for index, what in enumerate(("start", "limit", "delta")):
-        required_input(node, index, what)
-        data = constant_input(node, index, what)
-        assert data is not None
-        if data.size != 1 or data.dtype != y.dtype:
-            raise fail(node, f"{what} should be one {y.dtype} value, not {list(data.shape)} {data.dtype}")
-        values.append(data.reshape(-1)[0].item())
-    start, limit, delta = values
-    if delta == 0:
-        raise fail(node, "delta is 0")
-    count = max(int(np.ceil((limit - start) / delta)), 0)
-    if y.shape != (count,):
-        raise fail(node, f"output {list(y.shape)} differs from the {count} elements the range holds")
     dt = y.dtype.name
     kb = ctx.builder(node)
+    scalars: list[Expr] = []
+    known: list[float | int] = []
+    for index, what in enumerate(("start", "limit", "delta")):
+        t = required_input(node, index, what)
+        if t.size != 1 or t.dtype != y.dtype:
+            raise fail(node, f"{what} should be one {y.dtype} value, not {list(t.shape)} {t.dtype}")
+        if t.is_constant:
+            assert t.data is not None
+            known.append(t.data.reshape(-1)[0].item())
+            scalars.append(const(known[-1], dt))
+        else:
+            scalars.append(kb.input(t).load_flat(const(0, INDEX)) if what != "limit" else const(0, dt))
+    if len(known) == 3:
+        start, limit, delta = known
+        if delta == 0:
+            raise fail(node, "delta is 0")
+        count = max(int(np.ceil((limit - start) / delta)), 0)
+        if y.shape != (count,):
+            raise fail(node, f"output {list(y.shape)} differs from the {count} elements the range holds")
+    if y.rank != 1:
+        raise fail(node, f"output {list(y.shape)} should be 1-d")
+    start_e, _, delta_e = scalars
     out = kb.output(y)
-    ctx.emit(kb, kb.loops([count], lambda i: [
-        out.store_flat(i[0], const(start, dt) + cast(i[0], dt) * const(delta, dt))]))
-
+    ctx.emit(kb, kb.loops([y.size], lambda i: [out.store_flat(i[0], start_e + cast(i[0], dt) * delta_e)]))
