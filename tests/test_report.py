@@ -31,8 +31,8 @@ def test_report_is_self_contained_and_describes_the_plan(tmp_path: Path) -> None
     data = build_report(EXAMPLE)
     assert page.count('<rect class="tensor"') == len(data["rects"]) > 0
     for r in data["rects"]:  # every tensor drawn inside the chart
-        assert 0 <= r["x"] and r["x"] + r["w"] <= data["chart_width"] + 0.01
-        assert 0 <= r["y"] and r["y"] + r["h"] <= data["chart_height"] + 0.01
+        assert r["x"] >= 0 and r["x"] + r["w"] <= data["chart_width"] + 0.01
+        assert r["y"] >= 0 and r["y"] + r["h"] <= data["chart_height"] + 0.01
     assert "Conv+BatchNormalization" in page or "Conv+Clip" in page
     assert f">{data['arena_bytes']}<" in page
 
