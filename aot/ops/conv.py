@@ -1,4 +1,8 @@
-"""Conv: N-d direct convolution with groups (incl. depthwise), strides, dilations and padding."""
+"""Conv: N-d direct convolution with groups (incl. depthwise), strides, dilations and padding.
+
+1-D and 2-D convolutions use the vectorisable row kernels of aot/ops/conv_rows.py; the loop nest
+below (reduction innermost, a bounds check per tap) remains for 3-D and higher convolutions.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, Assign, Const, Declare, Expr, If, Stmt, const, ge, logical_and, lt
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input, spatial_padding
+from aot.ops.conv_rows import lower_conv_rows
 from aot.ops.registry import register
 
 
@@ -43,6 +48,8 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
     if bias is not None and bias.shape != (out_channels,):
         raise fail(node, f"bias shape {list(bias.shape)} should be [{out_channels}]")
 
+    if nd <= 2 and lower_conv_rows(node, ctx, groups, kernel, strides, dilations, pad_begin, pad_end):
+        return
     kb = ctx.builder(node)
     final, epilogue = ctx.epilogue(node, kb)
     xv, wv, yv = kb.input(x), kb.input(w), kb.output(final)

@@ -1,14 +1,19 @@
-"""Gemm and MatMul: Y = alpha * op(A) op(B) + beta * C, and numpy-style batched matmul."""
+"""Gemm and MatMul: Y = alpha * op(A) op(B) + beta * C, and numpy-style batched matmul.
+
+Both are row-blocked i-k-j products (aot/ops/conv_kernels.py, matmul_rows): the innermost loop
+runs along a row of Y and a row of op(B), which the compiler vectorises.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from aot.ir.graph import Node
-from aot.kernel.ir import Assign, Declare, Expr, Stmt, const
+from aot.kernel.ir import Expr, Stmt, const
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
+from aot.ops.conv_kernels import matmul_rows
 from aot.ops.registry import register
 
 
@@ -26,11 +31,17 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
     kb = ctx.builder(node)
     final, epilogue = ctx.epilogue(node, kb)
-    av, bv, yv = kb.input(a), kb.input(b), kb.output(final)
+    av, yv = kb.input(a), kb.output(final)
     if node.attr("transA", 0):
         av = av.permute([1, 0])
-    if node.attr("transB", 0):
-        bv = bv.permute([1, 0])
+    if node.attr("transB", 0) and b.is_constant:
+        # The kernel streams rows of op(B): store a constant B^T pre-transposed (data layout only).
+        assert b.data is not None
+        bv = kb.input(ctx.constant(np.ascontiguousarray(b.data.T), b.name))
+    else:
+        bv = kb.input(b)
+        if node.attr("transB", 0):
+            bv = bv.permute([1, 0])
     m, k = av.shape
     k2, n = bv.shape
     if k != k2 or y.shape != (m, n):
@@ -38,16 +49,15 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
     cv = kb.input(c).broadcast_to((m, n)) if c is not None and beta != 0.0 else None
     dt = y.dtype.name
 
-    def body(idx: list[Expr]) -> list[Stmt]:
-        i, j = idx
-        acc = kb.var("acc", dt)
-        red = kb.loops([k], lambda r: [Assign(acc, acc + av.load([i, r[0]]) * bv.load([r[0], j]))], prefix="r")
-        result: Expr = acc if alpha == 1.0 else acc * const(alpha, dt)
+    def finish(value: Expr, i: Expr, j: Expr) -> Expr:
+        result: Expr = value if alpha == 1.0 else value * const(alpha, dt)
         if cv is not None:
             result = result + (cv.load([i, j]) if beta == 1.0 else cv.load([i, j]) * const(beta, dt))
-        return [Declare(acc, const(0.0, dt)), *red, yv.store([i, j], epilogue.apply(result, [i, j]))]
+        return epilogue.apply(result, [i, j])
 
-    ctx.emit(kb, kb.loops([m, n], body))
+    ctx.emit(kb, matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
+                             b_at=lambda r, j: bv.load([r, j]), y_at=lambda i, j: yv.index([i, j]),
+                             finish=finish))
 
 
 @register("MatMul")
@@ -81,16 +91,14 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
     y_full = View(yv.buffer, full)
     dt = y.dtype.name
 
-    def body(idx: list[Expr]) -> list[Stmt]:
-        *bi, i, j = idx
-        acc = kb.var("acc", dt)
-        red = kb.loops([k], lambda r: [Assign(acc, acc + a_b.load([*bi, i, r[0]]) * b_b.load([*bi, r[0], j]))],
-                       prefix="r")
+    def body(bi: list[Expr]) -> list[Stmt]:
         # The fusion plan only gives MatMuls with operands of rank >= 2 an epilogue, so the output
         # index here is the output tensor's own index.
-        return [Declare(acc, const(0.0, dt)), *red, y_full.store(idx, epilogue.apply(acc, idx))]
+        return matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
+                           b_at=lambda r, j: b_b.load([*bi, r, j]), y_at=lambda i, j: y_full.index([*bi, i, j]),
+                           finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]))
 
-    ctx.emit(kb, kb.loops(full, body))
+    ctx.emit(kb, kb.loops(batch, body, prefix="b"))
 
 
 def _broadcast_batch(node: Node, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,0 +1,106 @@
+"""The vectorisable Conv / Gemm / MatMul kernels (aot/ops/conv_kernels.py, conv_rows.py) on shapes
+that hit each of their specialisations, against onnxruntime.
+
+The cases are chosen for the kernel structure rather than for ONNX coverage: channel counts that
+leave a tail after blocks of CHANNEL_BLOCK output channels and of the chained input channels,
+1x1 kernels with and without stride / padding (the pointwise matrix-product path and the direct
+path), depthwise and grouped convolutions, padded images (the zero-bordered scratch copy),
+strides, dilations, rows shorter than a vector, planes larger than one pointwise tile, and fused
+epilogues (Relu, residual Add) applied by the final pass over each block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_onnxruntime
+
+CONV_CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict[str, object]]] = {
+    "3x3_pad1_oc_tail": ((1, 5, 9, 11), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_stride2_pad1": ((2, 3, 16, 16), (8, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "3x3_nopad": ((1, 6, 8, 10), (4, 6, 3, 3), {}),
+    "asym_pads": ((1, 2, 7, 6), (3, 2, 3, 2), {"pads": [0, 2, 1, 0]}),
+    "same_upper_stride2": ((1, 4, 9, 9), (6, 4, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    "dilated": ((1, 3, 12, 12), (5, 3, 3, 3), {"dilations": [2, 3], "pads": [2, 3, 2, 3]}),
+    "stride_gt_kernel": ((1, 2, 10, 10), (3, 2, 2, 2), {"strides": [3, 3]}),
+    "wide_kernel_10x4": ((1, 1, 49, 10), (6, 1, 10, 4), {"pads": [4, 1, 5, 2], "strides": [2, 2]}),
+    "pointwise": ((1, 13, 6, 7), (9, 13, 1, 1), {}),
+    "pointwise_multi_tile": ((1, 3, 40, 30), (5, 3, 1, 1), {}),
+    "1x1_stride2": ((1, 8, 9, 9), (6, 8, 1, 1), {"strides": [2, 2]}),
+    "1x1_padded": ((1, 3, 4, 5), (2, 3, 1, 1), {"pads": [1, 0, 0, 2]}),
+    "depthwise_3x3": ((1, 6, 10, 10), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+    "depthwise_stride2": ((1, 4, 11, 11), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "depthwise_multiplier2": ((1, 3, 7, 7), (6, 1, 3, 3), {"group": 3, "pads": [1, 1, 1, 1]}),
+    "grouped": ((1, 8, 6, 6), (12, 2, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    "tiny_1x1_spatial": ((1, 16, 1, 1), (10, 16, 1, 1), {}),
+    "tiny_2x2_pad": ((1, 3, 2, 2), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "kernel_covers_padding_only": ((1, 2, 3, 3), (2, 2, 3, 3), {"pads": [3, 3, 3, 3]}),
+    "conv1d": ((2, 3, 17), (5, 3, 4), {"pads": [2, 1], "strides": [2]}),
+    "conv1d_depthwise": ((1, 4, 12), (4, 1, 3), {"group": 4, "pads": [1, 1], "dilations": [2]}),
+}
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv_kernel_paths(case: str, bias: bool) -> None:
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    inits = {"w": rand(*w_shape, seed=1)}
+    inputs = ["x", "w"]
+    if bias:
+        inits["b"] = rand(w_shape[0], seed=2)
+        inputs.append("b")
+    x = rand(*x_shape)
+    model = make_model([helper.make_node("Conv", inputs, ["y"], **attrs)], {"x": x}, ["y"], inits)
+    assert_matches_onnxruntime(model, {"x": x})
+
+
+@pytest.mark.parametrize("case", ["3x3_pad1_oc_tail", "pointwise_multi_tile", "depthwise_3x3", "conv1d"])
+def test_conv_kernel_with_fused_residual_and_relu(case: str) -> None:
+    """The epilogue pass reads a residual at the output index after the rows are accumulated."""
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    x = rand(*x_shape)
+    # The residual is a graph input with the conv output's shape (found by running the conv once).
+    conv_only = make_model([helper.make_node("Conv", ["x", "w"], ["y"], **attrs)], {"x": x}, ["y"],
+                           {"w": rand(*w_shape, seed=1)})
+    r = rand(*run_onnxruntime(conv_only, {"x": x})["y"].shape, seed=3)
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), helper.make_node("Add", ["c", "r"], ["s"]),
+         helper.make_node("Relu", ["s"], ["y"])],
+        {"x": x, "r": r}, ["y"], {"w": rand(*w_shape, seed=1), "b": rand(w_shape[0], seed=2)})
+    assert_matches_onnxruntime(model, {"x": x, "r": r})
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 640, 128), (1, 7, 3), (5, 13, 9), (9, 3, 1100), (4, 1, 4)], ids=str)
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("constant_b", [True, False], ids=["const_b", "input_b"])
+def test_gemm_kernel_paths(m: int, k: int, n: int, trans_b: int, constant_b: bool) -> None:
+    """M=1 (fully connected), row-block and k-chunk tails, more than one column tile, and a
+    constant transposed B (stored pre-transposed) versus a runtime one (read strided)."""
+    a = rand(m, k)
+    b = rand(n, k, seed=1) if trans_b else rand(k, n, seed=1)
+    c = rand(n, seed=2)
+    feeds = {"a": a} if constant_b else {"a": a, "b": b}
+    inits = {"c": c, **({"b": b} if constant_b else {})}
+    model = make_model([helper.make_node("Gemm", ["a", "b", "c"], ["g"], transB=trans_b),
+                        helper.make_node("Relu", ["g"], ["y"])], feeds, ["y"], inits)
+    assert_matches_onnxruntime(model, feeds)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((1, 300), (300, 20)), ((6, 5), (5, 600)), ((2, 1, 3, 7), (3, 7, 9))],
+                         ids=str)
+def test_matmul_kernel_paths(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    a, b = rand(*a_shape), rand(*b_shape, seed=1)
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], {"b": b})
+    assert_matches_onnxruntime(model, {"a": a})
+
+
+def test_conv_kernel_propagates_nan_and_inf() -> None:
+    """No reassociation or contraction: a NaN or Inf input reaches exactly the outputs it should."""
+    x = rand(1, 2, 6, 6)
+    x[0, 0, 2, 3] = np.nan
+    x[0, 1, 4, 1] = np.inf
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": x}, ["y"],
+                       {"w": np.abs(rand(3, 2, 3, 3, seed=1)) + 0.1})
+    assert_matches_onnxruntime(model, {"x": x})
