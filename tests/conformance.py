@@ -436,7 +436,9 @@ def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
         key = tuple(sorted(shapes.items()))
         if key not in hosts:
             try:
-                package = compile_model(case.model, input_shapes=shapes or None)
+                # AOT_TEST_BACKEND=llvm runs the whole sweep through the LLVM objects instead.
+                package = compile_model(case.model, input_shapes=shapes or None,
+                                        backend=os.environ.get("AOT_TEST_BACKEND", "c"))
             except UnsupportedError as e:
                 return result(UNSUPPORTED, "", sorted(e.unsupported))
             except AotError as e:
