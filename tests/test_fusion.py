@@ -117,3 +117,12 @@ def test_fusion_reduces_kernels_and_memory_on_the_example() -> None:
     package = aot.compile(Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx")
     m = package.manifest
     assert m["onnx_nodes"] == 25 and m["kernels"] <= 10
+
+
+def test_cast_to_another_dtype_ends_the_chain() -> None:
+    """Kernels may accumulate in their output buffer before the epilogue: its dtype must stay."""
+    a = rand(2, 3, 4)
+    model = make_model([n("MatMul", ["a", "w"], "m"), n("Relu", ["m"], "r"), n("Cast", ["r"], "c", to=11),
+                        n("Neg", ["c"], "y")], {"a": a}, ["y"], {"w": rand(4, 5, seed=1)})
+    assert kernels_of(model) == ["MatMul+Relu", "Cast+Neg"]
+    assert_matches_onnxruntime(model, {"a": a})

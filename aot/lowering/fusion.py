@@ -59,8 +59,10 @@ def plan_fusion(graph: Graph) -> FusionPlan:
                 break
             follower = tail.consumers[0]
             out = follower.outputs[0] if follower.outputs else None
+            # Same shape and dtype as the anchor's own output: kernels may accumulate in the final
+            # buffer before the epilogue runs (a Cast to another type ends the chain).
             if id(follower) in plan.absorbed or not _elementwise(follower) or out is None \
-                    or out.shape != tail.shape:
+                    or out.shape != tail.shape or out.dtype != tail.dtype:
                 break  # (a follower with two fusable producers joins the first one's chain)
             chain.append(follower)
             tail = out
