@@ -171,3 +171,21 @@ def test_manifest_lists_every_file_with_its_hash(example_package, tmp_path: Path
         assert key in manifest
     assert manifest["inputs"] == [{"name": "image", "c_name": "image", "shape": [1, 3, 32, 32],
                                    "dtype": "float32", "bytes": 12288}]
+
+
+def test_arena_guards_pass_and_catch_a_too_small_arena(example_package, tmp_path: Path) -> None:
+    """make GUARDS=1 builds a runner that checks guard bytes around the arena after each run."""
+    pkg = example_package.write(tmp_path / "pkg")
+    np.save(tmp_path / "x.npy", rand(1, 3, 32, 32, seed=5))
+    sh(["make", "-s", "-C", str(pkg), "GUARDS=1"])
+    sh([str(pkg / "tiny_cnn_runner"), "-o", str(tmp_path), str(tmp_path / "x.npy")])
+    # Sabotage: tell the runner the arena is 64 bytes smaller than the plan needs.
+    header = pkg / "tiny_cnn.h"
+    size = example_package.arena_bytes
+    header.write_text(header.read_text().replace(f"#define TINY_CNN_ARENA_SIZE {size}u",
+                                                 f"#define TINY_CNN_ARENA_SIZE {size - 64}u"))
+    sh(["make", "-s", "-C", str(pkg), "clean"])
+    sh(["make", "-s", "-C", str(pkg), "GUARDS=1"])
+    broken = subprocess.run([str(pkg / "tiny_cnn_runner"), "-o", str(tmp_path), str(tmp_path / "x.npy")],
+                            capture_output=True, text=True)
+    assert broken.returncode != 0 and "arena guard" in broken.stderr
