@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -72,6 +73,9 @@ def _report_errors(fn: F) -> F:
         except KeyboardInterrupt:
             print("aot: interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # `aot ... | head`: the reader left; nothing more to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(141) from None
         except Exception as e:  # a bug in aot: say so, keep it to one line unless asked
             if verbose:
                 traceback.print_exc()
@@ -139,6 +143,8 @@ def verify_cmd(
     tolerance: Annotated[float, typer.Option("--tolerance", help="Pass when max abs error <= "
                                              "tolerance * max(1, max |expected|).")] = 1e-4,
     seed: Annotated[int, typer.Option("--seed", help="Seed for random inputs.")] = 0,
+    per_layer: Annotated[bool, typer.Option("--per-layer", help="Compare every node's output with "
+                                            "onnxruntime's and name the first node out of tolerance.")] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -151,6 +157,10 @@ def verify_cmd(
         raise AotError(f"--tolerance {tolerance}: must be positive")
     if target and len(target) > 1:
         raise AotError("--target: verify checks one target at a time")
+    if per_layer:
+        _verify_per_layer(model, _shapes(input_shape), backend, target[0] if target else None, inputs,
+                          tolerance, seed, as_json)
+        return
     package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None)
     built = _build_to_run(package, target[0] if target else None, backend)
     given = None
@@ -175,6 +185,32 @@ def verify_cmd(
             print(f"  {status} {o.name}: max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}{extra}")
         print("PASSED" if result.passed else "FAILED")
     if not result.passed:
+        raise typer.Exit(EXIT_MISMATCH)
+
+
+def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: str, target: str | None,
+                      inputs: Path | None, tolerance: float, seed: int, as_json: bool) -> None:
+    from aot.per_layer import compare_layers
+    from aot.verify import load_npz
+
+    given = load_npz(inputs, "--inputs") if inputs is not None else None
+    results, culprit = compare_layers(model, shapes, lambda pkg: _build_to_run(pkg, target, backend), given,
+                                      tolerance, seed, backend, target)
+    if as_json:
+        print(json.dumps({
+            "passed": culprit is None, "first_failing_node": culprit.node if culprit else None,
+            "layers": [{"node": r.node, "op": r.op, "tensor": r.tensor, "max_abs_err": r.comparison.max_abs_err,
+                        "max_rel_err": r.comparison.max_rel_err, "passed": r.comparison.passed} for r in results],
+        }, sort_keys=True))
+    else:
+        width = max((len(r.node) for r in results), default=4)
+        print(f"per-layer comparison of {model} with onnxruntime, tolerance {tolerance:g}")
+        for r in results:
+            mark = "ok  " if r.comparison.passed else "FAIL"
+            print(f"  {mark} {r.node:{width}} {r.op:18} max abs err {r.comparison.max_abs_err:.3g}")
+        print(f"first failing node: {culprit.node!r} ({culprit.op}), tensor {culprit.tensor!r}" if culprit
+              else "PASSED: every layer within tolerance")
+    if culprit is not None:
         raise typer.Exit(EXIT_MISMATCH)
 
 
