@@ -17,8 +17,12 @@ def write_tree_atomically(files: dict[str, bytes], out_dir: str | os.PathLike[st
     if target.exists() and not target.is_dir():
         raise OutputError(f"{target}: exists and is not a folder")
     parent = target.resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)  # like `mkdir -p`: -o build/model just works
+    except OSError as e:
+        raise OutputError(f"{target}: cannot create its parent folder {parent}: {e.strerror or e}") from e
     if not parent.is_dir():
-        raise OutputError(f"{target}: parent folder {parent} does not exist")
+        raise OutputError(f"{target}: parent {parent} is not a folder")
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
     except OSError as e:
