@@ -267,6 +267,7 @@ def build_cmd(
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target)
     # Build in a staging copy, then publish package and artefacts together: no half-built folder.
+    output.resolve().parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aot-build-", dir=output.resolve().parent) as tmp:
         staging = package.write(Path(tmp) / "pkg")
         built = build_package_dir(staging, package.name, preset, tools, static=not dynamic,

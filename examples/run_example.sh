@@ -9,10 +9,12 @@ AOT_SETUP_MINIMAL=1 source tests/setup_env.sh
 out=build/tiny_cnn
 aot compile examples/tiny_cnn.onnx -o "$out" --force
 make -s -C "$out"
-python - "$out/input0.npy" <<'PY'
+python - "$out" <<'PY'
 import sys
 import numpy as np
-np.save(sys.argv[1], np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32))
+image = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+np.save(f"{sys.argv[1]}/input0.npy", image)          # for the C runner
+np.savez(f"{sys.argv[1]}/inputs.npz", image=image)    # for aot verify, by input name
 PY
 "$out/tiny_cnn_runner" -o "$out" -r 200 "$out/input0.npy"
 python - "$out" <<'PY'
@@ -26,6 +28,4 @@ print(f"predicted class {int(probs.argmax())} (p={probs.max():.4f})")
 print(f"arena: {manifest['arena_bytes']} bytes (lower bound {manifest['arena_lower_bound_bytes']}), "
       f"weights: {manifest['weights_bytes']} bytes, {manifest['onnx_nodes']} ONNX nodes -> {manifest['kernels']} kernels")
 PY
-aot verify examples/tiny_cnn.onnx --inputs <(python -c "
-import io, sys, numpy as np
-buf = io.BytesIO(); np.savez(buf, image=np.load('$out/input0.npy')); sys.stdout.buffer.write(buf.getvalue())")
+aot verify examples/tiny_cnn.onnx --inputs "$out/inputs.npz"
