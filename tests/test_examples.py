@@ -55,3 +55,17 @@ def test_digits_example_cross_compiled_for_raspberry_pi_runs_under_qemu(tmp_path
     c = re.search(r"C: (\d+)/(\d+) correct", result.stdout)
     assert python and c and c.groups() == python.groups(), result.stdout
     assert "under qemu-arm" in result.stdout
+
+
+def test_readme_first_command_runs_the_example() -> None:
+    """`bash examples/run_example.sh`: compile, build, run, print the result and arena, verify."""
+    import pytest
+
+    if not (REPO / ".venv" / "bin" / "aot").exists():
+        pytest.skip("needs the repository's .venv (made by tests/run.sh or the script itself)")
+    result = subprocess.run(["bash", str(REPO / "examples" / "run_example.sh")], capture_output=True, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"predicted class \d \(p=0\.\d{4}\)", result.stdout)
+    assert re.search(r"arena: \d+ bytes \(lower bound \d+\)", result.stdout)
+    assert "median_us" in result.stdout and result.stdout.rstrip().endswith("PASSED")
