@@ -15,7 +15,9 @@ def test_generator_makes_valid_varied_graphs() -> None:
     assert {"Conv", "Concat", "Gemm", "Softmax", "MaxPool"} <= ops
 
 
-@pytest.mark.parametrize("seed", range(60))
+# 194: a Concat part copied inside its own output (nested Concats sharing a part) once gave a
+# kernel two restrict pointers to the same memory.
+@pytest.mark.parametrize("seed", [*range(60), 194])
 def test_random_graph_matches_onnxruntime(seed: int) -> None:
     problem = check(seed)
     assert problem is None, problem

@@ -33,6 +33,20 @@ class Program:
     weights: list[Tensor] = field(default_factory=list)
     arena_tensors: list[Tensor] = field(default_factory=list)
 
+    def overlapping_params(self, kernel_index: int) -> set[int]:
+        """Params of one kernel whose element ranges in the same storage overlap another param's
+        that is written (a Concat part copied within its own output, ...): they must not be
+        declared restrict / noalias."""
+        kernel = self.kernels[kernel_index]
+        spans = [(id(root), offset, offset + buf.size, buf.writable)
+                 for buf, root, offset in zip(kernel.params, self.bindings[kernel_index], self.offsets[kernel_index])]
+        clash: set[int] = set()
+        for i, (ri, lo_i, hi_i, wi) in enumerate(spans):
+            for j, (rj, lo_j, hi_j, wj) in enumerate(spans):
+                if i < j and ri == rj and lo_i < hi_j and lo_j < hi_i and (wi or wj):
+                    clash |= {i, j}
+        return clash
+
 
 def lower_graph(graph: Graph, fuse: bool = True) -> Program:
     ctx = LoweringContext(graph)

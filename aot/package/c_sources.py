@@ -132,7 +132,7 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
     slot_list, weights_struct_bytes = layout_weights(program.weights)
     slots = {id(s.tensor): s for s in slot_list}
     printer = KernelPrinter(name)
-    kernels_text = [printer.kernel(k) for k in program.kernels]
+    kernels_text = [printer.kernel(k, program.overlapping_params(i)) for i, k in enumerate(program.kernels)]
     calls = [kernel_call(printer, program, plan, i, name, slots) for i in range(len(program.kernels))]
     weights_bytes = sum(t.nbytes for t in program.weights)
     context = {

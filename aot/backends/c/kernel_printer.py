@@ -83,17 +83,19 @@ class KernelPrinter:
     def function_name(self, kernel: Kernel) -> str:
         return f"{self.prefix}_{kernel.name}"
 
-    def signature(self, kernel: Kernel) -> str:
+    def signature(self, kernel: Kernel, may_alias: set[int] | frozenset[int] = frozenset()) -> str:
         params = []
-        for b in kernel.params:
+        for i, b in enumerate(kernel.params):
             const = "" if b.writable else "const "
-            params.append(f"{const}{c_type(b.dtype)} *restrict {b.name}")
+            restrict = "" if i in may_alias else "restrict "
+            params.append(f"{const}{c_type(b.dtype)} *{restrict}{b.name}")
         return f"static void {self.function_name(kernel)}({', '.join(params) or 'void'})"
 
-    def kernel(self, kernel: Kernel) -> str:
+    def kernel(self, kernel: Kernel, may_alias: set[int] | frozenset[int] = frozenset()) -> str:
+        """`may_alias`: params that share memory with another param (printed without restrict)."""
         origin = ", ".join(repr(s) for s in kernel.sources)
         lines = [f"/* {kernel.name}: {c_comment(kernel.op)} <- ONNX {c_comment(origin)} */",
-                 self.signature(kernel), "{"]
+                 self.signature(kernel, may_alias), "{"]
         for stmt in kernel.body:
             self._stmt(stmt, 1, lines)
         lines.append("}")
