@@ -6,6 +6,7 @@
 #   cmake                     the package's CMakeLists
 #   qemu-user + cross GCCs    build for Raspberry Pi targets and run the binaries here
 #   gcc-arm-none-eabi/newlib  bare-metal Cortex-M targets
+#   chromium                  renders `aot report` pages in a test (headless)
 # AOT_SETUP_MINIMAL=1 installs only the first line (enough for `aot compile/verify` on this machine).
 need_cmd() { command -v "$1" >/dev/null 2>&1; }
 packages=()
@@ -17,6 +18,7 @@ if [ "${AOT_SETUP_MINIMAL:-0}" != 1 ]; then
   need_cmd aarch64-linux-gnu-gcc || packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
   need_cmd arm-linux-gnueabihf-gcc || packages+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)
   need_cmd arm-none-eabi-gcc || packages+=(gcc-arm-none-eabi libnewlib-arm-none-eabi)
+  need_cmd chromium || packages+=(chromium)
 fi
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need_cmd apt-get; then
