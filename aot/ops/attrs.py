@@ -83,3 +83,17 @@ def constant_scalar_int(node: Node, index: int, what: str) -> int | None:
     if len(values) != 1:
         raise fail(node, f"input {index} ({what}) has {len(values)} values; expected a single integer")
     return values[0]
+
+
+def conv_operands(node: Node, what: str) -> tuple[Tensor, Tensor, Tensor | None, Tensor, int]:
+    """X, W, optional bias, Y and the number of spatial dims of a Conv-like node (float only)."""
+    x = required_input(node, 0, "X")
+    w = required_input(node, 1, "W")
+    y = node.outputs[0]
+    assert y is not None
+    if x.dtype.kind != "f":
+        raise fail(node, f"input X has dtype {x.dtype}; {node.op_type} is implemented for float types")
+    nd = x.rank - 2
+    if nd < 1 or w.rank != x.rank:
+        raise fail(node, f"X of rank {x.rank} and W of rank {w.rank} do not form a {what}")
+    return x, w, node.input(2), y, nd

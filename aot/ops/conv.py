@@ -9,23 +9,14 @@ from __future__ import annotations
 from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, Assign, Const, Declare, Expr, If, Stmt, const, ge, logical_and, lt
 from aot.lowering.context import LoweringContext
-from aot.ops.attrs import fail, required_input, spatial_padding
+from aot.ops.attrs import conv_operands, fail, spatial_padding
 from aot.ops.conv_rows import lower_conv_rows
 from aot.ops.registry import register
 
 
 @register("Conv")
 def lower_conv(node: Node, ctx: LoweringContext) -> None:
-    x = required_input(node, 0, "X")
-    w = required_input(node, 1, "W")
-    bias = node.input(2)
-    y = node.outputs[0]
-    assert y is not None
-    if x.dtype.kind != "f":
-        raise fail(node, f"input X has dtype {x.dtype}; Conv is implemented for float types")
-    nd = x.rank - 2
-    if nd < 1 or w.rank != x.rank:
-        raise fail(node, f"X of rank {x.rank} and W of rank {w.rank} do not form a convolution")
+    x, w, bias, y, nd = conv_operands(node, "convolution")
     batch, in_channels = x.shape[0], x.shape[1]
     out_channels, group_in = w.shape[0], w.shape[1]
     kernel = list(node.attr("kernel_shape", w.shape[2:]))

@@ -26,7 +26,7 @@ from aot.kernel.ir import (
     lt,
 )
 from aot.lowering.context import LoweringContext
-from aot.ops.attrs import fail, required_input
+from aot.ops.attrs import conv_operands, fail
 from aot.ops.registry import register
 
 
@@ -62,16 +62,7 @@ def transpose_padding(node: Node, in_spatial: tuple[int, ...], out_spatial: tupl
 
 @register("ConvTranspose")
 def lower_conv_transpose(node: Node, ctx: LoweringContext) -> None:
-    x = required_input(node, 0, "X")
-    w = required_input(node, 1, "W")
-    bias = node.input(2)
-    y = node.outputs[0]
-    assert y is not None
-    if x.dtype.kind != "f":
-        raise fail(node, f"input X has dtype {x.dtype}; ConvTranspose is implemented for float types")
-    nd = x.rank - 2
-    if nd < 1 or w.rank != x.rank:
-        raise fail(node, f"X of rank {x.rank} and W of rank {w.rank} do not form a transposed convolution")
+    x, w, bias, y, nd = conv_operands(node, "transposed convolution")
     batch, in_channels = x.shape[0], x.shape[1]
     groups = int(node.attr("group", 1))
     if groups <= 0 or w.shape[0] != in_channels or in_channels % groups:
