@@ -832,7 +832,9 @@ def test_cmake_uses_the_host_object(tmp_path: Path, two_target_package: Path) ->
 @pytest.mark.parametrize("target", ["aarch64", "rpi3"])
 def test_cross_objects_run_under_qemu(target: str) -> None:
     """Built with the target's cross toolchain (its `-dumpmachine` selects the object) and run
-    under qemu-user: the same bits as the C backend built for that target."""
+    under qemu-user: the C backend's results for that target, to rounding. (Not bit for bit: both
+    fuse the register tiles' multiply-adds on these FMA targets, but gcc -ffp-contract=fast also
+    fuses other scalar a * b + c it finds, which LLVM, keeping C99 semantics, does not.)"""
     from aot.errors import BuildError
     from aot.toolchain.discovery import find_toolchain, qemu_for
     from aot.toolchain.target_build import TargetModel
@@ -851,7 +853,7 @@ def test_cross_objects_run_under_qemu(target: str) -> None:
         if backend == "llvm":
             assert not (built.directory / "tiny_cnn.o").exists()  # linked the object, not tiny_cnn.c
         results[backend] = built.run({"image": image})["probabilities"]
-    assert_same_bits(results["llvm"], results["c"], f"{target}: llvm vs c")
+    np.testing.assert_allclose(results["llvm"], results["c"], rtol=1e-5, atol=1e-7, err_msg=f"{target}: llvm vs c")
     expected = run_onnxruntime(onnx.load(str(EXAMPLE)), {"image": image})["probabilities"]
     np.testing.assert_allclose(results["llvm"], expected, rtol=1e-4, atol=1e-6)
 

@@ -7,6 +7,12 @@ which is what lets the C compiler and LLVM unroll and vectorise.
 
 dtypes are numpy dtype names ("float32", "int64", "bool", ...) plus INDEX for loop counters and
 element offsets (32-bit signed in generated code; the IR verifier caps tensors at 2**31-1 elements).
+
+Short vectors ("float32x8") exist only for register tiles (aot/ops/register_tiles.py): loads and
+stores of VECTOR_LANES contiguous elements, a broadcast, and a multiply-add. They make a tile's
+accumulators explicit vector registers instead of leaving that to the compilers' SLP vectorisers,
+which give up on some loop nests (gcc 12 kept whole tiles in scalar registers and on the stack).
+Targets with narrower registers (128-bit NEON, SSE2) split each vector into two.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne"}
 LOGICAL = {"and", "or", "xor"}
 ARITHMETIC = {"add", "sub", "mul", "div", "mod", "min", "max", "pow"}
 # Unary ops map one-to-one onto C math library functions / LLVM intrinsics in the renderers.
+VECTOR_LANES = 8
+VECTOR_DTYPES = {"float32x8": ("float32", VECTOR_LANES)}
 UNARY_OPS = {
     "neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
@@ -127,8 +135,58 @@ class Cast(Expr):
     dtype: str
 
 
+@dataclass(frozen=True, eq=True)
+class VecLoad(Expr):
+    """VECTOR_LANES contiguous elements of `buffer` starting at `index` (no alignment assumed)."""
+
+    buffer: Buffer
+    index: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return vector_of(self.buffer.dtype)
+
+
+@dataclass(frozen=True, eq=True)
+class Splat(Expr):
+    """A scalar copied into every lane."""
+
+    a: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return vector_of(self.a.dtype)
+
+
+@dataclass(frozen=True, eq=True)
+class MulAdd(Expr):
+    """acc + a * b lane by lane, which the backends may fuse into one rounding (FMA)."""
+
+    acc: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.acc.dtype
+
+
+def vector_of(scalar: str) -> str:
+    for name, (element, _) in VECTOR_DTYPES.items():
+        if element == scalar:
+            return name
+    raise TypeError(f"no vector type for {scalar}")
+
+
 class Stmt:
     pass
+
+
+@dataclass
+class VecStore(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
 
 
 @dataclass

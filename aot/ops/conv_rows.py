@@ -34,6 +34,8 @@ from aot.ops.conv_kernels import (
     update_rows,
     valid_range,
 )
+from aot.ops.conv_tiled import TiledConv
+from aot.ops.register_tiles import DEFAULT_TILE
 from aot.ops.scratch import scratch_tensor
 
 # Output channels updated together by one vector loop (they share every input load).
@@ -81,9 +83,13 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         d_h=dilations[0], d_w=dilations[1], p_h=pad_begin[0], p_w=pad_begin[1], nd=nd,
     )
     xv = View(xbuf, (batch, channels, in_h, in_w))
-    wv = View(kb.input(w).buffer, (out_channels, spec.group_in, spec.k_h, spec.k_w))
     yv = View(kb.output(final).buffer, (batch, out_channels, out_h, out_w))
     bv = kb.input(bias) if bias is not None else None
+    if w.is_constant and spec.per_group >= min(DEFAULT_TILE.rows, 2) and spec.s_w == 1 and y.dtype.kind == "f":
+        tiled = TiledConv(kb, ctx, spec, xv, w, yv, bv, epilogue, y.dtype.name, DEFAULT_TILE)
+        ctx.emit(kb, copy + kb.loops([batch, groups], lambda idx: tiled.emit(idx[0], idx[1])))
+        return True
+    wv = View(kb.input(w).buffer, (out_channels, spec.group_in, spec.k_h, spec.k_w))
     emitter = _RowEmitter(kb, spec, xv, wv, yv, bv, epilogue, y.dtype.name)
     pointwise = spec.k_h == spec.k_w == 1 and spec.s_h == spec.s_w == 1 and not any(pad_begin) \
         and not any(pad_end)

@@ -9,6 +9,7 @@ import numpy as np
 from aot.codegen.c_names import c_comment
 from aot.kernel.ir import (
     INDEX,
+    VECTOR_DTYPES,
     Assign,
     Binary,
     Buffer,
@@ -20,11 +21,15 @@ from aot.kernel.ir import (
     Kernel,
     Load,
     Loop,
+    MulAdd,
     Select,
+    Splat,
     Stmt,
     Store,
     Unary,
     Var,
+    VecLoad,
+    VecStore,
 )
 
 C_TYPES = {
@@ -39,6 +44,8 @@ _MATH = {"exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "ta
 
 
 def c_type(dtype: str) -> str:
+    if dtype in VECTOR_DTYPES:
+        return "aot_" + dtype.replace("float", "f")
     return C_TYPES[dtype]
 
 
@@ -116,6 +123,9 @@ class KernelPrinter:
             out.append(f"{pad}{s.var.name} = {self.expr(s.value)};")
         elif isinstance(s, Store):
             out.append(f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
+        elif isinstance(s, VecStore):
+            self.helpers.add("aot_f32x8")
+            out.append(f"{pad}AOT_F32X8_STORE(&{s.buffer.name}[{self._bare(s.index)}], {self._bare(s.value)});")
         elif isinstance(s, If):
             out.append(f"{pad}if ({self._bare(s.cond)}) {{")
             for inner in s.then:
@@ -144,6 +154,15 @@ class KernelPrinter:
             return e.name
         if isinstance(e, Load):
             return f"{e.buffer.name}[{self._bare(e.index)}]"
+        if isinstance(e, VecLoad):
+            self.helpers.add("aot_f32x8")
+            return f"AOT_F32X8_LOAD(&{e.buffer.name}[{self._bare(e.index)}])"
+        if isinstance(e, Splat):
+            self.helpers.add("aot_f32x8")
+            return f"AOT_F32X8_SPLAT({self._bare(e.a)})"
+        if isinstance(e, MulAdd):
+            self.helpers.add("aot_f32x8")
+            return f"AOT_F32X8_MULADD({self._bare(e.acc)}, {self._bare(e.a)}, {self._bare(e.b)})"
         if isinstance(e, Binary):
             return self._binary(e)
         if isinstance(e, Unary):
@@ -221,5 +240,34 @@ for _t, _c in C_TYPES.items():
         for _op, _cmp in (("min", "<"), ("max", ">")):
             HELPER_DEFINITIONS[f"aot_{_op}_{_t}"] = (
                 f"static inline {_c} aot_{_op}_{_t}({_c} a, {_c} b) {{ return a {_cmp} b ? a : b; }}")
+
+# 8-lane float vectors for register tiles. GNU C (gcc, clang, zig cc) gets real vector types,
+# which every target lowers to its registers (AVX: one, SSE2/NEON: two); other C99 compilers get
+# a struct and loops. Macros, not functions, so no vector crosses a call (gcc warns that passing
+# 32-byte vectors without AVX changes the ABI). Loads and stores go through an element-aligned
+# may_alias type: tiles read rows at any element offset.
+HELPER_DEFINITIONS["aot_f32x8"] = """\
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef float aot_f32x8 __attribute__((vector_size(32)));
+typedef float aot_f32x8_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
+#define AOT_F32X8_LOAD(p) (*(const aot_f32x8_unaligned *)(const void *)(p))
+#define AOT_F32X8_STORE(p, v) (*(aot_f32x8_unaligned *)(void *)(p) = (v))
+#define AOT_F32X8_SPLAT(x) ((aot_f32x8){ (x), (x), (x), (x), (x), (x), (x), (x) })
+#define AOT_F32X8_MULADD(acc, a, b) ((acc) + (a) * (b))
+#else
+typedef struct { float lane[8]; } aot_f32x8;
+static inline aot_f32x8 aot_f32x8_load(const float *p)
+{ aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = p[i]; return v; }
+static inline void aot_f32x8_store(float *p, aot_f32x8 v)
+{ int i; for (i = 0; i < 8; ++i) p[i] = v.lane[i]; }
+static inline aot_f32x8 aot_f32x8_splat(float x)
+{ aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = x; return v; }
+static inline aot_f32x8 aot_f32x8_muladd(aot_f32x8 acc, aot_f32x8 a, aot_f32x8 b)
+{ int i; for (i = 0; i < 8; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }
+#define AOT_F32X8_LOAD(p) aot_f32x8_load(p)
+#define AOT_F32X8_STORE(p, v) aot_f32x8_store((p), (v))
+#define AOT_F32X8_SPLAT(x) aot_f32x8_splat(x)
+#define AOT_F32X8_MULADD(acc, a, b) aot_f32x8_muladd((acc), (a), (b))
+#endif"""
 
 __all__ = ["KernelPrinter", "HELPER_DEFINITIONS", "c_type", "float_literal", "int_literal", "Buffer"]

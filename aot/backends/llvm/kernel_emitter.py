@@ -5,7 +5,9 @@ bit-identical results whenever the C compiler does not itself reassociate or con
 
 * Integer promotions, truncation on store and signedness are C's (see types.py).
 * Float arithmetic carries no fast-math flags: no reassociation, no FMA contraction, NaN/Inf and
-  signed zeros behave as IEEE 754 requires (what -std=c99 without -ffast-math gives).
+  signed zeros behave as IEEE 754 requires (what -std=c99 without -ffast-math gives). The one
+  exception is the register tiles' vector MulAdd, which is llvm.fmuladd: fused where the target
+  has FMA, as the C backend's `acc + a * b` is under -ffp-contract=fast.
 * min/max are the C helpers `(a < b || a != a) ? a : b`, which propagate NaN from either side.
 * C evaluates only the chosen operand of `?:` and the right operand of `&&`/`||` when needed.
   Those operands become branches when they could fault if evaluated speculatively (a load whose
@@ -39,11 +41,15 @@ from aot.kernel.ir import (
     Kernel,
     Load,
     Loop,
+    MulAdd,
     Select,
+    Splat,
     Stmt,
     Store,
     Unary,
     Var,
+    VecLoad,
+    VecStore,
 )
 
 # Unary ops that LLVM has exact intrinsics for (same results as the libm call the C backend makes;
@@ -83,6 +89,16 @@ class MathLibrary:
 
     def intrinsic(self, name: str, typ: ir.Type) -> ir.Function:
         return self.module.declare_intrinsic(name, [typ])
+
+    def vector_intrinsic(self, name: str, vector: ir.VectorType, arity: int) -> ir.Function:
+        """An intrinsic over a vector type, e.g. llvm.fmuladd.v8f32 (llvmlite cannot name those)."""
+        element = {t.F32: "f32", t.F64: "f64"}[vector.element]
+        symbol = f"{name}.v{vector.count}{element}"
+        fn = self._cache.get(symbol)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(vector, [vector] * arity), symbol)
+            self._cache[symbol] = fn
+        return fn
 
     def libm(self, name: str, typ: ir.Type, arity: int = 1) -> ir.Function:
         symbol = name + ("f" if typ == t.F32 else "")
@@ -175,6 +191,10 @@ class _FunctionEmitter:
             buf, arg = self.buffers[s.buffer.name]
             ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             self.b.store(self.to_storage(self.expr(s.value), buf.dtype), ptr, align=t.itemsize(buf.dtype))
+        elif isinstance(s, VecStore):
+            buf, arg = self.buffers[s.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            self.b.store(self.expr(s.value), ptr, align=t.itemsize(buf.dtype))
         elif isinstance(s, If):
             self.if_stmt(s)
         else:
@@ -269,6 +289,19 @@ class _FunctionEmitter:
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             raw = self.b.load(ptr, typ=t.storage_type(buf.dtype), align=t.itemsize(buf.dtype))
             return self.promote(raw, buf.dtype)
+        if isinstance(e, VecLoad):
+            buf, arg = self.buffers[e.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            return self.b.load(ptr, typ=t.storage_type(e.dtype), align=t.itemsize(buf.dtype))
+        if isinstance(e, Splat):
+            vector = t.storage_type(e.dtype)
+            lane0 = self.b.insert_element(ir.Constant(vector, ir.Undefined), self.expr(e.a), ir.Constant(t.I32, 0))
+            mask = ir.Constant(ir.VectorType(t.I32, vector.count), [0] * vector.count)
+            return self.b.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), mask)
+        if isinstance(e, MulAdd):
+            vector = t.storage_type(e.dtype)
+            fmuladd = self.math.vector_intrinsic("llvm.fmuladd", vector, 3)
+            return self.b.call(fmuladd, [self.expr(e.a), self.expr(e.b), self.expr(e.acc)])
         if isinstance(e, Binary):
             return self.binary(e)
         if isinstance(e, Unary):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from aot.kernel.ir import INDEX
+from aot.kernel.ir import INDEX, VECTOR_DTYPES
 
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
@@ -52,6 +52,9 @@ def is_float(dtype: str) -> bool:
 
 def storage_type(dtype: str) -> ir.Type:
     """The LLVM type of one buffer element or local variable of `dtype` (its C type)."""
+    if dtype in VECTOR_DTYPES:
+        element, lanes = VECTOR_DTYPES[dtype]
+        return ir.VectorType(storage_type(element), lanes)
     try:
         return _STORAGE[dtype]
     except KeyError:
