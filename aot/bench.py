@@ -22,6 +22,7 @@ from aot.analysis import model_stats
 from aot.compiler import compile as compile_model
 from aot.compiler import load
 from aot.host.run import HostModel
+from aot.targets import host_preset_name
 from aot.verify import random_inputs
 
 
@@ -56,7 +57,8 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
           opt: str = "-O3 -march=native") -> BenchResult:
     import onnxruntime as ort
 
-    package = compile_model(model_path, input_shapes)
+    # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
+    package = compile_model(model_path, input_shapes, target=host_preset_name())
     graph, _ = load(model_path, input_shapes)
     macs = model_stats(graph).macs
     ours = HostModel.build(package, opt=opt)

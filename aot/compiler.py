@@ -16,6 +16,7 @@ from aot.frontend.importer import import_model
 from aot.frontend.loader import load_onnx
 from aot.ir.graph import Graph
 from aot.lowering.program import Program, lower_graph
+from aot.ops.register_tiles import DEFAULT_TILES, TileConfig
 from aot.package.c_sources import render_c_sources
 from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
@@ -69,7 +70,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         raise AotError("--name: the model name must not be empty")
     ident = model_identifier(str(name))
     run_passes(graph)
-    program = lower_graph(graph)
+    program = lower_graph(graph, tiles=_tiles(presets))
     # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
     memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
     texts, info = render_c_sources(program, memory, ident, Path(source).name,
@@ -109,6 +110,14 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
                                 "object": _build_entry(ident, t)["object"]} for t in llvm_targets]
     files[MANIFEST] = finalize_manifest(files, manifest)
     return Package(ident, files, manifest)
+
+
+def _tiles(presets: list[Target]) -> TileConfig:
+    """Register tiles for the targets' vector registers: the narrowest of them when a package is
+    built for several (one C source serves them all); AVX2-sized for a package for any target."""
+    if not presets:
+        return DEFAULT_TILES
+    return TileConfig.for_registers(min(p.vector_bits for p in presets), min(p.vector_registers for p in presets))
 
 
 def _presets(backend: str, target: str | Sequence[str] | None) -> list[Target]:

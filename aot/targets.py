@@ -24,7 +24,8 @@ _REQUIRED: dict[str, type] = {
     "description": str, "triple": str, "cpu": str, "features": str, "float_abi": str, "os": str,
     "alignment": int, "cflags": list,
 }
-_OPTIONAL: dict[str, type] = {"gcc_prefix": str, "zig_target": str, "qemu": str}
+_OPTIONAL: dict[str, type] = {"gcc_prefix": str, "zig_target": str, "qemu": str, "vector_bits": int,
+                              "vector_registers": int}
 _FLOAT_ABIS = {"hard", "soft", "softfp"}
 _OSES = {"linux", "none"}
 
@@ -43,6 +44,9 @@ class Target:
     gcc_prefix: str = ""
     zig_target: str = ""
     qemu: str = ""
+    # The float vector registers the register tiles are sized for (0: none; scalar tiles).
+    vector_bits: int = 128
+    vector_registers: int = 16
     source: str = field(default="", compare=False)
 
     @property
@@ -56,7 +60,8 @@ class Target:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "triple": self.triple, "cpu": self.cpu,
                 "features": self.features, "float_abi": self.float_abi, "os": self.os,
-                "alignment": self.alignment, "cflags": list(self.cflags)}
+                "alignment": self.alignment, "cflags": list(self.cflags), "vector_bits": self.vector_bits,
+                "vector_registers": self.vector_registers}
 
 
 def _validate(name: str, data: dict[str, Any], source: str) -> Target:
@@ -81,6 +86,10 @@ def _validate(name: str, data: dict[str, Any], source: str) -> Target:
         raise AotError(f"{where}: alignment {align} must be a power of two")
     if not all(isinstance(f, str) for f in data["cflags"]):
         raise AotError(f"{where}: cflags must be a list of strings")
+    if data.get("vector_bits", 128) not in (0, 128, 256, 512):
+        raise AotError(f"{where}: vector_bits {data['vector_bits']} must be 0, 128, 256 or 512")
+    if not 1 <= data.get("vector_registers", 16) <= 64:
+        raise AotError(f"{where}: vector_registers {data['vector_registers']} must be between 1 and 64")
     if len(data["triple"].split("-")) < 3:
         raise AotError(f"{where}: triple {data['triple']!r} is not arch-vendor-os[-abi]")
     return Target(name=name, cflags=tuple(data["cflags"]), source=source,
@@ -108,6 +117,23 @@ def list_targets() -> list[Target]:
 def host_target_name() -> str:
     machine = platform.machine().lower()
     return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(machine, "x86_64")
+
+
+def host_preset_name() -> str:
+    """The preset that best fits this machine's CPU (for benchmarks built with -march=native)."""
+    name = host_target_name()
+    if name != "x86_64":
+        return name
+    try:
+        flags = set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                         if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        return name
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        return "x86_64-v4"
+    if {"avx2", "fma"} <= flags:
+        return "x86_64-v3"
+    return name
 
 
 def load_target(spec: str | os.PathLike[str] | None) -> Target:

@@ -8,11 +8,12 @@ which is what lets the C compiler and LLVM unroll and vectorise.
 dtypes are numpy dtype names ("float32", "int64", "bool", ...) plus INDEX for loop counters and
 element offsets (32-bit signed in generated code; the IR verifier caps tensors at 2**31-1 elements).
 
-Short vectors ("float32x8") exist only for register tiles (aot/ops/register_tiles.py): loads and
-stores of VECTOR_LANES contiguous elements, a broadcast, and a multiply-add. They make a tile's
+Short vectors ("float32x4/x8/x16", as wide as the target's vector registers) exist only for
+register tiles (aot/ops/register_tiles.py): loads and stores of contiguous elements, a
+broadcast, and a multiply-add. They make a tile's
 accumulators explicit vector registers instead of leaving that to the compilers' SLP vectorisers,
 which give up on some loop nests (gcc 12 kept whole tiles in scalar registers and on the stack).
-Targets with narrower registers (128-bit NEON, SSE2) split each vector into two.
+A package for no particular target uses 8 lanes, which 128-bit targets split into two registers.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne"}
 LOGICAL = {"and", "or", "xor"}
 ARITHMETIC = {"add", "sub", "mul", "div", "mod", "min", "max", "pow"}
 # Unary ops map one-to-one onto C math library functions / LLVM intrinsics in the renderers.
-VECTOR_LANES = 8
-VECTOR_DTYPES = {"float32x8": ("float32", VECTOR_LANES)}
+VECTOR_DTYPES = {f"float32x{n}": ("float32", n) for n in (4, 8, 16)}
 UNARY_OPS = {
     "neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
@@ -137,14 +137,15 @@ class Cast(Expr):
 
 @dataclass(frozen=True, eq=True)
 class VecLoad(Expr):
-    """VECTOR_LANES contiguous elements of `buffer` starting at `index` (no alignment assumed)."""
+    """`lanes` contiguous elements of `buffer` starting at `index` (no alignment assumed)."""
 
     buffer: Buffer
     index: Expr
+    lanes: int
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return vector_of(self.buffer.dtype)
+        return vector_of(self.buffer.dtype, self.lanes)
 
 
 @dataclass(frozen=True, eq=True)
@@ -152,10 +153,11 @@ class Splat(Expr):
     """A scalar copied into every lane."""
 
     a: Expr
+    lanes: int
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return vector_of(self.a.dtype)
+        return vector_of(self.a.dtype, self.lanes)
 
 
 @dataclass(frozen=True, eq=True)
@@ -171,11 +173,11 @@ class MulAdd(Expr):
         return self.acc.dtype
 
 
-def vector_of(scalar: str) -> str:
-    for name, (element, _) in VECTOR_DTYPES.items():
-        if element == scalar:
-            return name
-    raise TypeError(f"no vector type for {scalar}")
+def vector_of(scalar: str, lanes: int) -> str:
+    name = f"{scalar}x{lanes}"
+    if name not in VECTOR_DTYPES:
+        raise TypeError(f"no vector type of {lanes} {scalar}")
+    return name
 
 
 class Stmt:

@@ -10,6 +10,7 @@ from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.fusion import FusionPlan
+from aot.ops.register_tiles import DEFAULT_TILES, TileConfig
 
 
 class Epilogue:
@@ -54,8 +55,9 @@ class Epilogue:
 
 
 class LoweringContext:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES) -> None:
         self.graph = graph
+        self.tiles = tiles  # register-tile shape for the target's vector registers
         self.kernels: list[Kernel] = []
         self.kernel_bindings: list[list[Tensor]] = []
         self._alias: dict[int, tuple[Tensor, int]] = {}  # id(view) -> (tensor it lives in, element offset)

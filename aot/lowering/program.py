@@ -9,6 +9,7 @@ from aot.kernel.ir import Kernel, Load, Store
 from aot.lowering.concat_in_place import plan_concat_in_place
 from aot.lowering.context import LoweringContext
 from aot.lowering.fusion import FusionPlan, plan_fusion
+from aot.ops.register_tiles import DEFAULT_TILES, TileConfig
 from aot.ops.registry import lowering_for
 
 INPUT, OUTPUT, ARENA, WEIGHT = "input", "output", "arena", "weight"
@@ -48,8 +49,8 @@ class Program:
         return clash
 
 
-def lower_graph(graph: Graph, fuse: bool = True) -> Program:
-    ctx = LoweringContext(graph)
+def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES) -> Program:
+    ctx = LoweringContext(graph, tiles)
     ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
     if fuse:
         for part, whole, offset in plan_concat_in_place(graph):

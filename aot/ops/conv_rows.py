@@ -34,8 +34,7 @@ from aot.ops.conv_kernels import (
     update_rows,
     valid_range,
 )
-from aot.ops.conv_tiled import TiledConv
-from aot.ops.register_tiles import DEFAULT_TILE
+from aot.ops.conv_tiled import TiledConv, strided_copy
 from aot.ops.scratch import scratch_tensor
 
 # Output channels updated together by one vector loop (they share every input load).
@@ -66,7 +65,11 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     in_h, in_w = (1, x.shape[2]) if nd == 1 else x.shape[2:]
     out_channels = y.shape[1]
     out_h, out_w = (1, y.shape[2]) if nd == 1 else y.shape[2:]
-    if any(pad_begin) or any(pad_end):
+    tiled = w.is_constant and out_channels // groups >= 2 and y.dtype.kind == "f"
+    if tiled and strides[1] > 1:
+        copy, xbuf, in_h, in_w = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end, strides[1])
+        pad_begin, pad_end = [0, 0], [0, 0]
+    elif any(pad_begin) or any(pad_end):
         # Copy the input into a zero-bordered scratch image first: then every tap of every output
         # column reads inside the image, each output row is one unbroken vector loop (no border
         # pieces, which cost scalar remainders on short rows), and the copy is cheap next to the
@@ -83,10 +86,12 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         d_h=dilations[0], d_w=dilations[1], p_h=pad_begin[0], p_w=pad_begin[1], nd=nd,
     )
     xv = View(xbuf, (batch, channels, in_h, in_w))
+    if tiled and strides[1] > 1:
+        xv = View(xbuf, (batch, channels, in_h, strides[1], -(-in_w // strides[1])))
     yv = View(kb.output(final).buffer, (batch, out_channels, out_h, out_w))
     bv = kb.input(bias) if bias is not None else None
-    if w.is_constant and spec.per_group >= min(DEFAULT_TILE.rows, 2) and spec.s_w == 1 and y.dtype.kind == "f":
-        tiled = TiledConv(kb, ctx, spec, xv, w, yv, bv, epilogue, y.dtype.name, DEFAULT_TILE)
+    if tiled:
+        tiled = TiledConv(kb, ctx, spec, xv, w, yv, bv, epilogue, y.dtype.name, ctx.tiles)
         ctx.emit(kb, copy + kb.loops([batch, groups], lambda idx: tiled.emit(idx[0], idx[1])))
         return True
     wv = View(kb.input(w).buffer, (out_channels, spec.group_in, spec.k_h, spec.k_w))

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.graph import Tensor
-from aot.kernel.ir import INDEX, Buffer, Expr, Load, Stmt, Var, binary, const
+from aot.ir.graph import Node, Tensor
+from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, binary, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
-from aot.ops.conv_kernels import blocks
-from aot.ops.register_tiles import Reduction, TileShape, register_tile
+from aot.ops.conv_kernels import blocks, valid_range
+from aot.ops.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.scratch import scratch_tensor
 
 
 def pack_weights(w: np.ndarray, groups: int, rows: int) -> np.ndarray:
@@ -37,15 +38,51 @@ def pack_weights(w: np.ndarray, groups: int, rows: int) -> np.ndarray:
     return np.concatenate(parts).astype(w.dtype, copy=False)
 
 
+def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
+                 pad_begin: list[int], pad_end: list[int], stride: int) -> tuple[list[Stmt], Buffer, int, int]:
+    """Statements copying X into a zero-padded scratch image whose columns are split into
+    `stride` phases, [n][c][row][phase][column // stride]: output column ow of tap kw then reads
+    phase (kw * dilation) % stride at column ow + (kw * dilation) // stride, so a run of output
+    columns reads a contiguous run of the scratch, as the tiles' vector loads need. Returns the
+    statements, the scratch buffer and its padded (height, width)."""
+    batch, channels = x.shape[0], x.shape[1]
+    in_h, in_w = in_hw
+    (top, left), (bottom, right) = pad_begin, pad_end
+    height, width = in_h + top + bottom, in_w + left + right
+    per_phase = -(-width // stride)
+    staged = scratch_tensor(ctx, node, (batch, channels, height, stride, per_phase), x.dtype, "strided")
+    src = View(kb.input(x).buffer, (batch, channels, in_h, in_w))
+    dst = View(kb.output(staged).buffer, staged.shape)
+    zero = const(0.0, x.dtype.name)
+    stmts = kb.loops([staged.size], lambda i: [Store(dst.buffer, i[0], zero)], prefix="z")
+    for phase in range(stride):
+        lo, hi = valid_range(per_phase, in_w, stride, phase - left)
+        if hi <= lo:
+            continue
+
+        def copy(idx: list[Expr], phase: int = phase, lo: int = lo) -> list[Stmt]:
+            n, c, ih, q = idx
+            col = q + lo
+            return [dst.store([n, c, ih + top, phase, col], src.load([n, c, ih, col * stride + (phase - left)]))]
+
+        stmts += kb.loops([batch, channels, in_h, hi - lo], copy, prefix="s")
+    return stmts, dst.buffer, height, width
+
+
 class TiledConv:
     """Emits one image and group of a convolution as register tiles."""
 
     def __init__(self, kb: KernelBuilder, ctx: LoweringContext, spec, x: View, w: Tensor, y: View,
-                 bias: View | None, epilogue: Epilogue, dtype: str, tile: TileShape) -> None:
+                 bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig) -> None:
+        """`x` is the (padded) input image, or for column strides above 1 the phase-split copy
+        made by strided_copy."""
         self.kb, self.s, self.xv, self.yv, self.bv = kb, spec, x, y, bias
         self.epilogue, self.dt, self.tile = epilogue, dtype, tile
         assert w.data is not None
-        packed = pack_weights(np.asarray(w.data), spec.groups, min(tile.rows, spec.per_group))
+        pointwise = spec.k_h == spec.k_w == 1 and spec.s_h == spec.s_w == 1
+        width = min(tile.cols, spec.out_h * spec.out_w if pointwise else spec.out_w)
+        self.rows = tile.rows_for(width, spec.per_group)
+        packed = pack_weights(np.asarray(w.data), spec.groups, self.rows)
         self.wbuf: Buffer = kb.input(ctx.constant(packed, w.name)).buffer
         self.k = spec.group_in * spec.k_h * spec.k_w
         # Side inputs of a fused epilogue that are whole tensors of the output's shape (or
@@ -58,7 +95,7 @@ class TiledConv:
         return [n, oc, ow] if self.s.nd == 1 else [n, oc, oh, ow]
 
     def emit(self, n: Expr, g: Expr) -> list[Stmt]:
-        s, rows = self.s, min(self.tile.rows, self.s.per_group)
+        s, rows = self.s, self.rows
         pointwise = s.k_h == s.k_w == 1 and s.s_h == s.s_w == 1
         return blocks(self.kb, s.per_group, rows,
                       lambda oc0, count: (self._pointwise(n, g, oc0, count) if pointwise
@@ -110,8 +147,8 @@ class TiledConv:
                 assert apply is not None
                 return apply(value)
 
-        return register_tile(self.kb, self.dt, count, cols, reduction, self._a_at(g, oc0, count), b_base,
-                             self._init(g, oc0, count), self.yv.buffer, out_at, finish)
+        return register_tile(self.kb, self.dt, self.tile.lanes, count, cols, reduction, self._a_at(g, oc0, count),
+                             b_base, self._init(g, oc0, count), self.yv.buffer, out_at, finish)
 
     def _rows(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
         """Tiles along each output row (any kernel size and dilation, unit column stride)."""
@@ -124,8 +161,12 @@ class TiledConv:
             def tile(ow0: Expr, cols: int) -> list[Stmt]:
                 def b_base(k: list[Expr]) -> tuple[Buffer, Expr]:
                     c, kh, kw = k
-                    return self.xv.buffer, self.xv.index([n, g * s.group_in + c, oh * s.s_h + kh * s.d_h,
-                                                          ow0 + kw * s.d_w])
+                    ih = oh * s.s_h + kh * s.d_h
+                    if s.s_w == 1:
+                        return self.xv.buffer, self.xv.index([n, g * s.group_in + c, ih, ow0 + kw * s.d_w])
+                    assert isinstance(kw, Const)  # unrolled: the phase is known here
+                    phase, shift = divmod(int(kw.value) * s.d_w, s.s_w)[::-1]
+                    return self.xv.buffer, self.xv.index([n, g * s.group_in + c, ih, phase, ow0 + shift])
 
                 return self._tile(n, g, oc0, count, cols, reduction, b_base, oh * s.out_w + ow0, oh, ow0)
 

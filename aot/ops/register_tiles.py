@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from aot.kernel.ir import (
     INDEX,
-    VECTOR_LANES,
     Assign,
     Buffer,
     Const,
@@ -51,12 +50,42 @@ from aot.lowering.builder import KernelBuilder
 
 
 @dataclass(frozen=True)
-class TileShape:
-    rows: int  # outputs sharing each operand load (output channels, matrix rows)
-    cols: int  # contiguous outputs sharing each broadcast (pixels, matrix columns)
+class TileConfig:
+    """Register tiles sized for a target's vector registers (targets/*.toml: vector_bits,
+    vector_registers)."""
+
+    lanes: int = 8           # float32 lanes per vector register
+    accumulators: int = 12   # vector accumulators a tile may keep live
+
+    @classmethod
+    def for_registers(cls, vector_bits: int, registers: int) -> TileConfig:
+        # A quarter of the registers stays free for the operand vectors, the broadcasts and the
+        # compiler's own use (measured: 24 of AVX-512's 32 beat 16 and 28 on SqueezeNet).
+        return cls(lanes=vector_bits // 32 if vector_bits else 1, accumulators=max(4, registers * 3 // 4))
+
+    @property
+    def cols(self) -> int:
+        """Outputs along the contiguous axis per tile: at least 16, two vectors on wide targets."""
+        return max(16, 2 * self.lanes)
+
+    def width_for(self, cols: int) -> int:
+        """Lanes of the vectors covering `cols` columns: the register width, or a narrower vector
+        for rows shorter than a register (1: scalars)."""
+        width = self.lanes
+        while width > 4 and width > cols:
+            width //= 2
+        return width if 1 < width <= cols else 1
+
+    def rows_for(self, cols: int, limit: int) -> int:
+        """Output rows per tile for tiles `cols` wide: as many as the accumulator budget allows
+        (the FMA latency needs about 8 independent accumulators in flight), at most `limit`."""
+        vectors = max(1, -(-cols // self.width_for(cols)))
+        return max(1, min(limit, self.accumulators // vectors, 16))
 
 
-DEFAULT_TILE = TileShape(4, 16)
+# A package for no particular target: AVX2-sized (16 registers of 8 floats); 128-bit NEON splits
+# each vector in two, which aarch64's 32 registers hold.
+DEFAULT_TILES = TileConfig()
 
 
 @dataclass(frozen=True)
@@ -72,7 +101,7 @@ class Reduction:
     unrolled: int = 0
 
 
-def register_tile(kb: KernelBuilder, dtype: str, rows: int, cols: int, reduction: Reduction,
+def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: int, reduction: Reduction,
                   a_at: Callable[[int, list[Expr]], Expr], b_base: Callable[[list[Expr]], tuple[Buffer, Expr]],
                   init: Sequence[Expr], out: Buffer, out_at: Callable[[int, Expr], Expr],
                   finish: Callable[[int, Expr, Expr], Expr] | None = None) -> list[Stmt]:
@@ -80,14 +109,17 @@ def register_tile(kb: KernelBuilder, dtype: str, rows: int, cols: int, reduction
     j < cols, where B_k[j] is element j of the row that `b_base(k)` points to (buffer, index of
     element 0) and out_at(i, j) is contiguous in j.
 
-    `k` is the list of reduction indices (one per extent). Columns go in vectors of VECTOR_LANES
-    (float32) and the remainder, if any, in scalars. `finish` (the fused epilogue, alpha/beta...)
-    runs as a second pass over the tile's outputs, still in L1.
+    `k` is the list of reduction indices (one per extent). Columns go in vectors of `lanes`
+    (float32; a ragged end in one more, overlapping vector) or, when fewer than `lanes`, scalars.
+    `finish` (the fused epilogue, alpha/beta...) runs as a second pass over the tile's outputs, still in L1.
     """
-    lanes = VECTOR_LANES if dtype == "float32" else 1
-    vectors = cols // lanes if lanes > 1 else 0
-    scalars = list(range(vectors * lanes, cols))
-    vdtype = vector_of(dtype) if vectors else dtype
+    lanes = TileConfig(lanes).width_for(cols) if dtype == "float32" else 1
+    # Whole vectors cover the columns; a ragged end gets one more vector overlapping the previous
+    # one (its shared columns are computed twice, but every update stays a vector operation).
+    vectors = -(-cols // lanes) if lanes > 1 and cols >= lanes else 0
+    starts = [min(v * lanes, cols - lanes) for v in range(vectors)]
+    scalars = [] if vectors else list(range(cols))
+    vdtype = vector_of(dtype, lanes) if vectors else dtype
     stmts: list[Stmt] = []
     acc_v: list[list[Var]] = []
     acc_s: list[list[Var]] = []
@@ -99,7 +131,7 @@ def register_tile(kb: KernelBuilder, dtype: str, rows: int, cols: int, reduction
             start = start_var
         acc_v.append([kb.var("vacc", vdtype) for _ in range(vectors)])
         acc_s.append([kb.var("acc", dtype) for _ in scalars])
-        stmts += [Declare(v, Splat(start)) for v in acc_v[i]] + [Declare(v, start) for v in acc_s[i]]
+        stmts += [Declare(v, Splat(start, lanes)) for v in acc_v[i]] + [Declare(v, start) for v in acc_s[i]]
 
     def step(k: list[Expr]) -> list[Stmt]:
         body: list[Stmt] = []
@@ -108,7 +140,7 @@ def register_tile(kb: KernelBuilder, dtype: str, rows: int, cols: int, reduction
         b_s: list[Var] = []
         for v in range(vectors):
             var = kb.var("vb", vdtype)
-            body.append(Declare(var, VecLoad(buf, base + v * lanes)))
+            body.append(Declare(var, VecLoad(buf, base + starts[v], lanes)))
             b_v.append(var)
         for j in scalars:
             var = kb.var("b", dtype)
@@ -119,7 +151,7 @@ def register_tile(kb: KernelBuilder, dtype: str, rows: int, cols: int, reduction
             body.append(Declare(a, a_at(i, k)))
             if vectors:
                 a_v = kb.var("va", vdtype)
-                body.append(Declare(a_v, Splat(a)))
+                body.append(Declare(a_v, Splat(a, lanes)))
                 body += [Assign(acc, MulAdd(acc, a_v, b)) for acc, b in zip(acc_v[i], b_v)]
             body += [Assign(acc, acc + a * b) for acc, b in zip(acc_s[i], b_s)]
         return body
@@ -134,7 +166,7 @@ def register_tile(kb: KernelBuilder, dtype: str, rows: int, cols: int, reduction
 
     stmts += kb.loops(looped, loop_body, prefix="k")
     for i in range(rows):
-        stmts += [VecStore(out, out_at(i, const(v * lanes, INDEX)), acc) for v, acc in enumerate(acc_v[i])]
+        stmts += [VecStore(out, out_at(i, const(starts[v], INDEX)), acc) for v, acc in enumerate(acc_v[i])]
         stmts += [Store(out, out_at(i, const(j, INDEX)), acc) for j, acc in zip(scalars, acc_s[i])]
     if finish is not None:
         for i in range(rows):

@@ -124,8 +124,8 @@ class KernelPrinter:
         elif isinstance(s, Store):
             out.append(f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
         elif isinstance(s, VecStore):
-            self.helpers.add("aot_f32x8")
-            out.append(f"{pad}AOT_F32X8_STORE(&{s.buffer.name}[{self._bare(s.index)}], {self._bare(s.value)});")
+            macro = self._vector(s.value.dtype)
+            out.append(f"{pad}{macro}_STORE(&{s.buffer.name}[{self._bare(s.index)}], {self._bare(s.value)});")
         elif isinstance(s, If):
             out.append(f"{pad}if ({self._bare(s.cond)}) {{")
             for inner in s.then:
@@ -155,14 +155,11 @@ class KernelPrinter:
         if isinstance(e, Load):
             return f"{e.buffer.name}[{self._bare(e.index)}]"
         if isinstance(e, VecLoad):
-            self.helpers.add("aot_f32x8")
-            return f"AOT_F32X8_LOAD(&{e.buffer.name}[{self._bare(e.index)}])"
+            return f"{self._vector(e.dtype)}_LOAD(&{e.buffer.name}[{self._bare(e.index)}])"
         if isinstance(e, Splat):
-            self.helpers.add("aot_f32x8")
-            return f"AOT_F32X8_SPLAT({self._bare(e.a)})"
+            return f"{self._vector(e.dtype)}_SPLAT({self._bare(e.a)})"
         if isinstance(e, MulAdd):
-            self.helpers.add("aot_f32x8")
-            return f"AOT_F32X8_MULADD({self._bare(e.acc)}, {self._bare(e.a)}, {self._bare(e.b)})"
+            return f"{self._vector(e.dtype)}_MULADD({self._bare(e.acc)}, {self._bare(e.a)}, {self._bare(e.b)})"
         if isinstance(e, Binary):
             return self._binary(e)
         if isinstance(e, Unary):
@@ -174,6 +171,12 @@ class KernelPrinter:
                 return f"((uint8_t)({self.expr(e.a)} != 0))"
             return f"(({c_type(e.dtype)}){self.expr(e.a)})"
         raise TypeError(f"cannot print {e!r}")
+
+    def _vector(self, dtype: str) -> str:
+        """The macro prefix of a vector dtype (AOT_F32X8), whose definitions the file then needs."""
+        name = c_type(dtype)
+        self.helpers.add(name)
+        return name.upper()
 
     def _binary(self, e: Binary) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
@@ -241,33 +244,42 @@ for _t, _c in C_TYPES.items():
             HELPER_DEFINITIONS[f"aot_{_op}_{_t}"] = (
                 f"static inline {_c} aot_{_op}_{_t}({_c} a, {_c} b) {{ return a {_cmp} b ? a : b; }}")
 
-# 8-lane float vectors for register tiles. GNU C (gcc, clang, zig cc) gets real vector types,
-# which every target lowers to its registers (AVX: one, SSE2/NEON: two); other C99 compilers get
-# a struct and loops. Macros, not functions, so no vector crosses a call (gcc warns that passing
-# 32-byte vectors without AVX changes the ABI). Loads and stores go through an element-aligned
-# may_alias type: tiles read rows at any element offset.
-HELPER_DEFINITIONS["aot_f32x8"] = """\
+
+
+def _vector_helpers(lanes: int) -> str:
+    """Float vectors of `lanes` for register tiles. GNU C (gcc, clang, zig cc) gets real vector
+    types, which each target lowers to its registers (split in two or four where they are
+    narrower); other C99 compilers get a struct and loops. Macros rather than functions, so no
+    vector crosses a call (gcc warns that passing 32-byte vectors without AVX changes the ABI).
+    Loads and stores go through an element-aligned may_alias type: tiles read rows at any offset."""
+    t, m = f"aot_f32x{lanes}", f"AOT_F32X{lanes}"
+    lanes_x = ", ".join(["(x)"] * lanes)
+    return f"""\
 #if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
-typedef float aot_f32x8 __attribute__((vector_size(32)));
-typedef float aot_f32x8_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
-#define AOT_F32X8_LOAD(p) (*(const aot_f32x8_unaligned *)(const void *)(p))
-#define AOT_F32X8_STORE(p, v) (*(aot_f32x8_unaligned *)(void *)(p) = (v))
-#define AOT_F32X8_SPLAT(x) ((aot_f32x8){ (x), (x), (x), (x), (x), (x), (x), (x) })
-#define AOT_F32X8_MULADD(acc, a, b) ((acc) + (a) * (b))
+typedef float {t} __attribute__((vector_size({4 * lanes})));
+typedef float {t}_unaligned __attribute__((vector_size({4 * lanes}), aligned(4), may_alias));
+#define {m}_LOAD(p) (*(const {t}_unaligned *)(const void *)(p))
+#define {m}_STORE(p, v) (*({t}_unaligned *)(void *)(p) = (v))
+#define {m}_SPLAT(x) (({t}){{ {lanes_x} }})
+#define {m}_MULADD(acc, a, b) ((acc) + (a) * (b))
 #else
-typedef struct { float lane[8]; } aot_f32x8;
-static inline aot_f32x8 aot_f32x8_load(const float *p)
-{ aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = p[i]; return v; }
-static inline void aot_f32x8_store(float *p, aot_f32x8 v)
-{ int i; for (i = 0; i < 8; ++i) p[i] = v.lane[i]; }
-static inline aot_f32x8 aot_f32x8_splat(float x)
-{ aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = x; return v; }
-static inline aot_f32x8 aot_f32x8_muladd(aot_f32x8 acc, aot_f32x8 a, aot_f32x8 b)
-{ int i; for (i = 0; i < 8; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }
-#define AOT_F32X8_LOAD(p) aot_f32x8_load(p)
-#define AOT_F32X8_STORE(p, v) aot_f32x8_store((p), (v))
-#define AOT_F32X8_SPLAT(x) aot_f32x8_splat(x)
-#define AOT_F32X8_MULADD(acc, a, b) aot_f32x8_muladd((acc), (a), (b))
+typedef struct {{ float lane[{lanes}]; }} {t};
+static inline {t} {t}_load(const float *p)
+{{ {t} v; int i; for (i = 0; i < {lanes}; ++i) v.lane[i] = p[i]; return v; }}
+static inline void {t}_store(float *p, {t} v)
+{{ int i; for (i = 0; i < {lanes}; ++i) p[i] = v.lane[i]; }}
+static inline {t} {t}_splat(float x)
+{{ {t} v; int i; for (i = 0; i < {lanes}; ++i) v.lane[i] = x; return v; }}
+static inline {t} {t}_muladd({t} acc, {t} a, {t} b)
+{{ int i; for (i = 0; i < {lanes}; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }}
+#define {m}_LOAD(p) {t}_load(p)
+#define {m}_STORE(p, v) {t}_store((p), (v))
+#define {m}_SPLAT(x) {t}_splat(x)
+#define {m}_MULADD(acc, a, b) {t}_muladd((acc), (a), (b))
 #endif"""
+
+
+for _dtype, (_, _lanes) in VECTOR_DTYPES.items():
+    HELPER_DEFINITIONS[c_type(_dtype)] = _vector_helpers(_lanes)
 
 __all__ = ["KernelPrinter", "HELPER_DEFINITIONS", "c_type", "float_literal", "int_literal", "Buffer"]
