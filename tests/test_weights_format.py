@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper
 
 import aot
 from aot.errors import AotError
@@ -24,7 +25,7 @@ from aot.package import c_sources
 from aot.package.c_sources import BINARY_WEIGHTS_THRESHOLD, layout_weights, resolve_weights_format
 from aot.targets import load_target
 from aot.toolchain.elf import read_elf
-from tests.helpers import assert_matches_onnxruntime, rand, run_onnxruntime
+from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_onnxruntime
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "tiny_cnn.onnx"
@@ -170,3 +171,21 @@ def test_binary_weights_cross_compile(tmp_path: Path, target: str, backend: str)
     if info.machine == "arm":
         assert info.arm_hard_float is True
     check_runner(out / "tiny_cnn_runner", tmp_path, launcher=(preset.qemu,))
+
+
+def test_binary_weights_of_every_width_match_onnxruntime() -> None:
+    """bool (1 byte), float32, int64 and an odd-sized float32 tensor: each member at its offset."""
+    x = rand(2, 3)
+    k = np.array([[5, -7, 1 << 40], [0, 3, -(1 << 35)]], dtype=np.int64)
+    nodes = [helper.make_node("Add", ["x", "w"], ["a"]),
+             helper.make_node("Where", ["cond", "a", "x"], ["b"]),
+             helper.make_node("Cast", ["b"], ["bi"], to=TensorProto.INT64),
+             helper.make_node("Add", ["bi", "k"], ["y"]),
+             helper.make_node("Mul", ["b", "odd"], ["z"])]
+    model = make_model(nodes, {"x": x}, ["y", "z"], initializers={
+        "w": rand(2, 3, seed=1), "cond": np.array([[True, False, True], [False, True, True]]), "k": k,
+        "odd": rand(1, 3, seed=2)})
+    package = aot.compile(model, weights_format="binary")
+    assert "test_graph_weights.bin" in package.files
+    for backend in ("c", "llvm"):
+        assert_matches_onnxruntime(model, {"x": x}, backend=backend, weights_format="binary")

@@ -122,7 +122,9 @@ def resolve_weights_format(requested: str, weights_struct_bytes: int) -> str:
 def weights_blob(slots: Sequence[WeightSlot], weights_struct_bytes: int) -> WeightsBlob:
     """The image of the weights struct for <name>_weights.bin. It is padded to a multiple of 64
     bytes, which covers the C struct's size (its tail padding to its strictest member alignment)."""
-    parts = [(s.offset, s.tensor.data) for s in slots if s.tensor.data is not None and s.tensor.size]
+    # The tensor's declared dtype is what the C struct member has (no copy when the data has it).
+    parts = [(s.offset, np.asarray(s.tensor.data, dtype=s.tensor.dtype))
+             for s in slots if s.tensor.data is not None and s.tensor.size]
     return WeightsBlob(parts, align_up(max(weights_struct_bytes, 1), WEIGHT_ALIGN))
 
 
