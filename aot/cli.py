@@ -46,6 +46,9 @@ TargetOpt = Annotated[
                                   "`aot targets`) or a .toml file (repeatable; default: this machine).",
                  show_default=False),
 ]
+WeightsFormatOpt = Annotated[str, typer.Option(
+    "--weights-format", help="How the package holds the weights: c (<name>_weights.c, C text), binary "
+    "(<name>_weights.bin + <name>_weights.S, assembled with .incbin) or auto (binary above 16 MiB).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show details (tracebacks) on errors.")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Model name: prefix of every C symbol "
@@ -104,6 +107,7 @@ def compile_cmd(
     name: NameOpt = None,
     backend: BackendOpt = "c",
     target: TargetOpt = None,
+    weights_format: WeightsFormatOpt = "auto",
     force: Annotated[bool, typer.Option("--force", help="Replace the output folder if it exists.")] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -114,7 +118,8 @@ def compile_cmd(
 
     if output.exists() and not force:
         raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
-    package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None)
+    package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None,
+                            weights_format=weights_format)
     written = package.write(output, force=force)
     m = package.manifest
     if as_json:
@@ -240,6 +245,7 @@ def build_cmd(
     input_shape: InputShapeOpt = None,
     name: NameOpt = None,
     backend: BackendOpt = "c",
+    weights_format: WeightsFormatOpt = "auto",
     toolchain: Annotated[str, typer.Option("--toolchain", help="auto, gcc (cross GCC), zig (pip install "
                                            "ziglang) or clang (bare metal).")] = "auto",
     dynamic: Annotated[bool, typer.Option("--dynamic", help="Link the runner against the target's libc "
@@ -265,7 +271,8 @@ def build_cmd(
         raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
-    package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target)
+    package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target,
+                            weights_format=weights_format)
     # Build in a staging copy, then publish package and artefacts together: no half-built folder.
     output.resolve().parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aot-build-", dir=output.resolve().parent) as tmp:

@@ -17,7 +17,7 @@ from aot.frontend.loader import load_onnx
 from aot.ir.graph import Graph
 from aot.lowering.program import Program, lower_graph
 from aot.ops.register_tiles import DEFAULT_TILES, TileConfig
-from aot.package.c_sources import render_c_sources
+from aot.package.c_sources import check_weights_format, render_c_sources
 from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
 from aot.planner.liveness import arena_intervals
@@ -53,14 +53,20 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     name: str | None = None,
     backend: str = "c",
     target: str | Sequence[str] | None = None,
+    weights_format: str = "auto",
 ) -> Package:
     """Compile an ONNX model (path or ModelProto) into an in-memory Package.
 
     backend="llvm" adds `<name>.<triple>.o` for each `target` (default: the host's) next to the
     C sources, which stay as the fallback for other targets.
+
+    weights_format="c" writes the weights as C text (<name>_weights.c), "binary" as raw bytes
+    (<name>_weights.bin, pulled in by <name>_weights.S), "auto" (default) binary only when they
+    exceed BINARY_WEIGHTS_THRESHOLD (16 MiB).
     """
     if backend not in BACKENDS:
         raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
+    check_weights_format(weights_format)  # before the compile, which can take minutes
     llvm_targets = _llvm_targets(backend, target)
     presets = _presets(backend, target)
     graph, source = load(model, input_shapes)
@@ -73,10 +79,10 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     program = lower_graph(graph, tiles=_tiles(presets))
     # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
     memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
-    texts, info = render_c_sources(program, memory, ident, Path(source).name,
+    files, info = render_c_sources(program, memory, ident, Path(source).name,
                                    llvm_targets=[_build_entry(ident, t) for t in llvm_targets],
-                                   target=presets[0] if len(presets) == 1 else None)
-    files = {path: text.encode() for path, text in texts.items()}
+                                   target=presets[0] if len(presets) == 1 else None,
+                                   weights_format=weights_format)
     if llvm_targets:
         from aot.backends.llvm import compile_objects
 
@@ -96,6 +102,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "arena_lower_bound_bytes": memory.lower_bound_bytes,
         "arena_unshared_bytes": memory.unshared_bytes,
         "weights_bytes": info["weights_bytes"],
+        "weights_format": info["weights_format"],
         "onnx_nodes": graph.source_node_count,
         "kernels": len(program.kernels),
     }

@@ -21,7 +21,7 @@ from tests.conftest import conformance_summary_path
 from tests.helpers import assert_matches_onnxruntime, rand
 
 PASS_RATE_REQUIRED = 0.97
-# Light models: ResNet-50 takes about 90 s to compile and build on one core.
+# Light models: VGG-19, the biggest, takes about 80 s to compile, build and run on one core.
 LIGHT_TIMEOUT = 1200.0
 
 ALL_CASES = cf.all_cases()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,11 +16,16 @@ from aot.codegen.c_names import UniqueNames, c_comment, c_string
 from aot.errors import AotError
 from aot.ir.graph import Tensor
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
+from aot.package.blob import FileData, WeightsBlob
 from aot.planner.memory import MemoryPlan, align_up
 from aot.resources import resource_dir
 from aot.targets import Target
 
 WEIGHT_ALIGN = 64
+WEIGHTS_FORMATS = ("auto", "c", "binary")
+# Above this many bytes of weights, --weights-format auto writes them as binary: as C text they
+# take gigabytes of compiler memory (VGG-19's 575 MB did not compile at all).
+BINARY_WEIGHTS_THRESHOLD = 16 * 2**20
 
 DTYPE_ENUM = {
     "float32": "AOT_DTYPE_FLOAT32", "uint8": "AOT_DTYPE_UINT8", "int8": "AOT_DTYPE_INT8",
@@ -78,22 +84,56 @@ def _io_descriptors(program: Program) -> tuple[list[dict], list[dict]]:
     return described[0], described[1]
 
 
-def _weight_values(t: Tensor) -> str:
+def _literal_blocks(t: Tensor) -> Iterator[str]:
+    """The initializer of one weights member, in blocks of lines, so that only one block of
+    Python strings exists at a time however big the tensor."""
     flat = t.data.reshape(-1) if t.data is not None else np.zeros(0)
     if flat.size == 0:
-        return "        0"
-    kind = t.dtype.kind
-    if kind == "f":
-        dtype = t.dtype.name
-        literals = [float_literal(float(v), dtype) for v in flat.tolist()]
-    elif kind == "b":
-        literals = ["1" if v else "0" for v in flat.tolist()]
-    else:
-        dtype = t.dtype.name
-        literals = [int_literal(int(v), dtype) for v in flat.tolist()]
-    per_line = 8
-    lines = [", ".join(literals[i:i + per_line]) for i in range(0, len(literals), per_line)]
-    return ",\n".join("        " + line for line in lines)
+        yield "        0\n"
+        return
+    kind, dtype = t.dtype.kind, t.dtype.name
+    per_line, per_block = 8, 8 * 1024
+    for start in range(0, flat.size, per_block):
+        values = flat[start:start + per_block].tolist()
+        if kind == "f":
+            literals = [float_literal(float(v), dtype) for v in values]
+        elif kind == "b":
+            literals = ["1" if v else "0" for v in values]
+        else:
+            literals = [int_literal(int(v), dtype) for v in values]
+        lines = [", ".join(literals[i:i + per_line]) for i in range(0, len(literals), per_line)]
+        last = start + per_block >= flat.size
+        yield ",\n".join("        " + line for line in lines) + ("\n" if last else ",\n")
+
+
+def check_weights_format(requested: str) -> None:
+    if requested not in WEIGHTS_FORMATS:
+        raise AotError(f"--weights-format {requested!r}: unknown format (use {', '.join(WEIGHTS_FORMATS)})")
+
+
+def resolve_weights_format(requested: str, weights_struct_bytes: int) -> str:
+    """"c" or "binary" for --weights-format `requested` (auto: binary above the threshold)."""
+    check_weights_format(requested)
+    if requested == "auto":
+        return "binary" if weights_struct_bytes > BINARY_WEIGHTS_THRESHOLD else "c"
+    return requested
+
+
+def weights_blob(slots: Sequence[WeightSlot], weights_struct_bytes: int) -> WeightsBlob:
+    """The image of the weights struct for <name>_weights.bin. It is padded to a multiple of 64
+    bytes, which covers the C struct's size (its tail padding to its strictest member alignment)."""
+    # The tensor's declared dtype is what the C struct member has (no copy when the data has it).
+    parts = [(s.offset, np.asarray(s.tensor.data, dtype=s.tensor.dtype))
+             for s in slots if s.tensor.data is not None and s.tensor.size]
+    return WeightsBlob(parts, align_up(max(weights_struct_bytes, 1), WEIGHT_ALIGN))
+
+
+def _render(template: jinja2.Template, context: Mapping[str, Any]) -> bytes:
+    """A template's output as UTF-8, built piece by piece (weights.c can be hundreds of MB)."""
+    out = bytearray()
+    for piece in template.generate(context):
+        out += piece.encode()
+    return bytes(out)
 
 
 def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kernel_index: int,
@@ -121,16 +161,21 @@ def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kern
 
 def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
                      llvm_targets: Sequence[Mapping[str, Any]] = (),
-                     target: Target | None = None) -> tuple[dict[str, str], dict]:
+                     target: Target | None = None, weights_format: str = "auto",
+                     ) -> tuple[dict[str, FileData], dict]:
     """The package's C and build files, plus the I/O descriptors and weight sizes for the manifest.
 
     `llvm_targets` describes the LLVM objects the package carries, so that the build files can
-    use them instead of <name>.c (see aot/compiler.py `_build_entry`).
+    use them instead of <name>.c (see aot/compiler.py `_build_entry`). `weights_format` (see
+    WEIGHTS_FORMATS) chooses between <name>_weights.c and <name>_weights.S + <name>_weights.bin;
+    either defines the same <name>_weights object, so the rest of the package is the same.
     """
     env = _environment()
     inputs, outputs = _io_descriptors(program)
     slot_list, weights_struct_bytes = layout_weights(program.weights)
     slots = {id(s.tensor): s for s in slot_list}
+    weights_format = resolve_weights_format(weights_format, weights_struct_bytes)
+    blob = weights_blob(slot_list, weights_struct_bytes) if weights_format == "binary" else None
     printer = KernelPrinter(name)
     kernels_text = [printer.kernel(k, program.overlapping_params(i)) for i, k in enumerate(program.kernels)]
     calls = [kernel_call(printer, program, plan, i, name, slots) for i in range(len(program.kernels))]
@@ -145,20 +190,31 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
         "onnx_nodes": program.graph.source_node_count,
         "llvm_targets": list(llvm_targets),
         "target": target,
+        "weights_format": weights_format,
+        "weights_source": f"{name}_weights.S" if blob else f"{name}_weights.c",
+        "weights_blob_bytes": len(blob) if blob else 0,
+        "weights_align": WEIGHT_ALIGN,
         "weights": [{
             "member": s.member, "ctype": c_type(s.tensor.dtype.name), "pad": s.pad,
-            "count": max(s.tensor.size, 1), "literals": _weight_values(s.tensor),
+            "count": max(s.tensor.size, 1), "literal_blocks": functools.partial(_literal_blocks, s.tensor),
             "comment": c_comment(f"{s.tensor.name!r} {s.tensor.dtype.name}{list(s.tensor.shape)} @ {s.offset}"),
         } for s in slot_list],
     }
-    return {
-        f"{name}.h": env.get_template("c/model.h.j2").render(context),
-        f"{name}.c": env.get_template("c/model.c.j2").render(context),
-        f"{name}_weights.h": env.get_template("c/weights.h.j2").render(context),
-        f"{name}_weights.c": env.get_template("c/weights.c.j2").render(context),
-        f"{name}_runner.c": env.get_template("c/runner.c.j2").render(context),
-        "Makefile": env.get_template("build/Makefile.j2").render(context),
-        "CMakeLists.txt": env.get_template("build/CMakeLists.txt.j2").render(context),
-        **({"toolchain.cmake": env.get_template("build/toolchain.cmake.j2").render(context)} if target else {}),
-    }, {"inputs": inputs, "outputs": outputs, "weights_bytes": weights_bytes,
-        "weights_struct_bytes": weights_struct_bytes}
+    templates = {
+        f"{name}.h": "c/model.h.j2",
+        f"{name}.c": "c/model.c.j2",
+        f"{name}_weights.h": "c/weights.h.j2",
+        f"{name}_runner.c": "c/runner.c.j2",
+        "Makefile": "build/Makefile.j2",
+        "CMakeLists.txt": "build/CMakeLists.txt.j2",
+        **({"toolchain.cmake": "build/toolchain.cmake.j2"} if target else {}),
+    }
+    if blob is None:
+        templates[f"{name}_weights.c"] = "c/weights.c.j2"
+    else:
+        templates[f"{name}_weights.S"] = "c/weights.S.j2"
+    files: dict[str, FileData] = {path: _render(env.get_template(t), context) for path, t in templates.items()}
+    if blob is not None:
+        files[f"{name}_weights.bin"] = blob
+    return files, {"inputs": inputs, "outputs": outputs, "weights_bytes": weights_bytes,
+                   "weights_struct_bytes": weights_struct_bytes, "weights_format": weights_format}

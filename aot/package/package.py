@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aot.package.blob import FileData, file_sha256
 from aot.package.writer import write_tree_atomically
 
 MANIFEST = "manifest.json"
@@ -17,7 +17,8 @@ MANIFEST = "manifest.json"
 @dataclass
 class Package:
     name: str
-    files: dict[str, bytes]
+    # bytes, or a WeightsBlob for <name>_weights.bin (streamed to disk, see aot/package/blob.py)
+    files: dict[str, FileData]
     manifest: dict[str, Any]
     _host_library: Any = field(default=None, repr=False)
 
@@ -46,7 +47,7 @@ class Package:
         return self._host_library.run(inputs)
 
 
-def finalize_manifest(files: dict[str, bytes], manifest: dict[str, Any]) -> bytes:
+def finalize_manifest(files: dict[str, FileData], manifest: dict[str, Any]) -> bytes:
     """Record the sha256 of every file; the manifest itself is written last, with sorted keys."""
-    manifest["files"] = {path: hashlib.sha256(files[path]).hexdigest() for path in sorted(files)}
+    manifest["files"] = {path: file_sha256(files[path]) for path in sorted(files)}
     return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()

@@ -8,9 +8,10 @@ import tempfile
 from pathlib import Path
 
 from aot.errors import OutputError
+from aot.package.blob import FileData, write_file_data
 
 
-def write_tree_atomically(files: dict[str, bytes], out_dir: str | os.PathLike[str], force: bool = False) -> Path:
+def write_tree_atomically(files: dict[str, FileData], out_dir: str | os.PathLike[str], force: bool = False) -> Path:
     target = Path(out_dir)
     if target.exists() and not force:
         raise OutputError(f"{target}: already exists; choose another -o folder or pass --force to replace it")
@@ -31,7 +32,7 @@ def write_tree_atomically(files: dict[str, bytes], out_dir: str | os.PathLike[st
         for rel, data in sorted(files.items()):
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            write_file_data(path, data)
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=parent))
             os.rename(target, old / "pkg")

@@ -3,7 +3,8 @@
 The module defines exactly the functions <name>.h declares -- `<name>_run`, `<name>_run_ptrs` and
 `<name>_info` -- with the behaviour of the C backend's model.c.j2 (same NULL checks, alignment
 check and status codes), and takes the weights from the external `<name>_weights` object that
-<name>_weights.c defines, addressing members by the byte offsets of `layout_weights`.
+<name>_weights.c (or, with binary weights, <name>_weights.S) defines, addressing members by the
+byte offsets of `layout_weights` -- which both formats lay out identically.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class ModelModule:
     def _weights_global(self) -> ir.GlobalVariable:
         if self._weights is None:
             # Declared as bytes: only the address matters, members are reached by byte offset.
-            # weights.c defines it with AOT_ALIGNED(64), and every member offset is a multiple of 64.
+            # weights.c defines it with AOT_ALIGNED(64) (weights.S with .balign 64), and every
+            # member offset is a multiple of 64.
             typ = ir.ArrayType(t.I8, max(self.weights_struct_bytes, 1))
             g = ir.GlobalVariable(self.module, typ, self.weights_symbol)
             g.linkage = "external"
