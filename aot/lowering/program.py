@@ -35,7 +35,7 @@ class Program:
     # (kernel, output param, input param): the output is written over the input, which dies
     # there (decided by aot/planner/in_place.py once the kernel order is final).
     in_place: list[tuple[int, int, int]] = field(default_factory=list)
-    scheduled: bool = False  # aot/planner/schedule.py has chosen the kernel order
+    schedule: str = ""  # how aot/planner/schedule.py chose the kernel order ("" = not yet)
 
     def reordered(self, order: list[int]) -> Program:
         """The same kernels run in `order` (a permutation of kernel indices)."""

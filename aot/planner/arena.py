@@ -36,7 +36,9 @@ def plan_program(program: Program, alignment: int = 64, reorder: bool = True, in
     plan = plan_memory(buffers, alignment)
     offsets = {t.key: plan.offsets[joined.get(t.key, t.key)] for t in tensors}
     verify_sharing(tensors, offsets, pairs, alignment)
-    return replace(plan, offsets=offsets)
+    # "Unshared" stays the arena with no sharing at all, each tensor on its own.
+    unshared = sum(align_up(max(t.size, 1), alignment) for t in tensors)
+    return replace(plan, offsets=offsets, unshared_bytes=unshared)
 
 
 def verify_sharing(tensors: Sequence[Interval], offsets: dict[str, int], pairs: Sequence[InPlace],

@@ -136,9 +136,10 @@ def choose_order(program: Program, alignment: int,
 def schedule(program: Program, alignment: int,
              candidates: Mapping[int, Sequence[tuple[int, int]]] | None = None) -> str:
     """Reorder `program`'s kernels in place (see choose_order); returns the strategy used. Kernels
-    are renamed k0, k1, ... in their new order so generated code reads in execution order."""
-    if program.scheduled:
-        return "original"
+    are renamed k0, k1, ... in their new order so generated code reads in execution order. A
+    program is scheduled once: later calls leave it as it is."""
+    if program.schedule:
+        return program.schedule
     order, strategy = choose_order(program, alignment, candidates)
     if strategy != "original":
         program.kernels[:] = [program.kernels[i] for i in order]
@@ -146,5 +147,5 @@ def schedule(program: Program, alignment: int,
         program.offsets[:] = [program.offsets[i] for i in order]
         for i, kernel in enumerate(program.kernels):
             kernel.name = f"k{i}"
-    program.scheduled = True
+    program.schedule = strategy
     return strategy
