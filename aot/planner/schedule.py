@@ -119,17 +119,22 @@ def choose_order(program: Program, alignment: int,
     """The kernel order with the smallest peak, and the strategy that found it ("original" when
     no strategy beats the lowering's order)."""
     n = len(program.kernels)
-    best = (peak_bytes(program, alignment, candidates), list(range(n)), "original")
+    identity = list(range(n))
     if n < 3:
-        return best[1], best[2]
+        return identity, "original"
     preds = dependencies(program)
+    best: tuple[int, list[int], str] | None = None
     for name, cost in STRATEGIES.items():
         order = list_schedule(program, preds, cost, alignment)
-        if order == best[1]:
-            continue
+        if order == identity:
+            continue  # a chain, or the lowering's order already: nothing to compare
+        if best is None:  # the original's peak, computed only when there is an alternative
+            best = (peak_bytes(program, alignment, candidates), identity, "original")
         peak = peak_bytes(program.reordered(order), alignment, candidates)
         if peak < best[0]:
             best = (peak, order, name)
+    if best is None:
+        return identity, "original"
     return best[1], best[2]
 
 
