@@ -20,8 +20,8 @@ from aot.ops.register_tiles import DEFAULT_TILES, TileConfig
 from aot.package.c_sources import check_weights_format, render_c_sources
 from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
-from aot.planner.liveness import arena_intervals
-from aot.planner.memory import MemoryPlan, plan_memory
+from aot.planner.arena import plan_program
+from aot.planner.memory import MemoryPlan
 from aot.resources import resource_dir
 from aot.targets import Target, load_target
 
@@ -44,7 +44,9 @@ def load(model: str | os.PathLike[str] | onnx.ModelProto,
 
 
 def plan(program: Program, alignment: int = DEFAULT_ALIGNMENT) -> MemoryPlan:
-    return plan_memory(arena_intervals(program), alignment)
+    """The arena plan; orders the program's kernels for a smaller peak and decides which kernels
+    write in place first (aot/planner/arena.py), so call it before printing the program."""
+    return plan_program(program, alignment)
 
 
 def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)

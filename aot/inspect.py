@@ -44,6 +44,8 @@ def inspect_model(path: str | os.PathLike[str],
             "arena_lower_bound_bytes": memory.lower_bound_bytes,
             "arena_unshared_bytes": memory.unshared_bytes,
             "arena_alignment": memory.alignment,
+            "schedule": program.schedule,
+            "in_place_kernels": [program.kernels[k].sources for k, _, _ in program.in_place],
             "peak_live": {"kernel": memory.peak_step,
                           "kernel_sources": program.kernels[memory.peak_step].sources if program.kernels else [],
                           "tensors": list(memory.peak_keys)},
@@ -76,7 +78,8 @@ def render_text(r: dict[str, Any]) -> str:
             lines.append(f"    {u['op']}: {', '.join(repr(n) for n in u['nodes'])}")
     else:
         lines.append(f"  all ops supported: {r['kernels']} kernels; arena {r['arena_bytes']} bytes "
-                     f"(lower bound {r['arena_lower_bound_bytes']}, unshared {r['arena_unshared_bytes']})")
+                     f"(lower bound {r['arena_lower_bound_bytes']}, unshared {r['arena_unshared_bytes']}); "
+                     f"kernel order: {r['schedule']}, {len(r['in_place_kernels'])} kernel(s) writing in place")
         peak = r["peak_live"]
         if peak["tensors"]:
             lines.append(f"  largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "

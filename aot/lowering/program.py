@@ -33,11 +33,21 @@ class Program:
     storage: dict[int, Storage] = field(default_factory=dict)  # id(root tensor) -> Storage
     weights: list[Tensor] = field(default_factory=list)
     arena_tensors: list[Tensor] = field(default_factory=list)
+    # (kernel, output param, input param): the output is written over the input, which dies
+    # there (decided by aot/planner/in_place.py once the kernel order is final).
+    in_place: list[tuple[int, int, int]] = field(default_factory=list)
+    schedule: str = ""  # how aot/planner/schedule.py chose the kernel order ("" = not yet)
+
+    def reordered(self, order: list[int]) -> Program:
+        """The same kernels run in `order` (a permutation of kernel indices)."""
+        return Program(self.graph, [self.kernels[i] for i in order], [self.bindings[i] for i in order],
+                       [self.offsets[i] for i in order], self.storage, self.weights, self.arena_tensors)
 
     def overlapping_params(self, kernel_index: int) -> set[int]:
         """Params of one kernel whose element ranges in the same storage overlap another param's
         that is written (a Concat part copied within its own output, ...): they must not be
-        declared restrict / noalias."""
+        declared restrict / noalias. An output written in place over an input (different tensors
+        given one arena offset) shares that input's memory too."""
         kernel = self.kernels[kernel_index]
         spans = [(id(root), offset, offset + buf.size, buf.writable)
                  for buf, root, offset in zip(kernel.params, self.bindings[kernel_index], self.offsets[kernel_index])]
@@ -46,6 +56,9 @@ class Program:
             for j, (rj, lo_j, hi_j, wj) in enumerate(spans):
                 if i < j and ri == rj and lo_i < hi_j and lo_j < hi_i and (wi or wj):
                     clash |= {i, j}
+        for k, out_param, in_param in self.in_place:
+            if k == kernel_index:
+                clash |= {out_param, in_param}
         return clash
 
 

@@ -88,6 +88,11 @@ def plan_memory(intervals: Sequence[Interval], alignment: int = 64) -> MemoryPla
     return MemoryPlan(offsets, arena, lower, unshared, alignment, strategy, peak_step, peak_keys)
 
 
+def lower_bound(intervals: Sequence[Interval], alignment: int = 64) -> int:
+    """The largest total (aligned) size of buffers live at one step: no plan can be smaller."""
+    return _lower_bound([Interval(i.key, align_up(max(i.size, 1), alignment), i.start, i.end) for i in intervals])[0]
+
+
 def _place(order: Sequence[Interval]) -> dict[str, int]:
     placed: list[tuple[int, Interval]] = []
     offsets: dict[str, int] = {}

@@ -1,0 +1,59 @@
+"""Planning a Program's arena: kernel order, in-place reuse, offsets, and a check of the result.
+
+The steps, in order (each its own module):
+1. schedule.py picks the kernel order with the smallest peak of live memory;
+2. in_place.py decides which kernels write their output over a dying input, in that order;
+3. liveness.py turns tensors into buffers (in-place chains joined) with live ranges;
+4. memory.py places the buffers; its lower bound is over the joined buffers, so it already counts
+   the memory in-place reuse saves.
+Then every arena tensor gets its buffer's offset, and the tensors are checked once more: two
+tensors live at the same step may share bytes only as an in-place pair at the one kernel where
+the input dies and the output is born.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from aot.lowering.program import Program
+from aot.planner.in_place import InPlace, find_in_place, in_place_candidates
+from aot.planner.liveness import arena_intervals, buffer_intervals
+from aot.planner.memory import Interval, MemoryPlan, align_up, plan_memory
+from aot.planner.schedule import schedule
+
+
+def plan_program(program: Program, alignment: int = 64, reorder: bool = True, in_place: bool = True) -> MemoryPlan:
+    """Offsets for every arena tensor of `program` (keyed by tensor name). Reorders the program's
+    kernels (unless `reorder` is false) and records its in-place pairs in `program.in_place`."""
+    candidates = {id(k): in_place_candidates(k) if in_place else [] for k in program.kernels}
+    if reorder:
+        schedule(program, alignment, candidates)
+    pairs = find_in_place(program, candidates)
+    program.in_place = [(p.kernel, p.out_param, p.in_param) for p in pairs]
+    tensors = arena_intervals(program)
+    buffers, joined = buffer_intervals(tensors, pairs)
+    plan = plan_memory(buffers, alignment)
+    offsets = {t.key: plan.offsets[joined.get(t.key, t.key)] for t in tensors}
+    verify_sharing(tensors, offsets, pairs, alignment)
+    # "Unshared" stays the arena with no sharing at all, each tensor on its own.
+    unshared = sum(align_up(max(t.size, 1), alignment) for t in tensors)
+    return replace(plan, offsets=offsets, unshared_bytes=unshared)
+
+
+def verify_sharing(tensors: Sequence[Interval], offsets: dict[str, int], pairs: Sequence[InPlace],
+                   alignment: int) -> None:
+    """Tensors live at the same step overlap in memory only as an in-place pair at its kernel."""
+    allowed = {(p.input, p.output): p.kernel for p in pairs}
+    by_start = sorted(tensors, key=lambda t: (t.start, t.key))
+    for index, a in enumerate(by_start):
+        for b in by_start[index + 1:]:
+            if b.start > a.end:
+                break
+            oa, ob = offsets[a.key], offsets[b.key]
+            if oa < ob + align_up(max(b.size, 1), alignment) and ob < oa + align_up(max(a.size, 1), alignment):
+                step = allowed.get((a.key, b.key), allowed.get((b.key, a.key)))
+                shared = {a.start, a.end} & {b.start, b.end}
+                if step is None or a.end != b.start and b.end != a.start or shared != {step} \
+                        or oa != ob or a.size != b.size:
+                    raise AssertionError(f"tensors {a.key} and {b.key} are live together and overlap")
