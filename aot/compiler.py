@@ -21,6 +21,7 @@ from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
 from aot.planner.liveness import arena_intervals
 from aot.planner.memory import MemoryPlan, plan_memory
+from aot.progress import SILENT, Progress
 from aot.resources import resource_dir
 from aot.targets import Target, load_target
 
@@ -52,26 +53,34 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     name: str | None = None,
     backend: str = "c",
     target: str | Sequence[str] | None = None,
+    progress: Progress | None = None,
 ) -> Package:
     """Compile an ONNX model (path or ModelProto) into an in-memory Package.
 
     backend="llvm" adds `<name>.<triple>.o` for each `target` (default: the host's) next to the
-    C sources, which stay as the fallback for other targets.
+    C sources, which stay as the fallback for other targets. `progress` hears of each stage
+    (see aot/progress.py); by default nothing is reported.
     """
+    progress = progress or SILENT
     if backend not in BACKENDS:
         raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
     llvm_targets = _llvm_targets(backend, target)
     presets = _presets(backend, target)
+    progress.start("import")
     graph, source = load(model, input_shapes)
     if name is None:
         name = graph.name
     if not name or not str(name).strip():
         raise AotError("--name: the model name must not be empty")
     ident = model_identifier(str(name))
+    progress.start("graph passes")
     run_passes(graph)
+    progress.start("lowering to kernels")
     program = lower_graph(graph)
+    progress.start("memory planning")
     # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
     memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
+    progress.start("C code generation")
     texts, info = render_c_sources(program, memory, ident, Path(source).name,
                                    llvm_targets=[_build_entry(ident, t) for t in llvm_targets],
                                    target=presets[0] if len(presets) == 1 else None)
@@ -79,6 +88,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     if llvm_targets:
         from aot.backends.llvm import compile_objects
 
+        progress.start(f"LLVM code generation ({', '.join(t.name for t in llvm_targets)})")
         files.update(compile_objects(program, memory, ident, info["inputs"], info["outputs"], llvm_targets))
     for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
         if runtime_file.suffix in (".h", ".c"):
@@ -108,6 +118,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         manifest["targets"] = [{"name": t.name, "triple": t.triple, "cpu": t.cpu, "features": t.features,
                                 "object": _build_entry(ident, t)["object"]} for t in llvm_targets]
     files[MANIFEST] = finalize_manifest(files, manifest)
+    progress.finish()
     return Package(ident, files, manifest)
 
 
