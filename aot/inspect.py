@@ -114,9 +114,16 @@ def render(r: dict[str, Any], console: Console) -> None:
     """The inspection as tables on a rich console (plain text when it is not a terminal)."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
+
+    class PlainTable(Table):
+        """Cells are text, never rich markup: node names like '[x]' print as they are."""
+
+        def add_row(self, *cells: Any, **kwargs: Any) -> None:
+            super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
 
     def table(title: str, *columns: str, right: tuple[str, ...] = ()) -> Table:
-        t = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+        t = PlainTable(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
                   show_edge=False)
         for c in columns:
             t.add_column(c, justify="right" if c in right else "left", overflow="fold")
@@ -139,8 +146,7 @@ def render(r: dict[str, Any], console: Console) -> None:
     for op, n in r["op_counts"].items():
         if op in unsupported:
             names = ", ".join(repr(name) for name in unsupported[op])
-            ops.add_row(op, str(n), f"[bold red]UNSUPPORTED[/] ({names})" if console.is_terminal
-                        else f"UNSUPPORTED ({names})")
+            ops.add_row(op, str(n), Text.assemble(("UNSUPPORTED", "bold red"), f" ({names})"))
         else:
             ops.add_row(op, str(n), "supported")
     console.print(ops)

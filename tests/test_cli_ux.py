@@ -196,3 +196,14 @@ def test_library_compile_is_silent(capfd) -> None:  # noqa: ANN001 - pytest fixt
     aot_api.compile(EXAMPLE, progress=reporter)
     assert [step for step, _ in reporter.timings] == COMPILE_STEPS[:-1]
     assert stream.getvalue() == "" and capfd.readouterr() == ("", "")
+
+
+def test_inspect_prints_names_that_look_like_markup_verbatim(tmp_path: Path) -> None:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["[y]"], name="[red]mm[/red]"),
+             helper.make_node("Det", ["[y]"], ["d"], name="[/]det")]
+    path = tmp_path / "m.onnx"
+    onnx.save(make_model(nodes, {"x": rand(3, 3), "w": rand(3, 3)}, ["d"]), path)
+    result = aot("inspect", str(path))
+    assert result.returncode == 0, result.stderr
+    assert _row(result.stdout, "[red]mm[/red]") == ["[red]mm[/red]", "MatMul", "27", "100.0%"]
+    assert _row(result.stdout, "Det") == ["Det", "1", "UNSUPPORTED ('[/]det')"]
