@@ -6,6 +6,7 @@ the model or an input file is at fault (one line on stderr names the culprit); 3
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import os
@@ -19,6 +20,7 @@ import typer
 
 from aot import __version__
 from aot.errors import AotError
+from aot.progress import SILENT, Progress, StepReporter
 
 EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_INTERNAL = 1, 2, 3
 
@@ -50,46 +52,82 @@ WeightsFormatOpt = Annotated[str, typer.Option(
     "--weights-format", help="How the package holds the weights: c (<name>_weights.c, C text), binary "
     "(<name>_weights.bin + <name>_weights.S, assembled with .incbin) or auto (binary above 16 MiB).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show details (tracebacks) on errors.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show step timings on stderr, and details "
+                                                                  "(the exception chain) on errors.")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Model name: prefix of every C symbol "
                                                              "(default: the file name).", show_default=False)]
 
 
+_PROGRESS: contextvars.ContextVar[Progress] = contextvars.ContextVar("aot_progress", default=SILENT)
+
+
+def _progress() -> Progress:
+    """The running command's progress reporter (see aot/progress.py)."""
+    return _PROGRESS.get()
+
+
 def _report_errors(fn: F) -> F:
-    """Turn every failure into one line on stderr and an exit code: never a bare traceback."""
+    """Turn every failure into one line on stderr and an exit code: never a bare traceback. Also
+    runs the command with a progress reporter: a spinner when stderr is a terminal, step timings
+    with --verbose, nothing otherwise."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         verbose = bool(kwargs.get("verbose"))
         as_json = bool(kwargs.get("as_json"))
+        reporter = StepReporter.for_cli(verbose)
+        token = _PROGRESS.set(reporter)
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            reporter.close()
+            return result
         except typer.Exit:
+            reporter.close()
             raise
         except AotError as e:
-            if verbose:
-                traceback.print_exc()
+            reporter.stop()
             if as_json:
                 print(json.dumps({"passed": False, "error": str(e)}))
             print(f"aot: error: {e}", file=sys.stderr)
+            if verbose:
+                _print_detail(e)
+            reporter.close(failed=True)
             raise typer.Exit(EXIT_USER_ERROR) from None
         except KeyboardInterrupt:
+            reporter.stop()
             print("aot: interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
         except BrokenPipeError:  # `aot ... | head`: the reader left; nothing more to say
+            reporter.stop()
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(141) from None
         except Exception as e:  # a bug in aot: say so, keep it to one line unless asked
-            if verbose:
-                traceback.print_exc()
+            reporter.stop()
             if as_json:
                 print(json.dumps({"passed": False, "error": f"internal error: {type(e).__name__}: {e}"}))
             first = str(e).splitlines()[0] if str(e) else ""
             print(f"aot: internal error: {type(e).__name__}: {first} (rerun with --verbose for the traceback; "
                   "please report it)", file=sys.stderr)
+            if verbose:
+                _print_detail(e)
+            reporter.close(failed=True)
             raise typer.Exit(EXIT_INTERNAL) from None
+        finally:
+            _PROGRESS.reset(token)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _print_detail(error: BaseException) -> None:
+    """--verbose on an error: the exception chain (each cause on one line), then the traceback."""
+    seen: set[int] = set()
+    cause = error.__cause__ or error.__context__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        text = str(cause).splitlines()[0] if str(cause) else ""
+        print(f"aot: caused by {type(cause).__name__}: {text}", file=sys.stderr)
+        cause = cause.__cause__ or cause.__context__
+    traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
 
 
 def _shapes(options: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -119,8 +157,9 @@ def compile_cmd(
     if output.exists() and not force:
         raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None,
-                            weights_format=weights_format)
-    written = package.write(output, force=force)
+                            weights_format=weights_format, progress=_progress())
+    with _progress().step("writing the package"):
+        written = package.write(output, force=force)
     m = package.manifest
     if as_json:
         print(json.dumps({"package": str(written), **{k: v for k, v in m.items() if k != "files"}}, sort_keys=True))
@@ -166,7 +205,8 @@ def verify_cmd(
         _verify_per_layer(model, _shapes(input_shape), backend, target[0] if target else None, inputs,
                           tolerance, seed, as_json)
         return
-    package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None)
+    package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None,
+                            progress=_progress())
     built = _build_to_run(package, target[0] if target else None, backend)
     given = None
     if inputs is not None:
@@ -175,7 +215,7 @@ def verify_cmd(
     want = None
     if expected is not None:
         want = match_by_name_or_order(load_npz(expected, "--expected"), package.outputs, "outputs", str(expected))
-    result = verify_package(package, str(model), given, want, tolerance, seed, built=built)
+    result = verify_package(package, str(model), given, want, tolerance, seed, built=built, progress=_progress())
     where = getattr(built, "where", "host")
     if as_json:
         payload = result.to_json()
@@ -199,8 +239,10 @@ def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: 
     from aot.verify import load_npz
 
     given = load_npz(inputs, "--inputs") if inputs is not None else None
+    _progress().start("per-layer comparison (compile, build and run with every node's output exposed)")
     results, culprit = compare_layers(model, shapes, lambda pkg: _build_to_run(pkg, target, backend), given,
                                       tolerance, seed, backend, target)
+    _progress().finish()
     if as_json:
         print(json.dumps({
             "passed": culprit is None, "first_failing_node": culprit.node if culprit else None,
@@ -228,10 +270,11 @@ def _build_to_run(package: Any, target_name: str | None, backend: str) -> Any:
 
     target = load_target(target_name) if target_name else None
     if target is None or (is_host(target) and (backend != "llvm" or host_variant(package)[0] == "llvm")):
-        built = HostModel.build(package)
+        with _progress().step("host build"):
+            built = HostModel.build(package)
         built.where = "host"
         return built
-    built = TargetModel.build(package, target)
+    built = TargetModel.build(package, target, progress=_progress())
     built.where = f"{target.name} under {' '.join(built.command([])[:-1]) or 'native'}"
     return built
 
@@ -272,13 +315,15 @@ def build_cmd(
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target,
-                            weights_format=weights_format)
+                            weights_format=weights_format, progress=_progress())
     # Build in a staging copy, then publish package and artefacts together: no half-built folder.
     output.resolve().parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aot-build-", dir=output.resolve().parent) as tmp:
         staging = package.write(Path(tmp) / "pkg")
+        _progress().start(f"cross build for {preset.name} ({tools.kind}: {tools.cc_text})")
         built = build_package_dir(staging, package.name, preset, tools, static=not dynamic,
                                   llvm=backend == "llvm")
+        _progress().finish()
         files = {str(p.relative_to(staging)): p.read_bytes() for p in staging.rglob("*")
                  if p.is_file() and not p.name.endswith(".o") or p.name in package.files}
         artefacts = [(p.name, read_elf(p).describe() if p.suffix != ".a" else "static library", p.stat().st_size)
@@ -315,7 +360,8 @@ def bench_cmd(
 
     if threads < 1 or rounds < 1:
         raise AotError("--threads and --rounds must be at least 1")
-    result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds)
+    with _progress().step(f"bench ({rounds} rounds)"):
+        result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds)
     if as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
         return
@@ -339,7 +385,8 @@ def report_cmd(
     from aot.package.writer import write_file_atomically
     from aot.report import build_report, render_report
 
-    page = render_report(build_report(model, _shapes(input_shape)))
+    with _progress().step("analysis and rendering"):
+        page = render_report(build_report(model, _shapes(input_shape)))
     write_file_atomically(output, page.encode())
     print(f"wrote {output}")
 
@@ -353,13 +400,13 @@ def inspect_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Show MODEL's ops (and which are unsupported), parameters, MACs and memory plan."""
-    from aot.inspect import inspect_model, render_text
+    from aot.inspect import inspect_model, show
 
-    report = inspect_model(model, _shapes(input_shape))
+    report = inspect_model(model, _shapes(input_shape), progress=_progress())
     if as_json:
         print(json.dumps(report, sort_keys=True))
     else:
-        print(render_text(report))
+        show(report)
 
 
 @app.command("targets")

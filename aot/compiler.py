@@ -22,6 +22,7 @@ from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
 from aot.planner.arena import plan_program
 from aot.planner.memory import MemoryPlan
+from aot.progress import SILENT, Progress
 from aot.resources import resource_dir
 from aot.targets import Target, load_target
 
@@ -56,31 +57,39 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     backend: str = "c",
     target: str | Sequence[str] | None = None,
     weights_format: str = "auto",
+    progress: Progress | None = None,
 ) -> Package:
     """Compile an ONNX model (path or ModelProto) into an in-memory Package.
 
     backend="llvm" adds `<name>.<triple>.o` for each `target` (default: the host's) next to the
-    C sources, which stay as the fallback for other targets.
+    C sources, which stay as the fallback for other targets. `progress` hears of each stage
+    (see aot/progress.py); by default nothing is reported.
 
     weights_format="c" writes the weights as C text (<name>_weights.c), "binary" as raw bytes
     (<name>_weights.bin, pulled in by <name>_weights.S), "auto" (default) binary only when they
     exceed BINARY_WEIGHTS_THRESHOLD (16 MiB).
     """
+    progress = progress or SILENT
     if backend not in BACKENDS:
         raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
     check_weights_format(weights_format)  # before the compile, which can take minutes
     llvm_targets = _llvm_targets(backend, target)
     presets = _presets(backend, target)
+    progress.start("import")
     graph, source = load(model, input_shapes)
     if name is None:
         name = graph.name
     if not name or not str(name).strip():
         raise AotError("--name: the model name must not be empty")
     ident = model_identifier(str(name))
+    progress.start("graph passes")
     run_passes(graph)
+    progress.start("lowering to kernels")
     program = lower_graph(graph, tiles=_tiles(presets))
+    progress.start("memory planning")
     # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
     memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
+    progress.start("C code generation")
     files, info = render_c_sources(program, memory, ident, Path(source).name,
                                    llvm_targets=[_build_entry(ident, t) for t in llvm_targets],
                                    target=presets[0] if len(presets) == 1 else None,
@@ -88,6 +97,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     if llvm_targets:
         from aot.backends.llvm import compile_objects
 
+        progress.start(f"LLVM code generation ({', '.join(t.name for t in llvm_targets)})")
         files.update(compile_objects(program, memory, ident, info["inputs"], info["outputs"], llvm_targets))
     for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
         if runtime_file.suffix in (".h", ".c"):
@@ -118,6 +128,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         manifest["targets"] = [{"name": t.name, "triple": t.triple, "cpu": t.cpu, "features": t.features,
                                 "object": _build_entry(ident, t)["object"]} for t in llvm_targets]
     files[MANIFEST] = finalize_manifest(files, manifest)
+    progress.finish()
     return Package(ident, files, manifest)
 
 

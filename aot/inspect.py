@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from aot.analysis import model_stats
 from aot.frontend.importer import load_graph
+from aot.progress import SILENT, Progress
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from aot.lowering.program import Program
+    from aot.planner.memory import MemoryPlan
 
 
 def inspect_model(path: str | os.PathLike[str],
-                  input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+                  input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  progress: Progress | None = None) -> dict[str, Any]:
+    progress = progress or SILENT
+    progress.start("import")
     graph = load_graph(path, input_shapes, allow_unsupported=True)
     stats = model_stats(graph)
     report: dict[str, Any] = {
@@ -35,8 +46,11 @@ def inspect_model(path: str | os.PathLike[str],
         from aot.lowering.program import lower_graph
         from aot.passes.pipeline import run_passes
 
+        progress.start("graph passes")
         run_passes(graph)
+        progress.start("lowering to kernels")
         program = lower_graph(graph)
+        progress.start("memory planning")
         memory = plan(program)
         report.update({
             "kernels": len(program.kernels),
@@ -50,7 +64,33 @@ def inspect_model(path: str | os.PathLike[str],
                           "kernel_sources": program.kernels[memory.peak_step].sources if program.kernels else [],
                           "tensors": list(memory.peak_keys)},
         })
+        progress.start("footprint per target")
+        report["footprint"] = footprint_per_target(program, memory)
+    progress.finish()
     return report
+
+
+def footprint_per_target(program: Program, memory: MemoryPlan) -> list[dict[str, Any]]:
+    """An estimate of each target preset's flash and RAM for the model, from the compiled program:
+    flash = the weights struct (64-byte aligned members; the model code is not counted), RAM =
+    the arena planned with the target's alignment + the caller's input and output buffers (the
+    stack is not counted)."""
+    from aot.compiler import plan
+    from aot.package.c_sources import layout_weights
+    from aot.targets import list_targets
+
+    _, weights_struct = layout_weights(program.weights)
+    io_bytes = sum(t.nbytes for t in (*program.graph.inputs, *program.graph.outputs))
+    arenas = {memory.alignment: memory.arena_bytes}
+    rows = []
+    for target in list_targets():
+        if target.alignment not in arenas:
+            arenas[target.alignment] = plan(program, target.alignment).arena_bytes
+        arena = arenas[target.alignment]
+        rows.append({"target": target.name, "alignment": target.alignment, "weights_bytes": weights_struct,
+                     "flash_bytes": weights_struct, "arena_bytes": arena, "io_bytes": io_bytes,
+                     "ram_bytes": arena + io_bytes})
+    return rows
 
 
 def _count(n: int) -> str:
@@ -60,28 +100,125 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def render_text(r: dict[str, Any]) -> str:
-    lines = [f"model {Path(r['model']).name}: {r['onnx_nodes']} ONNX nodes, {r['nodes_after_folding']} after folding"]
+def _bytes(n: int) -> str:
+    """Exact bytes, with a KiB/MiB reading when large: '53504 (52.2 KiB)'."""
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n} ({n / div:.1f} {unit})"
+    return str(n)
+
+
+def _shape(t: dict[str, Any]) -> str:
+    return f"{t['dtype']}[{', '.join(str(d) for d in t['shape'])}]"
+
+
+def render(r: dict[str, Any], console: Console) -> None:
+    """The inspection as tables on a rich console (plain text when it is not a terminal)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    class PlainTable(Table):
+        """Cells are text, never rich markup: node names like '[x]' print as they are."""
+
+        def add_row(self, *cells: Any, **kwargs: Any) -> None:
+            super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+
+    def table(title: str, *columns: str, right: tuple[str, ...] = ()) -> Table:
+        t = PlainTable(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False)
+        for c in columns:
+            t.add_column(c, justify="right" if c in right else "left", overflow="fold")
+        return t
+
+    supported = r["supported"]
+    kernels = f", {r['kernels']} kernels" if supported else ""
+    console.print(f"model {Path(r['model']).name}: {r['onnx_nodes']} ONNX nodes, "
+                  f"{r['nodes_after_folding']} after folding{kernels}", markup=False, highlight=False)
+    console.print()
+    io = table("Inputs and outputs", "kind", "name", "type")
     for kind in ("inputs", "outputs"):
         for t in r[kind]:
-            lines.append(f"  {kind[:-1]:6} {t['name']}: {t['dtype']}{t['shape']}")
-    lines.append(f"  parameters {_count(r['parameters'])} ({r['weights_bytes']} bytes of weights), "
-                 f"MACs {_count(r['macs'])}")
-    lines.append("  ops:")
-    unsupported = {u["op"] for u in r["unsupported"]}
+            io.add_row(kind[:-1], t["name"], _shape(t))
+    console.print(io)
+    console.print()
+
+    unsupported = {u["op"]: u["nodes"] for u in r["unsupported"]}
+    ops = table("Ops", "op", "count", "status", right=("count",))
     for op, n in r["op_counts"].items():
-        mark = "  UNSUPPORTED" if op in unsupported else ""
-        lines.append(f"    {op:24} {n:5}{mark}")
-    if r["unsupported"]:
-        lines.append(f"  {len(r['unsupported'])} unsupported op type(s):")
-        for u in r["unsupported"]:
-            lines.append(f"    {u['op']}: {', '.join(repr(n) for n in u['nodes'])}")
+        if op in unsupported:
+            names = ", ".join(repr(name) for name in unsupported[op])
+            ops.add_row(op, str(n), Text.assemble(("UNSUPPORTED", "bold red"), f" ({names})"))
+        else:
+            ops.add_row(op, str(n), "supported")
+    console.print(ops)
+    console.print()
+    if unsupported:
+        console.print(f"{len(unsupported)} unsupported op type(s): aot compile will refuse this model "
+                      "(memory plan and footprint need every op supported)", markup=False, highlight=False)
+        console.print()
+
+    totals = table("Size and compute", "quantity", "value", right=("value",))
+    totals.add_row("parameters", f"{r['parameters']} ({_count(r['parameters'])})")
+    totals.add_row("weights bytes in the ONNX model", _bytes(r["weights_bytes"]))
+    totals.add_row("MACs", f"{r['macs']} ({_count(r['macs'])})")
+    console.print(totals)
+    console.print()
+
+    if r["layers"]:
+        layers = table("MACs per layer", "node", "op", "MACs", "share", right=("MACs", "share"))
+        total = max(r["macs"], 1)
+        for layer in r["layers"]:
+            layers.add_row(layer["node"], layer["op"], str(layer["macs"]), f"{100 * layer['macs'] / total:.1f}%")
+        layers.add_section()
+        layers.add_row("total", "", str(r["macs"]), "100.0%")
+        console.print(layers)
+    console.print()
+
+    if not supported:
+        return
+    memory = table("Memory plan", "quantity", "bytes", right=("bytes",))
+    memory.add_row("planned arena", _bytes(r["arena_bytes"]))
+    memory.add_row("lower bound (largest live set)", _bytes(r["arena_lower_bound_bytes"]))
+    memory.add_row("unshared (every tensor its own buffer)", _bytes(r["arena_unshared_bytes"]))
+    memory.add_row("alignment", str(r["arena_alignment"]))
+    console.print(memory)
+    console.print(f"kernel order: {r['schedule']}; {len(r['in_place_kernels'])} kernel(s) write over their input",
+                  markup=False, highlight=False)
+    console.print()
+    peak = r["peak_live"]
+    if peak["tensors"]:
+        console.print(f"largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "
+                      + ", ".join(peak["tensors"]), markup=False, highlight=False)
+        console.print()
+    footprint = table("Estimated footprint per target", "target", "alignment", "flash bytes", "RAM bytes",
+                      right=("alignment", "flash bytes", "RAM bytes"))
+    for row in r.get("footprint", []):
+        footprint.add_row(row["target"], str(row["alignment"]), _bytes(row["flash_bytes"]), _bytes(row["ram_bytes"]))
+    console.print(footprint)
+    console.print()
+    console.print("flash: the compiled weights (model code not counted); RAM: the arena planned with the target's "
+                  "alignment + input and output buffers (stack not counted)", markup=False, highlight=False)
+
+
+def render_text(r: dict[str, Any], width: int = 200) -> str:
+    """The tables of `render` as plain text: no colour codes, no trailing blanks, wide enough not to
+    wrap ordinary names (long ones fold within their column)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    buffer = StringIO()
+    render(r, Console(file=buffer, width=width, color_system=None, force_terminal=False, soft_wrap=False))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).strip("\n")
+
+
+def show(r: dict[str, Any], file: TextIO | None = None) -> None:
+    """Print the inspection: coloured tables on a terminal, plain text otherwise (pipes, files)."""
+    out = file or sys.stdout
+    if out.isatty():
+        from rich.console import Console
+
+        render(r, Console(file=out))
     else:
-        lines.append(f"  all ops supported: {r['kernels']} kernels; arena {r['arena_bytes']} bytes "
-                     f"(lower bound {r['arena_lower_bound_bytes']}, unshared {r['arena_unshared_bytes']}); "
-                     f"kernel order: {r['schedule']}, {len(r['in_place_kernels'])} kernel(s) writing in place")
-        peak = r["peak_live"]
-        if peak["tensors"]:
-            lines.append(f"  largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "
-                         + ", ".join(peak["tensors"]))
-    return "\n".join(lines)
+        print(render_text(r), file=out)

@@ -12,6 +12,7 @@ import numpy as np
 from aot.errors import AotError, VerifyError
 from aot.host.run import HostModel
 from aot.package.package import Package
+from aot.progress import SILENT, Progress
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -137,13 +138,19 @@ class Runnable(Protocol):
 
 def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarray] | None = None,
                    expected: dict[str, np.ndarray] | None = None, tolerance: float = DEFAULT_TOLERANCE,
-                   seed: int = 0, built: Runnable | None = None) -> VerifyResult:
+                   seed: int = 0, built: Runnable | None = None, progress: Progress | None = None) -> VerifyResult:
     """Run `built` (default: the package built for this machine) and compare with the reference."""
+    progress = progress or SILENT
     inputs = inputs if inputs is not None else random_inputs(package, seed)
+    if built is None:
+        progress.start("host build")
     model = built or HostModel.build(package)
+    where = getattr(model, "where", "")
+    progress.start(f"running the compiled model ({where})" if where else "running the compiled model")
     ours = model.run(inputs)
     names = [o["name"] for o in package.outputs]
     if expected is None:
+        progress.start("running onnxruntime")
         feeds = {k: v for k, v in inputs.items()}
         reference = onnxruntime_outputs(model_path, feeds, names)
         source = "onnxruntime"
@@ -154,4 +161,5 @@ def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarr
         reference = expected
         source = "expected"
     comparisons = [compare(n, ours[n], reference[n], tolerance) for n in names]
+    progress.finish()
     return VerifyResult(all(c.passed for c in comparisons), source, tolerance, comparisons)

@@ -69,3 +69,57 @@ def test_readme_first_command_runs_the_example() -> None:
     assert re.search(r"predicted class \d \(p=0\.\d{4}\)", result.stdout)
     assert re.search(r"arena: \d+ bytes \(lower bound \d+\)", result.stdout)
     assert "median_us" in result.stdout and result.stdout.rstrip().endswith("PASSED")
+
+
+NEWCOMER_SECTION = "## From pip install to a verified Raspberry Pi 4 binary"
+SETUP_COMMANDS = ("sudo apt-get install", "python3 -m venv", "pip install")
+
+
+def _readme_newcomer_path() -> tuple[list[str], list[str], list[str]]:
+    """The README's newcomer section: its setup commands, its other commands, and the output it shows."""
+    text = (REPO / "README.md").read_text()
+    section = text.split(NEWCOMER_SECTION, 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    commands = [line for kind, body in blocks if kind == "sh" for line in body.splitlines() if line.strip()]
+    shown = [line for kind, body in blocks if kind == "text" for line in body.splitlines() if line.strip()]
+    setup = [c for c in commands if c.startswith(SETUP_COMMANDS)]
+    return setup, [c for c in commands if c not in setup], shown
+
+
+def test_readme_newcomer_path_to_a_verified_raspberry_pi_4_binary(tmp_path: Path) -> None:
+    """The README's steps, literally, from a copy of the bundled example (with this checkout's aot
+    on PATH instead of a fresh venv): compile for rpi4, make, run under qemu, aot verify."""
+    import shutil
+
+    import pytest
+
+    setup, commands, shown = _readme_newcomer_path()
+    assert setup == ["sudo apt-get install -y python3-venv make gcc-aarch64-linux-gnu qemu-user",
+                     'python3 -m venv .venv && . .venv/bin/activate', 'pip install ".[verify]"']
+    assert [c.split()[0] for c in commands] == ["aot", "make", "python", "qemu-aarch64", "aot"]
+    for tool in ("make", "aarch64-linux-gnu-gcc", "qemu-aarch64"):
+        if not shutil.which(tool):
+            pytest.skip(f"{tool} not installed (the README's apt-get line)")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(REPO / "examples" / "tiny_cnn.onnx", tmp_path / "examples")
+    bin_dir = tmp_path / "bin"  # `aot` and `python` as a venv would provide them, running this checkout
+    bin_dir.mkdir()
+    for tool, run in (("aot", f'"{sys.executable}" -m aot'), ("python", f'"{sys.executable}"')):
+        (bin_dir / tool).write_text(f'#!/bin/sh\nexec {run} "$@"\n')
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    script = "set -euo pipefail\n" + "\n".join(commands) + "\n"
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for line in shown:  # every line the README shows, in order ("..." ends a line that varies)
+        fixed = line.split("...")[0] if "..." in line else line
+        found = [i for i, actual in enumerate(lines) if actual.startswith(fixed) if "..." in line or actual == line]
+        assert found, f"README shows {line!r}; the commands printed:\n{result.stdout}"
+        lines = lines[found[0] + 1:]
+    runner = tmp_path / "tiny_cnn_rpi4" / "tiny_cnn_runner"
+    assert runner.read_bytes()[:4] == b"\x7fELF" and runner.read_bytes()[18] == 183  # e_machine EM_AARCH64
+    import numpy as np
+
+    probabilities = np.load(tmp_path / "output0.npy")
+    assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1) < 1e-5

@@ -15,6 +15,7 @@ import numpy as np
 from aot.errors import AotError, BuildError
 from aot.host.build import STRICT_CFLAGS
 from aot.host.run import prepare_inputs
+from aot.progress import SILENT, Progress
 from aot.targets import Target
 from aot.toolchain.discovery import Toolchain, find_toolchain, qemu_for
 
@@ -55,7 +56,7 @@ class TargetModel:
 
     @classmethod
     def build(cls, package: Package, target: Target, toolchain: Toolchain | None = None,
-              build_dir: Path | None = None, opt: str = "-O2") -> TargetModel:
+              build_dir: Path | None = None, opt: str = "-O2", progress: Progress | None = None) -> TargetModel:
         if target.bare_metal:
             raise AotError(f"--target {target.name}: bare-metal targets build a library only; nothing to run here")
         toolchain = toolchain or find_toolchain(target)
@@ -67,7 +68,10 @@ class TargetModel:
         else:
             directory = package.write(build_dir, force=True)
         llvm = package.manifest.get("backend") == "llvm"
+        progress = progress or SILENT
+        progress.start(f"cross build for {target.name} ({toolchain.kind}: {toolchain.cc_text})")
         build_package_dir(directory, package.name, target, toolchain, opt=opt, llvm=llvm)
+        progress.finish()
         return cls(package, target, directory, keep)
 
     def command(self, args: Sequence[str]) -> list[str]:
