@@ -6,14 +6,17 @@ runs along a row of Y and a row of op(B), which the compiler vectorises.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from aot.ir.graph import Node
-from aot.kernel.ir import Expr, Stmt, const
-from aot.lowering.builder import View
+from aot.kernel.ir import Buffer, Expr, Stmt, Var, const
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
-from aot.ops.conv_kernels import matmul_rows
+from aot.ops.conv_kernels import blocks, index, matmul_rows
+from aot.ops.register_tiles import Reduction, TileConfig, register_tile
 from aot.ops.registry import register
 
 
@@ -55,6 +58,11 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
             result = result + (cv.load([i, j]) if beta == 1.0 else cv.load([i, j]) * const(beta, dt))
         return epilogue.apply(result, [i, j])
 
+    if _tileable(bv, n, dt):
+        ctx.emit(kb, tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
+                                  b_row=lambda r, j: bv.index([r, j]), b_buffer=bv.buffer,
+                                  y_at=lambda i, j: yv.index([i, j]), finish=finish))
+        return
     ctx.emit(kb, matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
                              b_at=lambda r, j: bv.load([r, j]), y_at=lambda i, j: yv.index([i, j]),
                              finish=finish))
@@ -91,14 +99,55 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
     y_full = View(yv.buffer, full)
     dt = y.dtype.name
 
+    tileable = _tileable(b_b, n, dt)
+
     def body(bi: list[Expr]) -> list[Stmt]:
         # The fusion plan only gives MatMuls with operands of rank >= 2 an epilogue, so the output
         # index here is the output tensor's own index.
+        if tileable:
+            return tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
+                                b_row=lambda r, j: b_b.index([*bi, r, j]), b_buffer=b_b.buffer,
+                                y_at=lambda i, j: y_full.index([*bi, i, j]),
+                                finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]))
         return matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
                            b_at=lambda r, j: b_b.load([*bi, r, j]), y_at=lambda i, j: y_full.index([*bi, i, j]),
                            finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]))
 
     ctx.emit(kb, kb.loops(batch, body, prefix="b"))
+
+
+def _tileable(b: View, n: int, dtype: str) -> bool:
+    """Register tiles read rows of B with vector loads: they need B's rows contiguous."""
+    return dtype == "float32" and n >= 4 and b.strides[-1] == 1
+
+
+def tiled_matmul(kb: KernelBuilder, tiles: TileConfig, out: Buffer, dtype: str, m: int, n: int, k: int,
+                 a_at: Callable[[Expr, Expr], Expr], b_row: Callable[[Expr, Expr], Expr], b_buffer: Buffer,
+                 y_at: Callable[[Expr, Expr], Expr],
+                 finish: Callable[[Expr, Expr, Expr], Expr]) -> list[Stmt]:
+    """Y[i, j] = finish(sum_k A[i, k] * B[k, j], i, j) as register tiles: blocks of rows of A
+    (broadcasts) by runs of columns of B and Y (vectors). With few rows (a batch-1 fully connected
+    layer) the tiles widen along the columns so that enough accumulators are in flight."""
+    rows = min(m, tiles.rows_for(tiles.cols, m))
+    cols = tiles.cols if rows >= 4 else min(n, max(tiles.cols, tiles.lanes * (tiles.accumulators // rows)))
+    cols = min(cols, n)
+    probe = Var("probe", dtype)
+    needs_finish = finish(probe, index(0), index(0)) is not probe
+
+    def column_block(j0: Expr, width: int) -> list[Stmt]:
+        def row_block(i0: Expr, count: int) -> list[Stmt]:
+            tail = None
+            if needs_finish:
+                def tail(i: int, j: Expr, value: Expr) -> Expr:
+                    return finish(value, i0 + i, j0 + j)
+            return register_tile(kb, dtype, tiles.lanes, count, width, Reduction((k,)),
+                                 a_at=lambda i, kk: a_at(i0 + i, kk[0]),
+                                 b_base=lambda kk: (b_buffer, b_row(kk[0], j0)),
+                                 init=[const(0.0, dtype)] * count, out=out,
+                                 out_at=lambda i, j: y_at(i0 + i, j0) + j, finish=tail)
+        return blocks(kb, m, rows, row_block, "i")
+
+    return blocks(kb, n, cols, column_block, "j")
 
 
 def _broadcast_batch(node: Node, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
