@@ -65,7 +65,7 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     in_h, in_w = (1, x.shape[2]) if nd == 1 else x.shape[2:]
     out_channels = y.shape[1]
     out_h, out_w = (1, y.shape[2]) if nd == 1 else y.shape[2:]
-    tiled = w.is_constant and out_channels // groups >= 2 and y.dtype.kind == "f"
+    tiled = w.is_constant and y.dtype.kind == "f"
     if tiled and strides[1] > 1:
         copy, xbuf, in_h, in_w = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end, strides[1])
         pad_begin, pad_end = [0, 0], [0, 0]

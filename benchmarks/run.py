@@ -1,0 +1,50 @@
+"""The benchmark suite: `aot bench` (ours vs onnxruntime, one thread each, interleaved in one
+process) over the given models, printed as the README's markdown table.
+
+    python -m benchmarks.run MODEL.onnx ... [--threads 1]
+
+The shared models live outside the repository (../shared/models); the light models ship inside
+the onnx package (onnx/backend/test/data/light, `--light` adds them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+
+from aot.bench import bench
+from aot.targets import host_preset_name
+from benchmarks.peak import peak_gflops
+
+
+def light_models() -> list[Path]:
+    import onnx
+
+    root = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    return sorted(root.glob("light_*.onnx"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path)
+    parser.add_argument("--light", action="store_true", help="add the onnx package's light models")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    models = list(args.models) + (light_models() if args.light else [])
+    peak = peak_gflops()
+    print(f"machine: {platform.machine()} ({host_preset_name()}), measured single-core peak {peak:.0f} GFLOP/s, "
+          f"{args.threads} thread(s)\n")
+    print("| model | aot ms | onnxruntime ms | ratio | aot GFLOP/s | % of peak | arena KB | onnxruntime peak RSS KB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path in models:
+        r = bench(str(path), threads=args.threads)
+        print(f"| {path.stem} | {r.ours_ms:.3f} | {r.onnxruntime_ms:.3f} | {r.ratio:.2f} | {r.ours_gflops:.1f} | "
+              f"{100 * r.ours_gflops / peak:.0f}% | {r.arena_bytes / 1024:.0f} | "
+              f"{r.onnxruntime_peak_rss_delta_bytes / 1024:.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
