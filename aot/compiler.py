@@ -16,7 +16,7 @@ from aot.frontend.importer import import_model
 from aot.frontend.loader import load_onnx
 from aot.ir.graph import Graph
 from aot.lowering.program import Program, lower_graph
-from aot.ops.register_tiles import DEFAULT_TILES, TileConfig
+from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 from aot.package.c_sources import check_weights_format, render_c_sources
 from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes

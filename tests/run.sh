@@ -11,4 +11,4 @@ if [ $# -gt 0 ]; then
 fi
 python -m pytest -n auto -q
 AOT_TEST_BACKEND=llvm python -m pytest -n auto -q tests/test_ops.py tests/test_ops_*.py tests/test_fusion.py \
-  tests/test_memory.py tests/test_e2e_models.py tests/test_conformance.py
+  tests/test_memory.py tests/test_register_tiles.py tests/test_e2e_models.py tests/test_conformance.py

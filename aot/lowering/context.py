@@ -10,7 +10,7 @@ from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.fusion import FusionPlan
-from aot.ops.register_tiles import DEFAULT_TILES, TileConfig
+from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 
 
 class Epilogue:

@@ -9,7 +9,7 @@ from aot.kernel.ir import Kernel, Load, Store
 from aot.lowering.concat_in_place import plan_concat_in_place
 from aot.lowering.context import LoweringContext
 from aot.lowering.fusion import FusionPlan, plan_fusion
-from aot.ops.register_tiles import DEFAULT_TILES, TileConfig
+from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 from aot.ops.registry import lowering_for
 
 INPUT, OUTPUT, ARENA, WEIGHT = "input", "output", "arena", "weight"

@@ -1,0 +1,48 @@
+"""The shape of register tiles (aot/ops/register_tiles.py) for a target's vector registers.
+
+A lowering parameter like the target itself: the compiler derives it from the --target presets
+(vector_bits, vector_registers) and the Conv/Gemm/MatMul lowerings read it from the context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Register tiles sized for a target's vector registers (targets/*.toml: vector_bits,
+    vector_registers)."""
+
+    lanes: int = 8           # float32 lanes per vector register
+    accumulators: int = 12   # vector accumulators a tile may keep live
+
+    @classmethod
+    def for_registers(cls, vector_bits: int, registers: int) -> TileConfig:
+        # A quarter of the registers stays free for the operand vectors, the broadcasts and the
+        # compiler's own use (measured: 24 of AVX-512's 32 beat 16 and 28 on SqueezeNet).
+        return cls(lanes=vector_bits // 32 if vector_bits else 1, accumulators=max(4, registers * 3 // 4))
+
+    @property
+    def cols(self) -> int:
+        """Outputs along the contiguous axis per tile: at least 16, two vectors on wide targets."""
+        return max(16, 2 * self.lanes)
+
+    def width_for(self, cols: int) -> int:
+        """Lanes of the vectors covering `cols` columns: the register width, or a narrower vector
+        for rows shorter than a register (1: scalars)."""
+        width = self.lanes
+        while width > 4 and width > cols:
+            width //= 2
+        return width if 1 < width <= cols else 1
+
+    def rows_for(self, cols: int, limit: int) -> int:
+        """Output rows per tile for tiles `cols` wide: as many as the accumulator budget allows
+        (the FMA latency needs about 8 independent accumulators in flight), at most `limit`."""
+        vectors = max(1, -(-cols // self.width_for(cols)))
+        return max(1, min(limit, self.accumulators // vectors, 16))
+
+
+# A package for no particular target: AVX2-sized (16 registers of 8 floats); 128-bit NEON splits
+# each vector in two, which aarch64's 32 registers hold.
+DEFAULT_TILES = TileConfig()

@@ -1,0 +1,74 @@
+"""Register tiles (aot/ops/register_tiles.py) for every target's vector registers: the tile
+shapes chosen, and Conv/Gemm/MatMul through each shape against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import aot.compiler
+from aot.lowering.tiles import DEFAULT_TILES, TileConfig
+from aot.targets import load_target
+from tests.helpers import assert_matches_onnxruntime, make_model, rand
+
+SHAPES = {
+    "sse-neon": TileConfig(4, 12),
+    "avx2": DEFAULT_TILES,
+    "avx512": TileConfig(16, 24),
+    "scalar": TileConfig(1, 12),
+}
+
+
+def test_tile_shapes_follow_the_registers() -> None:
+    assert TileConfig.for_registers(512, 32) == TileConfig(16, 24)
+    assert TileConfig.for_registers(256, 16) == TileConfig(8, 12)
+    assert TileConfig.for_registers(0, 16).lanes == 1
+    wide = TileConfig(16, 24)
+    assert [wide.width_for(c) for c in (40, 16, 12, 8, 5, 4, 3)] == [16, 16, 8, 8, 4, 4, 1]
+    assert wide.rows_for(32, 64) == 12 and wide.rows_for(16, 64) == 16 and wide.rows_for(32, 5) == 5
+    # Presets carry their register files; the compiler takes the narrowest of several targets.
+    assert aot.compiler._tiles([load_target("x86_64-v4")]) == TileConfig(16, 24)
+    assert aot.compiler._tiles([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12)
+    assert aot.compiler._tiles([]) == DEFAULT_TILES
+
+
+def _conv(shape: tuple[int, ...], out_channels: int, group: int = 1, **attrs: object):
+    x = rand(*shape)
+    w = rand(out_channels, shape[1] // group, 3, 3, seed=1)
+    b = rand(out_channels, seed=2)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["c"], group=group, **attrs)
+    relu = helper.make_node("Relu", ["c"], ["y"])
+    return make_model([node, relu], {"x": x}, ["y"], initializers={"w": w, "b": b}), {"x": x}
+
+
+CASES = {
+    # odd widths: whole vectors, an overlapping last vector, narrower vectors, scalars
+    "conv_13x13": lambda: _conv((1, 8, 13, 13), 10, pads=[1, 1, 1, 1]),
+    "conv_5_wide": lambda: _conv((1, 4, 9, 5), 6, pads=[1, 1, 1, 1]),
+    "conv_stride2": lambda: _conv((1, 6, 17, 23), 7, strides=[2, 2], pads=[1, 0, 1, 2]),
+    "conv_stride3_dilated": lambda: _conv((1, 3, 20, 31), 5, strides=[3, 3], dilations=[2, 2]),
+    "depthwise": lambda: _conv((1, 6, 11, 19), 6, group=6, pads=[1, 1, 1, 1]),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_conv_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: str, case: str) -> None:
+    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    model, inputs = CASES[case]()
+    assert_matches_onnxruntime(model, inputs)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("m,k,n", [(1, 37, 50), (7, 19, 33), (16, 64, 40)])
+def test_gemm_and_matmul_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: str, m: int, k: int,
+                                                 n: int) -> None:
+    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    a, w, c = rand(m, k), rand(n, k, seed=1), rand(n, seed=2)
+    gemm = make_model([helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=1, alpha=0.5)], {"a": a}, ["y"],
+                      initializers={"w": w, "c": c})
+    assert_matches_onnxruntime(gemm, {"a": a})
+    b = rand(2, k, n, seed=3)
+    matmul = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": np.stack([a, a * 2]), "b": b}, ["y"])
+    assert_matches_onnxruntime(matmul, {"a": np.stack([a, a * 2]), "b": b})
