@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +77,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     presets = _presets(backend, target)
     progress.start("import")
     graph, source = load(model, input_shapes)
+    check_address_space(presets, ((f"tensor {t.name!r}", t.nbytes) for t in graph.tensors.values()))
     if name is None:
         name = graph.name
     if not name or not str(name).strip():
@@ -89,6 +90,8 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     progress.start("memory planning")
     # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
     memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
+    check_address_space(presets, [("the arena", memory.arena_bytes),
+                                  ("the weights", sum(t.nbytes for t in graph.constants()))])
     progress.start("C code generation")
     files, info = render_c_sources(program, memory, ident, Path(source).name,
                                    llvm_targets=[_build_entry(ident, t) for t in llvm_targets],
@@ -138,6 +141,20 @@ def _tiles(presets: list[Target]) -> TileConfig:
     if not presets:
         return DEFAULT_TILES
     return TileConfig.for_registers(min(p.vector_bits for p in presets), min(p.vector_registers for p in presets))
+
+
+def check_address_space(presets: Sequence[Target], objects: Iterable[tuple[str, int]]) -> None:
+    """Every tensor, the arena and the weights must fit in one object on each target (on 32-bit
+    targets 2 GiB - 1 bytes: beyond that C compilers reject the array and pointer differences
+    overflow)."""
+    limits = sorted({(p.max_object_bytes, p.name, p.pointer_bits) for p in presets})
+    if not limits:
+        return
+    limit, target, bits = limits[0]
+    for what, nbytes in objects:
+        if nbytes > limit:
+            raise AotError(f"{what} needs {nbytes} bytes ({nbytes / 2**30:.3g} GiB), more than one object can "
+                           f"have in the {bits}-bit address space of target {target} ({limit} bytes)")
 
 
 def _presets(backend: str, target: str | Sequence[str] | None) -> list[Target]:

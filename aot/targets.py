@@ -54,6 +54,17 @@ class Target:
         return self.triple.split("-")[0]
 
     @property
+    def pointer_bits(self) -> int:
+        """The width of pointers and size_t: 64 on x86_64/aarch64/riscv64..., 32 on ARMv7/Thumb etc."""
+        return 64 if "64" in self.arch or self.arch == "s390x" else 32
+
+    @property
+    def max_object_bytes(self) -> int:
+        """The largest array the target's C compilers accept and its pointer arithmetic can span
+        (PTRDIFF_MAX): 2 GiB - 1 on 32-bit targets."""
+        return 2 ** (self.pointer_bits - 1) - 1
+
+    @property
     def bare_metal(self) -> bool:
         return self.os == "none"
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,7 +15,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from aot.compiler import compile as compile_model
-from aot.host.run import HostModel
+from aot.host.build import run_make
+from aot.host.run import HostModel, host_variant, prepare_inputs
+from aot.package.package import Package
 from aot.verify import compare
 
 NP_TO_ONNX = {
@@ -68,9 +73,50 @@ def run_aot(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], backend: s
     With backend="llvm" the library is built from the host's LLVM object, never the C fallback."""
     backend = selected_backend(backend)
     package = compile_model(model, backend=backend, **compile_args)
+    if sanitize_mode():
+        return run_sanitized(package, inputs)
     host = HostModel.build(package, opt="-O1", extra_cflags="-pedantic")
     assert host.backend == backend, f"built the {host.backend} variant for backend={backend}"
     return host.run(dict(inputs))
+
+
+SANITIZE_FLAGS = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+SANITIZER_REPORTS = ("runtime error:", "AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer")
+
+
+def sanitize_mode() -> bool:
+    """$AOT_TEST_SANITIZE=1: run_aot (so every op check) builds the package's runner program with
+    AddressSanitizer and UBSan and runs the model through it (.npy in and out) instead of ctypes."""
+    return os.environ.get("AOT_TEST_SANITIZE", "") == "1"
+
+
+def run_sanitized(package: Package, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Build `package`'s runner with -fsanitize=address,undefined (strict flags, -pedantic), run it
+    on `inputs`, fail on any sanitizer report and return the outputs it wrote.
+
+    The runner's arena is a static array (ASan puts redzones around it), inputs and outputs are
+    heap buffers of exactly their size, so any access outside them is caught."""
+    arrays = prepare_inputs(package.inputs, dict(inputs))
+    with tempfile.TemporaryDirectory(prefix=f"aot-asan-{package.name}-") as tmp:
+        directory = package.write(Path(tmp) / "pkg")
+        backend, target = host_variant(package)
+        variables = {"LDFLAGS": "-fsanitize=address,undefined"}
+        if package.manifest.get("targets"):
+            variables.update(BACKEND=backend, TARGET=target or "")
+        run_make(directory, [f"{package.name}_runner"], opt="-O1",
+                 extra_cflags=f"-g -pedantic {SANITIZE_FLAGS}", variables=variables)
+        files = []
+        for i, (spec, array) in enumerate(zip(package.inputs, arrays)):
+            files.append(str(Path(tmp) / f"input{i}.npy"))
+            np.save(files[-1], array.reshape(spec["shape"]))  # ascontiguousarray made 0-d arrays 1-d
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1",
+                   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+        proc = subprocess.run([str(directory / f"{package.name}_runner"), "-o", tmp, *files],
+                              capture_output=True, text=True, env=env, timeout=600)
+        reports = [r for r in SANITIZER_REPORTS if r in proc.stderr]
+        assert proc.returncode == 0 and not reports, (
+            f"sanitized runner failed (exit {proc.returncode}, {reports}):\n{proc.stderr[-6000:]}")
+        return {o["name"]: np.load(Path(tmp) / f"output{i}.npy") for i, o in enumerate(package.outputs)}
 
 
 def assert_matches_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray],

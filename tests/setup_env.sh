@@ -4,6 +4,7 @@
 # System packages (Debian/Ubuntu, installed with apt-get when missing and running as root):
 #   gcc make libc6-dev        build packages for this machine
 #   cmake                     the package's CMakeLists
+#   clang                     the strict-warning and sanitizer builds also run with clang
 #   qemu-user + cross GCCs    build for Raspberry Pi targets and run the binaries here
 #   gcc-arm-none-eabi/newlib  bare-metal Cortex-M targets
 #   chromium                  renders `aot report` pages in a test (headless)
@@ -14,6 +15,7 @@ need_cmd cc || packages+=(gcc libc6-dev)
 need_cmd make || packages+=(make)
 if [ "${AOT_SETUP_MINIMAL:-0}" != 1 ]; then
   need_cmd cmake || packages+=(cmake)
+  need_cmd clang || packages+=(clang)
   need_cmd qemu-aarch64 || packages+=(qemu-user)
   need_cmd aarch64-linux-gnu-gcc || packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
   need_cmd arm-linux-gnueabihf-gcc || packages+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.helpers import make_model, rand
 
@@ -166,6 +166,46 @@ def test_bad_input_shape_options(tmp_path: Path, option: str, message: str) -> N
     result = aot("compile", str(model), "-o", str(tmp_path / "pkg"), "--input-shape", option)
     assert_user_error(result, "--input-shape", message)
     assert not (tmp_path / "pkg").exists()
+
+
+THREE_GIB_FLOATS = 3 * 2**30 // 4
+
+
+def huge_intermediate_model(path: Path) -> Path:
+    """A float input of `n` elements; Expand makes a 3 GiB intermediate 'wide' of a small input."""
+    shape = numpy_helper.from_array(np.array([THREE_GIB_FLOATS], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["big_input_relu"]),
+         helper.make_node("ReduceSum", ["big_input_relu"], ["s1"], keepdims=0),
+         helper.make_node("Expand", ["y", "shape"], ["wide"]),
+         helper.make_node("ReduceSum", ["wide"], ["s2"], keepdims=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("s1", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("s2", TensorProto.FLOAT, [])], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("target,backend", [("rpi3", "c"), ("cortex-m4f", "c"), ("rpi3", "llvm")])
+@pytest.mark.parametrize("n,tensor", [(4, "'wide'"), (THREE_GIB_FLOATS, "'x'")])
+def test_tensor_beyond_a_32_bit_address_space(tmp_path: Path, target: str, backend: str, n: int,
+                                              tensor: str) -> None:
+    """A 3 GiB input or intermediate cannot exist on a 32-bit target: one line, exit 2, no package."""
+    model = huge_intermediate_model(tmp_path / "huge.onnx")
+    result = aot("compile", str(model), "-o", str(tmp_path / "pkg"), "--input-shape", f"x={n}",
+                 "--target", target, "--backend", backend)
+    assert_user_error(result, f"tensor {tensor}", "3221225472 bytes", f"target {target}", "32-bit")
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_three_gib_intermediate_is_fine_on_a_64_bit_target(tmp_path: Path) -> None:
+    model = huge_intermediate_model(tmp_path / "huge.onnx")
+    result = aot("compile", str(model), "-o", str(tmp_path / "pkg"), "--input-shape", "x=4", "--target", "rpi4")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "pkg" / "manifest.json").read_text())["arena_bytes"] >= 3 * 2**30
 
 
 def test_existing_output_folder_needs_force(tmp_path: Path) -> None:

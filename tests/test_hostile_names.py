@@ -4,6 +4,7 @@ into comments or strings cannot end them or inject code."""
 from __future__ import annotations
 
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -53,7 +54,11 @@ def test_model_name_option_becomes_a_prefix(name: str) -> None:
     assert ident.isidentifier() and ident.isascii() and ident == ident.lower()
 
 
-def test_model_with_hostile_names_compiles_strictly_and_runs() -> None:
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_model_with_hostile_names_compiles_strictly_and_runs(cc: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not shutil.which(cc):
+        pytest.skip(f"{cc} not installed")
+    monkeypatch.setenv("CC", cc)  # HostModel builds with $CC (-std=c99 -Wall -Wextra -Werror -pedantic)
     x0, x1 = rand(2, 3), rand(2, 3, seed=1)
     in0, in1, mid, out0, out1 = "x */ int evil = 1; /*", "a-b", "line\nbreak\r\n#include <stdio.h>", "a_b", "return"
     nodes = [helper.make_node("Add", [in0, in1], [mid], name="tri??/graph??= */ node"),
