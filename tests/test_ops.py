@@ -258,6 +258,19 @@ def test_transpose_4d_nchw_to_nhwc() -> None:
     assert_matches_onnxruntime(model, {"x": x})
 
 
+def test_transpose_of_size_one_axes_is_a_view() -> None:
+    """[1, C, 1, 1] -> [1, 1, 1, C] (after a global pool) keeps the bytes in order: no copy kernel,
+    both as an intermediate (feeding Relu) and as the graph output."""
+    from aot.compiler import compile as compile_model
+
+    x = rand(1, 5, 1, 1)
+    inner = make_model([node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]), node("Relu", ["t"])], {"x": x}, ["y"])
+    assert_matches_onnxruntime(inner, {"x": x})
+    assert compile_model(inner).manifest["kernels"] == 1
+    last = make_model([node("Relu", ["x"], ["r"]), node("Transpose", ["r"], perm=[0, 2, 3, 1])], {"x": x}, ["y"])
+    assert_matches_onnxruntime(last, {"x": x})
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
 def test_concat(axis: int) -> None:
     shapes = [[2, 3, 4], [2, 3, 4], [2, 3, 4]]

@@ -91,7 +91,7 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     yv = View(kb.output(final).buffer, (batch, out_channels, out_h, out_w))
     bv = kb.input(bias) if bias is not None else None
     if tiled:
-        tiled = TiledConv(kb, ctx, spec, xv, w, yv, bv, epilogue, y.dtype.name, ctx.tiles)
+        tiled = TiledConv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, y.dtype.name, ctx.tiles)
         ctx.emit(kb, copy + kb.loops([batch, groups], lambda idx: tiled.emit(idx[0], idx[1])))
         return True
     wv = View(kb.input(w).buffer, (out_channels, spec.group_in, spec.k_h, spec.k_w))

@@ -72,15 +72,28 @@ def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
 class TiledConv:
     """Emits one image and group of a convolution as register tiles."""
 
-    def __init__(self, kb: KernelBuilder, ctx: LoweringContext, spec, x: View, w: Tensor, y: View,
+    def __init__(self, kb: KernelBuilder, ctx: LoweringContext, node: Node, spec, x: View, w: Tensor, y: View,
                  bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig) -> None:
         """`x` is the (padded) input image, or for column strides above 1 the phase-split copy
         made by strided_copy."""
         self.kb, self.s, self.xv, self.yv, self.bv = kb, spec, x, y, bias
         self.epilogue, self.dt, self.tile = epilogue, dtype, tile
         assert w.data is not None
-        pointwise = spec.k_h == spec.k_w == 1 and spec.s_h == spec.s_w == 1
-        width = min(tile.cols, spec.out_h * spec.out_w if pointwise else spec.out_w)
+        unit_stride = spec.s_h == spec.s_w == 1
+        if unit_stride and spec.k_h == spec.k_w == 1:
+            self.mode, width = "pointwise", min(tile.cols, spec.out_h * spec.out_w)
+        elif unit_stride and spec.out_h > 1 and spec.out_w < tile.lanes:
+            # Rows narrower than a vector: compute on the padded grid instead (below).
+            self.mode = "grid"
+            self.grid_size = (spec.out_h - 1) * spec.in_w + spec.out_w
+            width = min(self.grid_size, tile.cols)
+            if spec.per_group < tile.rows_for(width, spec.per_group + 1):  # few rows (depthwise): wider tiles
+                width = min(self.grid_size, tile.lanes * max(1, min(4, tile.accumulators // spec.per_group)))
+            self.grid = kb.output(scratch_tensor(ctx, node, (spec.batch, spec.out_channels,
+                                                                          self.grid_size), dtype, "grid")).buffer
+        else:
+            self.mode, width = "rows", min(tile.cols, spec.out_w)
+        self.width = width
         self.rows = tile.rows_for(width, spec.per_group)
         packed = pack_weights(np.asarray(w.data), spec.groups, self.rows)
         self.wbuf: Buffer = kb.input(ctx.constant(packed, w.name)).buffer
@@ -95,11 +108,42 @@ class TiledConv:
         return [n, oc, ow] if self.s.nd == 1 else [n, oc, oh, ow]
 
     def emit(self, n: Expr, g: Expr) -> list[Stmt]:
-        s, rows = self.s, self.rows
-        pointwise = s.k_h == s.k_w == 1 and s.s_h == s.s_w == 1
-        return blocks(self.kb, s.per_group, rows,
-                      lambda oc0, count: (self._pointwise(n, g, oc0, count) if pointwise
-                                          else self._rows(n, g, oc0, count)), "o")
+        body = {"pointwise": self._pointwise, "grid": self._grid, "rows": self._rows}[self.mode]
+        return blocks(self.kb, self.s.per_group, self.rows, lambda oc0, count: body(n, g, oc0, count), "o")
+
+    def _grid(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
+        """Unit-stride convolutions with rows narrower than a vector: the outputs are computed on
+        the padded input's grid, q = oh * padded_width + ow, where every tap reads x[q + offset]
+        contiguously across row ends; the columns ow >= out_w of that grid are junk, which a
+        second pass (with the fused epilogue) drops while copying the rest into the output.
+        (Junk reads stay in the padded image: q stops at the last real output.)"""
+        s, kb = self.s, self.kb
+        reduction = Reduction((s.group_in, s.k_h, s.k_w), unrolled=2)
+        stride_row = s.in_w
+
+        def tile(q0: Expr, cols: int) -> list[Stmt]:
+            def b_base(k: list[Expr]) -> tuple[Buffer, Expr]:
+                c, kh, kw = k
+                return self.xv.buffer, (self.xv.index([n, g * s.group_in + c, 0, 0]) + q0
+                                        + kh * (s.d_h * stride_row) + kw * s.d_w)
+
+            def out_at(i: int, j: Expr) -> Expr:
+                return (n * s.out_channels + g * s.per_group + oc0 + i) * self.grid_size + q0 + j
+
+            return register_tile(kb, self.dt, self.tile.lanes, count, cols, reduction, self._a_at(g, oc0, count),
+                                 b_base, self._init(g, oc0, count), self.grid, out_at)
+
+        stmts = blocks(kb, self.grid_size, self.width, tile, "q")
+
+        def copy_out(idx: list[Expr]) -> list[Stmt]:
+            i, oh, ow = idx
+            oc = g * s.per_group + oc0 + i
+            value = Load(self.grid, (n * s.out_channels + oc) * self.grid_size + oh * stride_row + ow)
+            apply = self._finish(n, oc, oh * s.out_w + ow, (oh, ow))
+            at = self.yv.index([n, oc, oh, ow])
+            return [Store(self.yv.buffer, at, apply(value) if apply is not None else value)]
+
+        return stmts + kb.loops([count, s.out_h, s.out_w], copy_out, prefix="g")
 
     def _a_at(self, g: Expr, oc0: Expr, count: int):
         s = self.s

@@ -1,5 +1,6 @@
 """Ops that move data without arithmetic: views (Reshape, Flatten, Squeeze, Unsqueeze) cost
-nothing; Transpose and Concat copy through strided views."""
+nothing; Transpose and Concat copy through strided views, except a Transpose that only moves
+size-1 axes (the bytes are in the same order: a view)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def lower_transpose(node: Node, ctx: LoweringContext) -> None:
     perm = list(node.attr("perm", list(range(x.rank))[::-1]))
     if sorted(perm) != list(range(x.rank)):
         raise fail(node, f"perm {perm} is not a permutation of {x.rank} axes")
+    moved = [axis for axis in perm if x.shape[axis] != 1]
+    if moved == sorted(moved):  # e.g. [1, C, 1, 1] -> [1, 1, 1, C] after a global pool
+        ctx.alias(y, x)
+        return
     kb = ctx.builder(node)
     src = kb.input(x).permute(perm)
     dst = kb.output(y)
