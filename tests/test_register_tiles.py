@@ -72,3 +72,7 @@ def test_gemm_and_matmul_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch
     b = rand(2, k, n, seed=3)
     matmul = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": np.stack([a, a * 2]), "b": b}, ["y"])
     assert_matches_onnxruntime(matmul, {"a": np.stack([a, a * 2]), "b": b})
+    # constant weights shared by every batch entry (stored as column panels)
+    weights = make_model([helper.make_node("MatMul", ["a", "w"], ["y"])], {"a": np.stack([a, a * 2])}, ["y"],
+                         initializers={"w": b[0]})
+    assert_matches_onnxruntime(weights, {"a": np.stack([a, a * 2])})

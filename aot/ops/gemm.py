@@ -37,18 +37,11 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
     av, yv = kb.input(a), kb.output(final)
     if node.attr("transA", 0):
         av = av.permute([1, 0])
-    if node.attr("transB", 0) and b.is_constant:
-        # The kernel streams rows of op(B): store a constant B^T pre-transposed (data layout only).
-        assert b.data is not None
-        bv = kb.input(ctx.constant(np.ascontiguousarray(b.data.T), b.name))
-    else:
-        bv = kb.input(b)
-        if node.attr("transB", 0):
-            bv = bv.permute([1, 0])
     m, k = av.shape
-    k2, n = bv.shape
-    if k != k2 or y.shape != (m, n):
-        raise fail(node, f"op(A) {list(av.shape)} x op(B) {list(bv.shape)} does not give Y {list(y.shape)}")
+    b_shape = tuple(reversed(b.shape)) if node.attr("transB", 0) else b.shape
+    if b_shape[0] != k or y.shape != (m, b_shape[1]):
+        raise fail(node, f"op(A) {list(av.shape)} x op(B) {list(b_shape)} does not give Y {list(y.shape)}")
+    n = b_shape[1]
     cv = kb.input(c).broadcast_to((m, n)) if c is not None and beta != 0.0 else None
     dt = y.dtype.name
 
@@ -58,15 +51,31 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
             result = result + (cv.load([i, j]) if beta == 1.0 else cv.load([i, j]) * const(beta, dt))
         return epilogue.apply(result, [i, j])
 
-    if _tileable(bv, n, dt):
+    if b.is_constant:
+        # A constant op(B) is stored in the layout the kernel reads (data layout only): column
+        # panels, each [k][panel width], for the tiles; B^T pre-transposed for the row kernel.
+        assert b.data is not None
+        b_data = np.ascontiguousarray(b.data.T if node.attr("transB", 0) else b.data)
+        if tileable(n, dt):
+            cols = matmul_tile_shape(ctx.tiles, m, n)[1]
+            packed = kb.input(ctx.constant(pack_column_panels(b_data, cols), b.name)).buffer
+            ctx.emit(kb, tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
+                                      b_row=lambda r, j0, width: j0 * k + r * width, b_buffer=packed,
+                                      y_at=lambda i, j: yv.index([i, j]), finish=finish))
+            return
+        bv = kb.input(ctx.constant(b_data, b.name)) if node.attr("transB", 0) else kb.input(b)
+    else:
+        bv = kb.input(b)
+        if node.attr("transB", 0):
+            bv = bv.permute([1, 0])
+    if tileable(n, dt) and bv.strides[-1] == 1:
         ctx.emit(kb, tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
-                                  b_row=lambda r, j: bv.index([r, j]), b_buffer=bv.buffer,
+                                  b_row=lambda r, j0, width: bv.index([r, j0]), b_buffer=bv.buffer,
                                   y_at=lambda i, j: yv.index([i, j]), finish=finish))
         return
     ctx.emit(kb, matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
                              b_at=lambda r, j: bv.load([r, j]), y_at=lambda i, j: yv.index([i, j]),
                              finish=finish))
-
 
 @register("MatMul")
 def lower_matmul(node: Node, ctx: LoweringContext) -> None:
@@ -80,14 +89,23 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
         raise fail(node, "MatMul inputs must have rank >= 1")
     kb = ctx.builder(node)
     final, epilogue = ctx.epilogue(node, kb)
-    av, bv, yv = kb.input(a), kb.input(b), kb.output(final)
+    av, yv = kb.input(a), kb.output(final)
     # numpy rules: a 1-D A is a row vector, a 1-D B a column vector; both extra dims are dropped.
     a_shape = (1, *a.shape) if a.rank == 1 else a.shape
     b_shape = (*b.shape, 1) if b.rank == 1 else b.shape
     av = View(av.buffer, a_shape)
-    bv = View(bv.buffer, b_shape)
     m, k = a_shape[-2:]
     k2, n = b_shape[-2:]
+    dt = y.dtype.name
+    packed = None
+    if b.is_constant and b.rank == 2 and tileable(n, dt) and k == k2:
+        # Weights (a constant matrix shared by every batch): column panels, as Gemm stores them.
+        assert b.data is not None
+        cols = matmul_tile_shape(ctx.tiles, m, n)[1]
+        packed = kb.input(ctx.constant(pack_column_panels(np.asarray(b.data), cols), b.name)).buffer
+        bv = View(packed, b_shape)  # only for shapes and broadcasting below; indexed by b_row
+    else:
+        bv = View(kb.input(b).buffer, b_shape)
     if k != k2:
         raise fail(node, f"A {list(a.shape)} and B {list(b.shape)}: inner dimensions differ")
     batch = _broadcast_batch(node, a_shape[:-2], b_shape[:-2])
@@ -97,16 +115,17 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
     a_b = av.broadcast_to((*batch, m, k)) if batch else av
     b_b = bv.broadcast_to((*batch, k, n)) if batch else bv
     y_full = View(yv.buffer, full)
-    dt = y.dtype.name
+    tiled = packed is not None or (tileable(n, dt) and b_b.strides[-1] == 1)
 
-    tileable = _tileable(b_b, n, dt)
+    def b_row(bi: list[Expr], r: Expr, j0: Expr, width: int) -> Expr:
+        return j0 * k + r * width if packed is not None else b_b.index([*bi, r, j0])
 
     def body(bi: list[Expr]) -> list[Stmt]:
         # The fusion plan only gives MatMuls with operands of rank >= 2 an epilogue, so the output
         # index here is the output tensor's own index.
-        if tileable:
+        if tiled:
             return tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
-                                b_row=lambda r, j: b_b.index([*bi, r, j]), b_buffer=b_b.buffer,
+                                b_row=lambda r, j0, width: b_row(bi, r, j0, width), b_buffer=b_b.buffer,
                                 y_at=lambda i, j: y_full.index([*bi, i, j]),
                                 finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]))
         return matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
@@ -116,21 +135,34 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
     ctx.emit(kb, kb.loops(batch, body, prefix="b"))
 
 
-def _tileable(b: View, n: int, dtype: str) -> bool:
-    """Register tiles read rows of B with vector loads: they need B's rows contiguous."""
-    return dtype == "float32" and n >= 4 and b.strides[-1] == 1
+def tileable(n: int, dtype: str) -> bool:
+    """Register tiles (which also need B's rows contiguous) for float32 products of 4+ columns."""
+    return dtype == "float32" and n >= 4
+
+
+def matmul_tile_shape(tiles: TileConfig, m: int, n: int) -> tuple[int, int]:
+    """(rows, cols) of the tiles of an m x n product. With few rows (a batch-1 fully connected
+    layer) the tiles widen along the columns so that enough accumulators are in flight."""
+    rows = min(m, tiles.rows_for(tiles.cols, m))
+    cols = tiles.cols if rows >= 4 else max(tiles.cols, tiles.lanes * (tiles.accumulators // rows))
+    return rows, min(cols, n)
+
+
+def pack_column_panels(b: np.ndarray, cols: int) -> np.ndarray:
+    """B [k, n] as consecutive column panels of `cols` (the last one narrower), each [k][width]:
+    a tile then reads its operand rows from one contiguous stream."""
+    return np.concatenate([np.ascontiguousarray(b[:, j0:j0 + cols]).reshape(-1)
+                           for j0 in range(0, b.shape[1], cols)]).astype(b.dtype, copy=False)
 
 
 def tiled_matmul(kb: KernelBuilder, tiles: TileConfig, out: Buffer, dtype: str, m: int, n: int, k: int,
-                 a_at: Callable[[Expr, Expr], Expr], b_row: Callable[[Expr, Expr], Expr], b_buffer: Buffer,
+                 a_at: Callable[[Expr, Expr], Expr], b_row: Callable[[Expr, Expr, int], Expr], b_buffer: Buffer,
                  y_at: Callable[[Expr, Expr], Expr],
                  finish: Callable[[Expr, Expr, Expr], Expr]) -> list[Stmt]:
     """Y[i, j] = finish(sum_k A[i, k] * B[k, j], i, j) as register tiles: blocks of rows of A
-    (broadcasts) by runs of columns of B and Y (vectors). With few rows (a batch-1 fully connected
-    layer) the tiles widen along the columns so that enough accumulators are in flight."""
-    rows = min(m, tiles.rows_for(tiles.cols, m))
-    cols = tiles.cols if rows >= 4 else min(n, max(tiles.cols, tiles.lanes * (tiles.accumulators // rows)))
-    cols = min(cols, n)
+    (broadcasts) by runs of columns of B and Y (vectors); `b_row(r, j0, width)` is the index of
+    B[r, j0] in `b_buffer` for the column block [j0, j0 + width), whose row is contiguous."""
+    rows, cols = matmul_tile_shape(tiles, m, n)
     probe = Var("probe", dtype)
     needs_finish = finish(probe, index(0), index(0)) is not probe
 
@@ -142,7 +174,7 @@ def tiled_matmul(kb: KernelBuilder, tiles: TileConfig, out: Buffer, dtype: str, 
                     return finish(value, i0 + i, j0 + j)
             return register_tile(kb, dtype, tiles.lanes, count, width, Reduction((k,)),
                                  a_at=lambda i, kk: a_at(i0 + i, kk[0]),
-                                 b_base=lambda kk: (b_buffer, b_row(kk[0], j0)),
+                                 b_base=lambda kk: (b_buffer, b_row(kk[0], j0, width)),
                                  init=[const(0.0, dtype)] * count, out=out,
                                  out_at=lambda i, j: y_at(i0 + i, j0) + j, finish=tail)
         return blocks(kb, m, rows, row_block, "i")
