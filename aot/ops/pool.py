@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from aot.ir.graph import Node
 from aot.kernel.ir import (
     INDEX,
@@ -18,6 +20,9 @@ from aot.kernel.ir import (
     logical_and,
     logical_or,
     lt,
+    maximum,
+    minimum,
+    select,
     unary,
 )
 from aot.lowering.builder import View
@@ -83,6 +88,11 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
     xv, yv = kb.input(x), kb.output(y)
     iv = kb.output(indices) if indices is not None else None
     dt = y.dtype.name
+    if is_max and iv is None and all(d == 1 for d in dilations) and _taps(kernel) <= MAX_UNROLLED_TAPS:
+        ctx.emit(kb, kb.loops([batch, channels, *out_spatial],
+                              lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
+                                                          overhang, dt)))
+        return
 
     def body(idx: list[Expr]) -> list[Stmt]:
         n, c, *o = idx
@@ -137,6 +147,42 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
         return stmts
 
     ctx.emit(kb, kb.loops([batch, channels, *out_spatial], body))
+
+
+# Windows up to this many taps are written out tap by tap (3x3 pools: 9).
+MAX_UNROLLED_TAPS = 25
+
+
+def _taps(kernel: list[int]) -> int:
+    count = 1
+    for k in kernel:
+        count *= k
+    return count
+
+
+def _branchless_max(kb, xv: View, yv: View, idx: list[Expr], kernel: list[int], strides: list[int],  # noqa: ANN001
+                    pad_begin: list[int], in_spatial: tuple[int, ...], overhang: list[bool], dt: str) -> list[Stmt]:
+    """One output of a MaxPool without indices and without dilation, as straight-line code the
+    compilers vectorise across the output row: every tap is written out, and a tap that falls in
+    the padding (or past the end, ceil_mode) reads the nearest input element instead, which lies
+    in the same window, so the maximum is unchanged and no load needs a guard."""
+    n, c, *o = idx
+    acc = kb.var("acc", dt)
+    stmts: list[Stmt] = [Declare(acc, const(float("-inf"), dt))]
+    for k in itertools.product(*(range(e) for e in kernel)):
+        pos: list[Expr] = []
+        for oi, ki, s, pb, size, over in zip(o, k, strides, pad_begin, in_spatial, overhang):
+            p = oi * s + (ki - pb)
+            if pb > 0:
+                p = maximum(p, const(0, INDEX))
+            if pb > 0 or over:
+                p = minimum(p, const(size - 1, INDEX))
+            pos.append(p)
+        value = kb.var("v", dt)
+        # NaN-propagating running max, like onnxruntime's.
+        stmts += [Declare(value, xv.load([n, c, *pos])),
+                  Assign(acc, select(logical_or(gt(value, acc), unary("isnan", value)), value, acc))]
+    return stmts + [yv.store([n, c, *o], acc)]
 
 
 def _flat_index(n: Expr, c: Expr, pos: list[Expr], shape: tuple[int, ...], column_major: bool) -> Expr:
