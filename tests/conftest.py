@@ -8,8 +8,31 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def sample_parametrised(config: pytest.Config, items: list[pytest.Item], every: int) -> None:
+    """Keep every `every`-th case (the 1st, (every+1)-th, ...) of each parametrised test function, in
+    collection order, and every unparametrised test: a deterministic sample for slow passes."""
+    seen: dict[str, int] = {}
+    kept, dropped = [], []
+    for item in items:
+        if getattr(item, "callspec", None) is None:
+            kept.append(item)
+            continue
+        function = item.nodeid.split("[", 1)[0]
+        index = seen.get(function, 0)
+        seen[function] = index + 1
+        (kept if index % every == 0 else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked slow run only when asked for, e.g. `-m slow` or `-m "slow or not slow"`."""
+    """Tests marked slow run only when asked for, e.g. `-m slow` or `-m "slow or not slow"`.
+
+    $AOT_TEST_SAMPLE=N runs every N-th case of each parametrised test (see sample_parametrised)."""
+    every = int(os.environ.get("AOT_TEST_SAMPLE", "1") or "1")
+    if every > 1:
+        sample_parametrised(config, items, every)
     if "slow" in (config.getoption("markexpr", "") or ""):
         return
     skip = pytest.mark.skip(reason="slow; select with -m slow")

@@ -74,6 +74,7 @@ def run_aot(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], backend: s
     backend = selected_backend(backend)
     package = compile_model(model, backend=backend, **compile_args)
     if sanitize_mode():
+        assert host_variant(package)[0] == backend, f"no {backend} variant runs on this machine"
         return run_sanitized(package, inputs)
     host = HostModel.build(package, opt="-O1", extra_cflags="-pedantic")
     assert host.backend == backend, f"built the {host.backend} variant for backend={backend}"
