@@ -69,6 +69,29 @@ def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
     return stmts, dst.buffer, height, width
 
 
+def _lanes_used(length: int, cols: int, lanes: int) -> int:
+    """Output positions computed to cover `length` with tiles of `cols` (the ragged last tile
+    rounded up to whole vectors, which overlap)."""
+    full, tail = divmod(length, cols)
+    if not tail:
+        return full * cols
+    width = lanes
+    while width > 4 and width > tail:
+        width //= 2
+    return full * cols + (-(-tail // width) * width if width <= tail else tail)
+
+
+def _grid_pays(spec, tile: TileConfig) -> bool:  # noqa: ANN001
+    """Whether computing on the padded grid wastes less than tiling each output row: rows pay
+    for their ragged ends (55 outputs take 64 lanes), the grid for its junk columns (2 of every
+    57 for a padded 3x3) plus the pass that compacts it."""
+    if spec.out_w < tile.lanes:
+        return True
+    rows_work = spec.out_h * _lanes_used(spec.out_w, tile.cols, tile.lanes)
+    grid_work = _lanes_used((spec.out_h - 1) * spec.in_w + spec.out_w, tile.cols, tile.lanes)
+    return grid_work * 1.05 < rows_work
+
+
 class TiledConv:
     """Emits one image and group of a convolution as register tiles."""
 
@@ -82,15 +105,17 @@ class TiledConv:
         unit_stride = spec.s_h == spec.s_w == 1
         if unit_stride and spec.k_h == spec.k_w == 1:
             self.mode, width = "pointwise", min(tile.cols, spec.out_h * spec.out_w)
-        elif unit_stride and spec.out_h > 1 and spec.out_w < tile.lanes:
-            # Rows narrower than a vector: compute on the padded grid instead (below).
+        elif unit_stride and spec.out_h > 1 and _grid_pays(spec, tile):
+            # Rows that tile badly (narrower than a vector, or a ragged end in every row):
+            # compute on the padded grid instead (see _grid).
             self.mode = "grid"
             self.grid_size = (spec.out_h - 1) * spec.in_w + spec.out_w
             width = min(self.grid_size, tile.cols)
             if spec.per_group < tile.rows_for(width, spec.per_group + 1):  # few rows (depthwise): wider tiles
                 width = min(self.grid_size, tile.lanes * max(1, min(4, tile.accumulators // spec.per_group)))
-            self.grid = kb.output(scratch_tensor(ctx, node, (spec.batch, spec.out_channels,
-                                                                          self.grid_size), dtype, "grid")).buffer
+            # One block of channels at a time: the scratch holds `rows` grids.
+            block_rows = tile.rows_for(width, spec.per_group)
+            self.grid = kb.output(scratch_tensor(ctx, node, (block_rows, self.grid_size), dtype, "grid")).buffer
         else:
             self.mode, width = "rows", min(tile.cols, spec.out_w)
         self.width = width
@@ -128,7 +153,7 @@ class TiledConv:
                                         + kh * (s.d_h * stride_row) + kw * s.d_w)
 
             def out_at(i: int, j: Expr) -> Expr:
-                return (n * s.out_channels + g * s.per_group + oc0 + i) * self.grid_size + q0 + j
+                return i * self.grid_size + q0 + j
 
             return register_tile(kb, self.dt, self.tile.lanes, count, cols, reduction, self._a_at(g, oc0, count),
                                  b_base, self._init(g, oc0, count), self.grid, out_at)
@@ -138,7 +163,7 @@ class TiledConv:
         def copy_out(idx: list[Expr]) -> list[Stmt]:
             i, oh, ow = idx
             oc = g * s.per_group + oc0 + i
-            value = Load(self.grid, (n * s.out_channels + oc) * self.grid_size + oh * stride_row + ow)
+            value = Load(self.grid, i * self.grid_size + oh * stride_row + ow)
             apply = self._finish(n, oc, oh * s.out_w + ow, (oh, ow))
             at = self.yv.index([n, oc, oh, ow])
             return [Store(self.yv.buffer, at, apply(value) if apply is not None else value)]
