@@ -34,7 +34,11 @@ int main(void) {
     printf("%.3f %g\n", 2.0 * CHAINS * (BYTES / 4) * 20000000.0 / best / 1e9, (double)sum[0]);
     return 0;
 }
-""".replace("DECLARATIONS", "a0 = y * 1.0f, a1 = y * 2.0f, a2 = y * 3.0f, a3 = y * 4.0f, a4 = y * 5.0f, a5 = y * 6.0f, a6 = y * 7.0f, a7 = y * 8.0f, a8 = y * 9.0f, a9 = y * 10.0f, a10 = y * 11.0f, a11 = y * 12.0f").replace("UPDATES", "a0 = a0 * x + y; a1 = a1 * x + y; a2 = a2 * x + y; a3 = a3 * x + y; a4 = a4 * x + y; a5 = a5 * x + y; a6 = a6 * x + y; a7 = a7 * x + y; a8 = a8 * x + y; a9 = a9 * x + y; a10 = a10 * x + y; a11 = a11 * x + y;").replace("SUM", "a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11")
+"""
+_CHAINS = 12
+_SOURCE = (_SOURCE.replace("DECLARATIONS", ", ".join(f"a{i} = y * {i + 1}.0f" for i in range(_CHAINS)))
+           .replace("UPDATES", " ".join(f"a{i} = a{i} * x + y;" for i in range(_CHAINS)))
+           .replace("SUM", " + ".join(f"a{i}" for i in range(_CHAINS))))
 
 
 def peak_gflops(cc: str = "cc") -> float:
@@ -44,7 +48,7 @@ def peak_gflops(cc: str = "cc") -> float:
         src, exe = Path(tmp) / "peak.c", Path(tmp) / "peak"
         src.write_text(_SOURCE)
         subprocess.run([cc, "-O2", "-march=native", "-ffp-contract=fast", "-std=c99", f"-DBYTES={bits // 8}",
-                        "-DCHAINS=12", str(src), "-o", str(exe)], check=True)
+                        f"-DCHAINS={_CHAINS}", str(src), "-o", str(exe)], check=True)
         out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     return float(out.split()[0])
 

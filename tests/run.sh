@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/setup_env.sh
-ruff check aot tests examples
+ruff check aot tests examples benchmarks
 if [ $# -gt 0 ]; then
   exec python -m pytest -n auto -q "$@"
 fi
