@@ -33,9 +33,10 @@ def test_tile_shapes_follow_the_registers() -> None:
     assert aot.compiler._tiles([]) == DEFAULT_TILES
 
 
-def _conv(shape: tuple[int, ...], out_channels: int, group: int = 1, **attrs: object):
+def _conv(shape: tuple[int, ...], out_channels: int, group: int = 1, kernel: tuple[int, int] = (3, 3),
+          **attrs: object):
     x = rand(*shape)
-    w = rand(out_channels, shape[1] // group, 3, 3, seed=1)
+    w = rand(out_channels, shape[1] // group, *kernel, seed=1)
     b = rand(out_channels, seed=2)
     node = helper.make_node("Conv", ["x", "w", "b"], ["c"], group=group, **attrs)
     relu = helper.make_node("Relu", ["c"], ["y"])
@@ -49,6 +50,9 @@ CASES = {
     "conv_stride2": lambda: _conv((1, 6, 17, 23), 7, strides=[2, 2], pads=[1, 0, 1, 2]),
     "conv_stride3_dilated": lambda: _conv((1, 3, 20, 31), 5, strides=[3, 3], dilations=[2, 2]),
     "depthwise": lambda: _conv((1, 6, 11, 19), 6, group=6, pads=[1, 1, 1, 1]),
+    # a keyword-spotting stem: narrow strided output through the column matrix (im2col)
+    "strided_narrow_im2col": lambda: _conv((1, 2, 49, 10), 9, kernel=(10, 4), strides=[2, 2], pads=[4, 1, 5, 1]),
+    "grid_ragged_rows": lambda: _conv((1, 5, 9, 37), 7, pads=[1, 1, 1, 1]),
 }
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import Buffer, Expr, Load, Loop, Stmt, Store, Var, const
+from aot.kernel.ir import INDEX, Buffer, Expr, Load, Loop, Stmt, Store, Var, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.ops.attrs import required_input
@@ -34,7 +34,7 @@ from aot.ops.conv_kernels import (
     update_rows,
     valid_range,
 )
-from aot.ops.conv_tiled import TiledConv, strided_copy
+from aot.ops.conv_tiled import TiledConv, im2col, strided_copy, use_im2col
 from aot.ops.scratch import scratch_tensor
 
 # Output channels updated together by one vector loop (they share every input load).
@@ -66,6 +66,20 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     out_channels = y.shape[1]
     out_h, out_w = (1, y.shape[2]) if nd == 1 else y.shape[2:]
     tiled = w.is_constant and y.dtype.kind == "f"
+    if tiled and use_im2col(channels, groups, kernel, strides, (out_h, out_w), ctx.tiles, y.dtype.itemsize):
+        # A matrix product over the flattened pixels of the column matrix: a pointwise conv.
+        copy, cbuf, rows = im2col(node, ctx, kb, x, (in_h, in_w), (out_h, out_w), kernel, strides, dilations,
+                                  pad_begin)
+        spec = _ConvSpec(
+            batch=batch, channels=rows, groups=1, group_in=rows, per_group=out_channels,
+            out_channels=out_channels, in_h=out_h, in_w=out_w, out_h=out_h, out_w=out_w, k_h=1, k_w=1,
+            s_h=1, s_w=1, d_h=1, d_w=1, p_h=0, p_w=0, nd=nd)
+        yv = View(kb.output(final).buffer, (batch, out_channels, out_h, out_w))
+        bv = kb.input(bias) if bias is not None else None
+        gemm = TiledConv(kb, ctx, node, spec, View(cbuf, (batch, rows, out_h, out_w)), w, yv, bv, epilogue,
+                         y.dtype.name, ctx.tiles)
+        ctx.emit(kb, copy + kb.loops([batch], lambda idx: gemm.emit(idx[0], const(0, INDEX))))
+        return True
     if tiled and strides[1] > 1:
         copy, xbuf, in_h, in_w = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end, strides[1])
         pad_begin, pad_end = [0, 0], [0, 0]

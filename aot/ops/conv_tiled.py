@@ -69,6 +69,53 @@ def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
     return stmts, dst.buffer, height, width
 
 
+# Largest column matrix (input channels x kernel taps by output pixels) worth materialising.
+IM2COL_LIMIT_BYTES = 256 * 1024
+
+
+def use_im2col(in_channels: int, groups: int, kernel: list[int], strides: list[int], out_hw: tuple[int, int],
+               tile: TileConfig, itemsize: int) -> bool:
+    """Strided convolutions whose output rows are narrower than a vector tile poorly row by row
+    and cannot use the padded grid (its rows advance by the stride): for those, when the column
+    matrix is small (e.g. a keyword-spotting stem: 1 channel x 10x4 taps by 25x5 pixels), copy it
+    out once and run the matrix product over the flattened pixels."""
+    k = (in_channels // groups) * kernel[0] * kernel[1]
+    pixels = out_hw[0] * out_hw[1]
+    return (groups == 1 and max(strides) > 1 and out_hw[1] < 2 * tile.lanes
+            and k * pixels * itemsize <= IM2COL_LIMIT_BYTES)
+
+
+def im2col(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
+           out_hw: tuple[int, int], kernel: list[int], strides: list[int], dilations: list[int],
+           pad_begin: list[int]) -> tuple[list[Stmt], Buffer, int]:
+    """Statements writing the column matrix [n][(c, kh, kw)][(oh, ow)] of X (zeros where a tap
+    falls in the padding), its scratch buffer and its row count K."""
+    batch, channels = x.shape[0], x.shape[1]
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    k_h, k_w = kernel
+    rows = channels * k_h * k_w
+    cols = kb.output(scratch_tensor(ctx, node, (batch, rows, out_h * out_w), x.dtype, "im2col"))
+    src = View(kb.input(x).buffer, (batch, channels, in_h, in_w))
+    zero = const(0.0, x.dtype.name)
+    stmts = kb.loops([cols.shape[0] * rows * out_h * out_w], lambda i: [Store(cols.buffer, i[0], zero)], prefix="z")
+    for kh in range(k_h):
+        h_lo, h_hi = valid_range(out_h, in_h, strides[0], kh * dilations[0] - pad_begin[0])
+        for kw in range(k_w):
+            w_lo, w_hi = valid_range(out_w, in_w, strides[1], kw * dilations[1] - pad_begin[1])
+            if h_hi <= h_lo or w_hi <= w_lo:
+                continue
+
+            def copy(idx: list[Expr], kh: int = kh, kw: int = kw, h_lo: int = h_lo, w_lo: int = w_lo) -> list[Stmt]:
+                n, c, r, q = idx
+                oh, ow = r + h_lo, q + w_lo
+                value = src.load([n, c, oh * strides[0] + (kh * dilations[0] - pad_begin[0]),
+                                  ow * strides[1] + (kw * dilations[1] - pad_begin[1])])
+                return [cols.store([n, (c * k_h + kh) * k_w + kw, oh * out_w + ow], value)]
+
+            stmts += kb.loops([batch, channels, h_hi - h_lo, w_hi - w_lo], copy, prefix="s")
+    return stmts, cols.buffer, rows
+
+
 def _lanes_used(length: int, cols: int, lanes: int) -> int:
     """Output positions computed to cover `length` with tiles of `cols` (the ragged last tile
     rounded up to whole vectors, which overlap)."""
