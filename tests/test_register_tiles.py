@@ -53,6 +53,9 @@ CASES = {
     # a keyword-spotting stem: narrow strided output through the column matrix (im2col)
     "strided_narrow_im2col": lambda: _conv((1, 2, 49, 10), 9, kernel=(10, 4), strides=[2, 2], pads=[4, 1, 5, 1]),
     "grid_ragged_rows": lambda: _conv((1, 5, 9, 37), 7, pads=[1, 1, 1, 1]),
+    # few pixels, many channels: tiles vectorised over output channels
+    "pointwise_3x3_image": lambda: _conv((1, 24, 3, 3), 70, kernel=(1, 1)),
+    "pointwise_7x5_image": lambda: _conv((2, 9, 7, 5), 37, kernel=(1, 1)),
 }
 
 
@@ -62,6 +65,19 @@ def test_conv_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: st
     monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
     model, inputs = CASES[case]()
     assert_matches_onnxruntime(model, inputs)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_channel_tiles_with_residual_epilogue(monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    """A 1x1 conv on a 3x3 image whose epilogue adds a same-shape residual and clips."""
+    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    x, r = rand(1, 20, 3, 3), rand(1, 48, 3, 3, seed=5)
+    w, b = rand(48, 20, 1, 1, seed=1), rand(48, seed=2)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Add", ["c", "r"], ["s"]),
+             helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
+    model = make_model(nodes, {"x": x, "r": r}, ["y"], initializers={
+        "w": w, "b": b, "lo": np.array(-0.5, np.float32), "hi": np.array(0.5, np.float32)})
+    assert_matches_onnxruntime(model, {"x": x, "r": r})
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))

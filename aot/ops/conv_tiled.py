@@ -22,6 +22,7 @@ from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, bi
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.ops.conv_kernels import blocks, valid_range
+from aot.ops.gemm import pack_column_panels
 from aot.ops.register_tiles import Reduction, TileConfig, register_tile
 from aot.ops.scratch import scratch_tensor
 
@@ -150,8 +151,13 @@ class TiledConv:
         self.epilogue, self.dt, self.tile = epilogue, dtype, tile
         assert w.data is not None
         unit_stride = spec.s_h == spec.s_w == 1
-        if unit_stride and spec.k_h == spec.k_w == 1:
-            self.mode, width = "pointwise", min(tile.cols, spec.out_h * spec.out_w)
+        pixels = spec.out_h * spec.out_w
+        if (unit_stride and spec.k_h == spec.k_w == 1 and spec.groups == 1 and tile.lanes > 1
+                and dtype == "float32" and spec.out_channels >= tile.cols
+                and _lanes_used(pixels, tile.cols, tile.lanes) > 1.1 * pixels):
+            self._init_channels(ctx, node, w, pixels)
+        elif unit_stride and spec.k_h == spec.k_w == 1:
+            self.mode, width = "pointwise", min(tile.cols, pixels)
         elif unit_stride and spec.out_h > 1 and _grid_pays(spec, tile):
             # Rows that tile badly (narrower than a vector, or a ragged end in every row):
             # compute on the padded grid instead (see _grid).
@@ -165,11 +171,12 @@ class TiledConv:
             self.grid = kb.output(scratch_tensor(ctx, node, (block_rows, self.grid_size), dtype, "grid")).buffer
         else:
             self.mode, width = "rows", min(tile.cols, spec.out_w)
-        self.width = width
-        self.rows = tile.rows_for(width, spec.per_group)
-        packed = pack_weights(np.asarray(w.data), spec.groups, self.rows)
-        self.wbuf: Buffer = kb.input(ctx.constant(packed, w.name)).buffer
         self.k = spec.group_in * spec.k_h * spec.k_w
+        if self.mode != "channels":
+            self.width = width
+            self.rows = tile.rows_for(width, spec.per_group)
+            packed = pack_weights(np.asarray(w.data), spec.groups, self.rows)
+            self.wbuf: Buffer = kb.input(ctx.constant(packed, w.name)).buffer
         # Side inputs of a fused epilogue that are whole tensors of the output's shape (or
         # scalars) can be addressed by the flat output index; others need the full index.
         self.flat_epilogue = all(t.shape == epilogue.shape or t.size == 1 for t in epilogue.inputs)
@@ -180,8 +187,55 @@ class TiledConv:
         return [n, oc, ow] if self.s.nd == 1 else [n, oc, oh, ow]
 
     def emit(self, n: Expr, g: Expr) -> list[Stmt]:
+        if self.mode == "channels":
+            return self._channels(n)
         body = {"pointwise": self._pointwise, "grid": self._grid, "rows": self._rows}[self.mode]
         return blocks(self.kb, self.s.per_group, self.rows, lambda oc0, count: body(n, g, oc0, count), "o")
+
+    def _init_channels(self, ctx: LoweringContext, node: Node, w: Tensor, pixels: int) -> None:
+        """A 1x1 convolution over an image whose pixels fill vectors badly (the last stages of
+        mobile and residual networks: 3x3 or 7x7 images with hundreds of channels; 49 pixels take
+        64 lanes) turns the tile around: its vectors
+        run over output channels, whose weights are stored as column panels of W^T, and each row
+        is one pixel, broadcast from the input. The tile lands in a small scratch that a second
+        pass writes out channel-major, adding the bias and the fused epilogue."""
+        s, tile = self.s, self.tile
+        self.mode = "channels"
+        self.cols = tile.cols
+        self.rows = tile.rows_for(self.cols, pixels)
+        assert w.data is not None
+        weights_t = np.ascontiguousarray(np.asarray(w.data).reshape(s.out_channels, -1).T)  # [K][OC]
+        self.wbuf = self.kb.input(ctx.constant(pack_column_panels(weights_t, self.cols), w.name)).buffer
+        self.scratch = self.kb.output(scratch_tensor(ctx, node, (self.rows, self.cols), weights_t.dtype,
+                                                     "tile")).buffer
+
+    def _channels(self, n: Expr) -> list[Stmt]:
+        s, kb, k = self.s, self.kb, self.k
+        pixels = s.out_h * s.out_w
+
+        def pixel_block(p0: Expr, count: int) -> list[Stmt]:
+            def channel_block(j0: Expr, width: int) -> list[Stmt]:
+                tile = register_tile(
+                    kb, self.dt, self.tile.lanes, count, width, Reduction((k,)),
+                    a_at=lambda i, kk: Load(self.xv.buffer, self.xv.index([n, kk[0], 0, 0]) + p0 + i),
+                    b_base=lambda kk: (self.wbuf, j0 * k + kk[0] * width),
+                    init=[const(0.0, self.dt)] * count, out=self.scratch,
+                    out_at=lambda i, j: const(i * self.cols, INDEX) + j)
+
+                def write(idx: list[Expr]) -> list[Stmt]:
+                    i, j = idx
+                    oc, p = j0 + j, p0 + i
+                    value: Expr = Load(self.scratch, i * self.cols + j)
+                    if self.bv is not None:
+                        value = value + self.bv.load([oc])
+                    apply = self._finish(n, oc, p, None)
+                    return [Store(self.yv.buffer, self.yv.index([n, oc, const(0, INDEX), const(0, INDEX)]) + p,
+                                  apply(value) if apply is not None else value)]
+
+                return tile + kb.loops([count, width], write, prefix="c")
+            return blocks(kb, s.out_channels, self.cols, channel_block, "j")
+
+        return blocks(kb, pixels, self.rows, pixel_block, "p")
 
     def _grid(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
         """Unit-stride convolutions with rows narrower than a vector: the outputs are computed on
