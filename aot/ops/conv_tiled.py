@@ -129,6 +129,17 @@ def _lanes_used(length: int, cols: int, lanes: int) -> int:
     return full * cols + (-(-tail // width) * width if width <= tail else tail)
 
 
+def _pixel_waste(spec, tile: TileConfig) -> float:  # noqa: ANN001
+    """Lanes computed per output pixel when tiles run over pixels (flattened for 1x1, on the
+    padded grid or row by row otherwise)."""
+    pixels = spec.out_h * spec.out_w
+    if spec.k_h == spec.k_w == 1:
+        return _lanes_used(pixels, tile.cols, tile.lanes) / pixels
+    rows = spec.out_h * _lanes_used(spec.out_w, tile.cols, tile.lanes)
+    grid = _lanes_used((spec.out_h - 1) * spec.in_w + spec.out_w, tile.cols, tile.lanes)
+    return min(rows, grid) / pixels
+
+
 def _grid_pays(spec, tile: TileConfig) -> bool:  # noqa: ANN001
     """Whether computing on the padded grid wastes less than tiling each output row: rows pay
     for their ragged ends (55 outputs take 64 lanes), the grid for its junk columns (2 of every
@@ -152,9 +163,8 @@ class TiledConv:
         assert w.data is not None
         unit_stride = spec.s_h == spec.s_w == 1
         pixels = spec.out_h * spec.out_w
-        if (unit_stride and spec.k_h == spec.k_w == 1 and spec.groups == 1 and tile.lanes > 1
-                and dtype == "float32" and spec.out_channels >= tile.cols
-                and _lanes_used(pixels, tile.cols, tile.lanes) > 1.1 * pixels):
+        if (unit_stride and spec.groups == 1 and tile.lanes > 1 and dtype == "float32"
+                and spec.out_channels >= tile.cols and _pixel_waste(spec, tile) > 1.1):
             self._init_channels(ctx, node, w, pixels)
         elif unit_stride and spec.k_h == spec.k_w == 1:
             self.mode, width = "pointwise", min(tile.cols, pixels)
@@ -212,13 +222,22 @@ class TiledConv:
     def _channels(self, n: Expr) -> list[Stmt]:
         s, kb, k = self.s, self.kb, self.k
         pixels = s.out_h * s.out_w
+        pointwise = s.k_h == s.k_w == 1
+
+        def a_at(p: Expr, tap: list[Expr]) -> Expr:
+            """Input of tap (c, kh, kw) for output pixel p (the input is the padded image)."""
+            c, kh, kw = tap
+            if pointwise:
+                return Load(self.xv.buffer, self.xv.index([n, c, 0, 0]) + p)
+            oh, ow = binary("div", p, s.out_w), binary("mod", p, s.out_w)
+            return Load(self.xv.buffer, self.xv.index([n, c, 0, 0]) + (oh + kh * s.d_h) * s.in_w + ow + kw * s.d_w)
 
         def pixel_block(p0: Expr, count: int) -> list[Stmt]:
             def channel_block(j0: Expr, width: int) -> list[Stmt]:
                 tile = register_tile(
-                    kb, self.dt, self.tile.lanes, count, width, Reduction((k,)),
-                    a_at=lambda i, kk: Load(self.xv.buffer, self.xv.index([n, kk[0], 0, 0]) + p0 + i),
-                    b_base=lambda kk: (self.wbuf, j0 * k + kk[0] * width),
+                    kb, self.dt, self.tile.lanes, count, width, Reduction((s.group_in, s.k_h, s.k_w), unrolled=2),
+                    a_at=lambda i, tap: a_at(p0 + i, tap),
+                    b_base=lambda tap: (self.wbuf, j0 * k + ((tap[0] * s.k_h + tap[1]) * s.k_w + tap[2]) * width),
                     init=[const(0.0, self.dt)] * count, out=self.scratch,
                     out_at=lambda i, j: const(i * self.cols, INDEX) + j)
 
