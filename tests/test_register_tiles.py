@@ -26,7 +26,9 @@ def test_tile_shapes_follow_the_registers() -> None:
     assert TileConfig.for_registers(0, 16).lanes == 1
     wide = TileConfig(16, 24)
     assert [wide.width_for(c) for c in (40, 16, 12, 8, 5, 4, 3)] == [16, 16, 8, 8, 4, 4, 1]
-    assert wide.rows_for(32, 64) == 12 and wide.rows_for(16, 64) == 16 and wide.rows_for(32, 5) == 5
+    # as many rows as the budget allows, evened out over the blocks (64 = 6 blocks of 11 or fewer)
+    assert wide.rows_for(32, 64) == 11 and wide.rows_for(16, 64) == 16 and wide.rows_for(32, 5) == 5
+    assert wide.rows_for(32, 16) == 8 and TileConfig(8, 12).rows_for(16, 16) == 6 and wide.rows_for(32, 12) == 12
     # Presets carry their register files; the compiler takes the narrowest of several targets.
     assert aot.compiler._tiles([load_target("x86_64-v4")]) == TileConfig(16, 24)
     assert aot.compiler._tiles([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12)

@@ -37,10 +37,14 @@ class TileConfig:
         return width if 1 < width <= cols else 1
 
     def rows_for(self, cols: int, limit: int) -> int:
-        """Output rows per tile for tiles `cols` wide: as many as the accumulator budget allows
-        (the FMA latency needs about 8 independent accumulators in flight), at most `limit`."""
+        """Output rows per tile for tiles `cols` wide, covering `limit` rows in all: as many as
+        the accumulator budget allows (the FMA latency needs about 8 independent accumulators in
+        flight), then evened out so the last block is not a thin one (16 rows under a budget of
+        12 go as 8 + 8, not 12 + 4)."""
         vectors = max(1, -(-cols // self.width_for(cols)))
-        return max(1, min(limit, self.accumulators // vectors, 16))
+        most = max(1, min(limit, self.accumulators // vectors, 16))
+        count = -(-limit // most)
+        return -(-limit // count)
 
 
 # A package for no particular target: AVX2-sized (16 registers of 8 floats); 128-bit NEON splits
