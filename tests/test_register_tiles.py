@@ -10,7 +10,7 @@ from onnx import helper
 import aot.compiler
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 from aot.targets import load_target
-from tests.helpers import assert_matches_onnxruntime, make_model, rand
+from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 SHAPES = {
     "sse-neon": TileConfig(4, 12),
@@ -100,3 +100,25 @@ def test_gemm_and_matmul_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch
     weights = make_model([helper.make_node("MatMul", ["a", "w"], ["y"])], {"a": np.stack([a, a * 2])}, ["y"],
                          initializers={"w": b[0]})
     assert_matches_onnxruntime(weights, {"a": np.stack([a, a * 2])})
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [2, 3], "strides": [2, 3], "dilations": [2, 1], "pads": [0, 1, 1, 0]},
+], ids=["s2_ceil", "s1_padded", "dilated_strided"])
+def test_max_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs: dict) -> None:
+    """MaxPool in vectors along output rows (-inf padded, column-phase copy). A NaN propagates to
+    every window holding it, as a +inf would (onnxruntime's result for NaN depends on where in the
+    window it sits, so the reference is computed with +inf in its place)."""
+    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    x = rand(1, 3, 19, 37)
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], {"x": x}, ["y"])
+    assert_matches_onnxruntime(model, {"x": x})
+    x[0, 1, 4, 7] = np.inf
+    reference = run_onnxruntime(model, {"x": x})["y"]
+    x[0, 1, 4, 7] = np.nan
+    ours = run_aot(model, {"x": x})["y"]
+    assert np.array_equal(np.isnan(ours), np.isinf(reference)) and np.isnan(ours).any()
+    np.testing.assert_array_equal(ours[~np.isnan(ours)], reference[~np.isinf(reference)])

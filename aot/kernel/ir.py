@@ -173,6 +173,19 @@ class MulAdd(Expr):
         return self.acc.dtype
 
 
+@dataclass(frozen=True, eq=True)
+class VecMax(Expr):
+    """Lane-wise (a > b || a is NaN) ? a : b: the NaN-propagating running maximum of MaxPool,
+    with the new value as `a`."""
+
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
 def vector_of(scalar: str, lanes: int) -> str:
     name = f"{scalar}x{lanes}"
     if name not in VECTOR_DTYPES:

@@ -40,12 +40,14 @@ def pack_weights(w: np.ndarray, groups: int, rows: int) -> np.ndarray:
 
 
 def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
-                 pad_begin: list[int], pad_end: list[int], stride: int) -> tuple[list[Stmt], Buffer, int, int]:
+                 pad_begin: list[int], pad_end: list[int], stride: int,
+                 fill: float = 0.0) -> tuple[list[Stmt], Buffer, int, int]:
     """Statements copying X into a zero-padded scratch image whose columns are split into
     `stride` phases, [n][c][row][phase][column // stride]: output column ow of tap kw then reads
     phase (kw * dilation) % stride at column ow + (kw * dilation) // stride, so a run of output
-    columns reads a contiguous run of the scratch, as the tiles' vector loads need. Returns the
-    statements, the scratch buffer and its padded (height, width)."""
+    columns reads a contiguous run of the scratch, as the tiles' vector loads need. The padding
+    holds `fill` (MaxPool pads with -inf). Returns the statements, the scratch buffer and its
+    padded (height, width)."""
     batch, channels = x.shape[0], x.shape[1]
     in_h, in_w = in_hw
     (top, left), (bottom, right) = pad_begin, pad_end
@@ -54,7 +56,7 @@ def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
     staged = scratch_tensor(ctx, node, (batch, channels, height, stride, per_phase), x.dtype, "strided")
     src = View(kb.input(x).buffer, (batch, channels, in_h, in_w))
     dst = View(kb.output(staged).buffer, staged.shape)
-    zero = const(0.0, x.dtype.name)
+    zero = const(fill, x.dtype.name)
     stmts = kb.loops([staged.size], lambda i: [Store(dst.buffer, i[0], zero)], prefix="z")
     for phase in range(stride):
         lo, hi = valid_range(per_phase, in_w, stride, phase - left)

@@ -12,7 +12,11 @@ from aot.kernel.ir import (
     Declare,
     Expr,
     If,
+    Splat,
     Stmt,
+    VecLoad,
+    VecMax,
+    VecStore,
     cast,
     const,
     ge,
@@ -24,6 +28,7 @@ from aot.kernel.ir import (
     minimum,
     select,
     unary,
+    vector_of,
 )
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
@@ -88,6 +93,10 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
     xv, yv = kb.input(x), kb.output(y)
     iv = kb.output(indices) if indices is not None else None
     dt = y.dtype.name
+    if (is_max and iv is None and x.rank == 4 and dt == "float32" and _taps(kernel) <= MAX_UNROLLED_TAPS
+            and ctx.tiles.width_for(out_spatial[1]) > 1):
+        ctx.emit(kb, _vector_max_pool(node, ctx, kb, x, yv, kernel, strides, dilations, pad_begin, out_spatial))
+        return
     if is_max and iv is None and all(d == 1 for d in dilations) and _taps(kernel) <= MAX_UNROLLED_TAPS:
         ctx.emit(kb, kb.loops([batch, channels, *out_spatial],
                               lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
@@ -158,6 +167,45 @@ def _taps(kernel: list[int]) -> int:
     for k in kernel:
         count *= k
     return count
+
+
+def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: list[int],  # noqa: ANN001
+                     strides: list[int], dilations: list[int], pad_begin: list[int],
+                     out_spatial: tuple[int, ...]) -> list[Stmt]:
+    """A 2-D MaxPool without indices in vectors along each output row. The input is first copied
+    into a -inf padded image split into column phases (aot/ops/conv_tiled.py: strided_copy), in
+    which the taps of a run of output columns are contiguous: every tap is then one vector load
+    and a NaN-propagating vector max; a ragged row end takes one more, overlapping vector."""
+    from aot.ops.conv_tiled import strided_copy
+
+    batch, channels, in_h, in_w = x.shape
+    out_h, out_w = out_spatial
+    (k_h, k_w), (s_h, s_w), (d_h, d_w) = kernel, strides, dilations
+    # Pad the end far enough for every tap of the last window (ceil_mode windows overhang).
+    bottom = max(0, (out_h - 1) * s_h + (k_h - 1) * d_h + 1 - (in_h + pad_begin[0]))
+    right = max(0, (out_w - 1) * s_w + (k_w - 1) * d_w + 1 - (in_w + pad_begin[1]))
+    copy, buf, height, width = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, [bottom, right], s_w,
+                                            fill=float("-inf"))
+    src = View(buf, (batch, channels, height, s_w, -(-width // s_w)))
+    lanes = ctx.tiles.width_for(out_w)
+    starts = sorted({min(v * lanes, out_w - lanes) for v in range(-(-out_w // lanes))})
+    dt = x.dtype.name
+
+    def row(idx: list[Expr]) -> list[Stmt]:
+        n, c, oh = idx
+        stmts: list[Stmt] = []
+        for ow0 in starts:
+            acc = kb.var("vmax", vector_of(dt, lanes))
+            stmts.append(Declare(acc, Splat(const(float("-inf"), dt), lanes)))
+            for kh in range(k_h):
+                for kw in range(k_w):
+                    phase, shift = (kw * d_w) % s_w, (kw * d_w) // s_w
+                    at = src.index([n, c, oh * s_h + kh * d_h, phase, const(ow0 + shift, INDEX)])
+                    stmts.append(Assign(acc, VecMax(VecLoad(buf, at, lanes), acc)))
+            stmts.append(VecStore(yv.buffer, yv.index([n, c, oh, const(ow0, INDEX)]), acc))
+        return stmts
+
+    return copy + kb.loops([batch, channels, out_h], row, prefix="r")
 
 
 def _branchless_max(kb, xv: View, yv: View, idx: list[Expr], kernel: list[int], strides: list[int],  # noqa: ANN001

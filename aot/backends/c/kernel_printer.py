@@ -29,6 +29,7 @@ from aot.kernel.ir import (
     Unary,
     Var,
     VecLoad,
+    VecMax,
     VecStore,
 )
 
@@ -158,6 +159,8 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_LOAD(&{e.buffer.name}[{self._bare(e.index)}])"
         if isinstance(e, Splat):
             return f"{self._vector(e.dtype)}_SPLAT({self._bare(e.a)})"
+        if isinstance(e, VecMax):
+            return f"{self._vector(e.dtype)}_MAX({self._bare(e.a)}, {self._bare(e.b)})"
         if isinstance(e, MulAdd):
             return f"{self._vector(e.dtype)}_MULADD({self._bare(e.acc)}, {self._bare(e.a)}, {self._bare(e.b)})"
         if isinstance(e, Binary):
@@ -262,6 +265,9 @@ typedef float {t}_unaligned __attribute__((vector_size({4 * lanes}), aligned(4),
 #define {m}_STORE(p, v) (*({t}_unaligned *)(void *)(p) = (v))
 #define {m}_SPLAT(x) (({t}){{ {lanes_x} }})
 #define {m}_MULADD(acc, a, b) ((acc) + (a) * (b))
+typedef int32_t {t}_mask __attribute__((vector_size({4 * lanes})));
+#define {m}_PICK(m, a, b) (({t})((({t}_mask)(a) & (m)) | (({t}_mask)(b) & ~(m))))
+#define {m}_MAX(a, b) {m}_PICK(((a) > (b)) | ((a) != (a)), (a), (b))
 #else
 typedef struct {{ float lane[{lanes}]; }} {t};
 static inline {t} {t}_load(const float *p)
@@ -276,6 +282,10 @@ static inline {t} {t}_muladd({t} acc, {t} a, {t} b)
 #define {m}_STORE(p, v) {t}_store((p), (v))
 #define {m}_SPLAT(x) {t}_splat(x)
 #define {m}_MULADD(acc, a, b) {t}_muladd((acc), (a), (b))
+static inline {t} {t}_max({t} a, {t} b)
+{{ int i; for (i = 0; i < {lanes}; ++i) if (!(a.lane[i] > b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
+  return a; }}
+#define {m}_MAX(a, b) {t}_max((a), (b))
 #endif"""
 
 

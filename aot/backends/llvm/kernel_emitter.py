@@ -49,6 +49,7 @@ from aot.kernel.ir import (
     Unary,
     Var,
     VecLoad,
+    VecMax,
     VecStore,
 )
 
@@ -298,6 +299,10 @@ class _FunctionEmitter:
             lane0 = self.b.insert_element(ir.Constant(vector, ir.Undefined), self.expr(e.a), ir.Constant(t.I32, 0))
             mask = ir.Constant(ir.VectorType(t.I32, vector.count), [0] * vector.count)
             return self.b.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), mask)
+        if isinstance(e, VecMax):
+            a, b = self.expr(e.a), self.expr(e.b)
+            pick_a = self.b.or_(self.b.fcmp_ordered(">", a, b), self.b.fcmp_unordered("uno", a, a))
+            return self.b.select(pick_a, a, b)
         if isinstance(e, MulAdd):
             vector = t.storage_type(e.dtype)
             fmuladd = self.math.vector_intrinsic("llvm.fmuladd", vector, 3)
