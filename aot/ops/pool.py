@@ -14,6 +14,7 @@ from aot.kernel.ir import (
     If,
     Splat,
     Stmt,
+    Store,
     VecLoad,
     VecMax,
     VecStore,
@@ -33,7 +34,9 @@ from aot.kernel.ir import (
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input, spatial_padding
+from aot.ops.conv_kernels import valid_range
 from aot.ops.registry import register
+from aot.ops.scratch import scratch_tensor
 
 
 def _window_params(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], ...]:
@@ -172,40 +175,55 @@ def _taps(kernel: list[int]) -> int:
 def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: list[int],  # noqa: ANN001
                      strides: list[int], dilations: list[int], pad_begin: list[int],
                      out_spatial: tuple[int, ...]) -> list[Stmt]:
-    """A 2-D MaxPool without indices in vectors along each output row. The input is first copied
-    into a -inf padded image split into column phases (aot/ops/conv_tiled.py: strided_copy), in
-    which the taps of a run of output columns are contiguous: every tap is then one vector load
-    and a NaN-propagating vector max; a ragged row end takes one more, overlapping vector."""
-    from aot.ops.conv_tiled import strided_copy
-
+    """A 2-D MaxPool without indices in vectors along each output row. Each input plane is first
+    copied into a small -inf padded scratch split into column phases, [row][phase][column //
+    stride], in which the taps of a run of output columns are contiguous: every tap is then one
+    vector load and a NaN-propagating vector max; a ragged row end takes one more, overlapping
+    vector. The scratch holds one plane at a time, so it costs the arena little."""
     batch, channels, in_h, in_w = x.shape
     out_h, out_w = out_spatial
     (k_h, k_w), (s_h, s_w), (d_h, d_w) = kernel, strides, dilations
+    (top, left) = pad_begin
     # Pad the end far enough for every tap of the last window (ceil_mode windows overhang).
-    bottom = max(0, (out_h - 1) * s_h + (k_h - 1) * d_h + 1 - (in_h + pad_begin[0]))
-    right = max(0, (out_w - 1) * s_w + (k_w - 1) * d_w + 1 - (in_w + pad_begin[1]))
-    copy, buf, height, width = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, [bottom, right], s_w,
-                                            fill=float("-inf"))
-    src = View(buf, (batch, channels, height, s_w, -(-width // s_w)))
+    height = max(in_h + top, (out_h - 1) * s_h + (k_h - 1) * d_h + 1)
+    width = max(in_w + left, (out_w - 1) * s_w + (k_w - 1) * d_w + 1)
+    per_phase = -(-width // s_w)
+    dt = x.dtype.name
+    plane = scratch_tensor(ctx, node, (height, s_w, per_phase), x.dtype, "plane")
+    buf = kb.output(plane).buffer
+    scratch = View(buf, plane.shape)
+    src = kb.input(x)
     lanes = ctx.tiles.width_for(out_w)
     starts = sorted({min(v * lanes, out_w - lanes) for v in range(-(-out_w // lanes))})
-    dt = x.dtype.name
+    low = const(float("-inf"), dt)
 
-    def row(idx: list[Expr]) -> list[Stmt]:
-        n, c, oh = idx
-        stmts: list[Stmt] = []
-        for ow0 in starts:
-            acc = kb.var("vmax", vector_of(dt, lanes))
-            stmts.append(Declare(acc, Splat(const(float("-inf"), dt), lanes)))
-            for kh in range(k_h):
-                for kw in range(k_w):
-                    phase, shift = (kw * d_w) % s_w, (kw * d_w) // s_w
-                    at = src.index([n, c, oh * s_h + kh * d_h, phase, const(ow0 + shift, INDEX)])
-                    stmts.append(Assign(acc, VecMax(VecLoad(buf, at, lanes), acc)))
-            stmts.append(VecStore(yv.buffer, yv.index([n, c, oh, const(ow0, INDEX)]), acc))
-        return stmts
+    def one_plane(idx: list[Expr]) -> list[Stmt]:
+        n, c = idx
+        stmts = kb.loops([plane.size], lambda i: [Store(buf, i[0], low)], prefix="z")
+        for phase in range(s_w):
+            lo, hi = valid_range(per_phase, in_w, s_w, phase - left)
+            if hi > lo:
+                stmts += kb.loops([in_h, hi - lo], lambda r, phase=phase, lo=lo: [scratch.store(
+                    [r[0] + top, phase, r[1] + lo], src.load([n, c, r[0], (r[1] + lo) * s_w + (phase - left)]))],
+                    prefix="s")
 
-    return copy + kb.loops([batch, channels, out_h], row, prefix="r")
+        def row(r: list[Expr]) -> list[Stmt]:
+            oh = r[0]
+            body: list[Stmt] = []
+            for ow0 in starts:
+                acc = kb.var("vmax", vector_of(dt, lanes))
+                body.append(Declare(acc, Splat(low, lanes)))
+                for kh in range(k_h):
+                    for kw in range(k_w):
+                        phase, shift = (kw * d_w) % s_w, (kw * d_w) // s_w
+                        at = scratch.index([oh * s_h + kh * d_h, phase, const(ow0 + shift, INDEX)])
+                        body.append(Assign(acc, VecMax(VecLoad(buf, at, lanes), acc)))
+                body.append(VecStore(yv.buffer, yv.index([n, c, oh, const(ow0, INDEX)]), acc))
+            return body
+
+        return stmts + kb.loops([out_h], row, prefix="r")
+
+    return kb.loops([batch, channels], one_plane, prefix="p")
 
 
 def _branchless_max(kb, xv: View, yv: View, idx: list[Expr], kernel: list[int], strides: list[int],  # noqa: ANN001
