@@ -59,6 +59,7 @@ CASES = {
     "pointwise_3x3_image": lambda: _conv((1, 24, 3, 3), 70, kernel=(1, 1)),
     "pointwise_7x5_image": lambda: _conv((2, 9, 7, 5), 37, kernel=(1, 1)),
     "conv3x3_8x8_image": lambda: _conv((1, 6, 8, 8), 40, pads=[1, 1, 1, 1]),
+    "conv3x3_strided_small_image": lambda: _conv((1, 8, 14, 13), 40, strides=[2, 2], pads=[1, 1, 1, 0]),
     "conv3x3_7x7_dilated": lambda: _conv((1, 5, 11, 11), 36, pads=[2, 2, 2, 2], dilations=[2, 2]),
 }
 

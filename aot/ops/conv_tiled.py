@@ -131,15 +131,28 @@ def _lanes_used(length: int, cols: int, lanes: int) -> int:
     return full * cols + (-(-tail // width) * width if width <= tail else tail)
 
 
-def _pixel_waste(spec, tile: TileConfig) -> float:  # noqa: ANN001
-    """Lanes computed per output pixel when tiles run over pixels (flattened for 1x1, on the
-    padded grid or row by row otherwise)."""
-    pixels = spec.out_h * spec.out_w
-    if spec.k_h == spec.k_w == 1:
+def pixel_waste(out_hw: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int], padded_w: int,
+                tile: TileConfig) -> float:
+    """Lanes computed per output pixel when tiles run over pixels (flattened for a 1x1 unit-stride
+    conv, on the padded grid or row by row for other unit-stride ones, row by row when strided)."""
+    out_h, out_w = out_hw
+    pixels = out_h * out_w
+    unit = strides == (1, 1)
+    if unit and kernel == (1, 1):
         return _lanes_used(pixels, tile.cols, tile.lanes) / pixels
-    rows = spec.out_h * _lanes_used(spec.out_w, tile.cols, tile.lanes)
-    grid = _lanes_used((spec.out_h - 1) * spec.in_w + spec.out_w, tile.cols, tile.lanes)
+    rows = out_h * _lanes_used(out_w, tile.cols, tile.lanes)
+    if not unit:
+        return rows / pixels
+    grid = _lanes_used((out_h - 1) * padded_w + out_w, tile.cols, tile.lanes)
     return min(rows, grid) / pixels
+
+
+def channel_tiles_pay(groups: int, out_channels: int, out_hw: tuple[int, int], kernel: tuple[int, int],
+                      strides: tuple[int, int], padded_w: int, tile: TileConfig, dtype: str) -> bool:
+    """Whether to vectorise over output channels (see TiledConv._init_channels): the pixels
+    would fill vectors badly and there are channels enough for whole tiles."""
+    return (groups == 1 and tile.lanes > 1 and dtype == "float32" and out_channels >= tile.cols
+            and pixel_waste(out_hw, kernel, strides, padded_w, tile) > 1.1)
 
 
 def _grid_pays(spec, tile: TileConfig) -> bool:  # noqa: ANN001
@@ -157,16 +170,16 @@ class TiledConv:
     """Emits one image and group of a convolution as register tiles."""
 
     def __init__(self, kb: KernelBuilder, ctx: LoweringContext, node: Node, spec, x: View, w: Tensor, y: View,
-                 bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig) -> None:
-        """`x` is the (padded) input image, or for column strides above 1 the phase-split copy
-        made by strided_copy."""
+                 bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig,
+                 channel_tiles: bool = False) -> None:
+        """`x` is the (padded) input image, or for column strides above 1 (without
+        `channel_tiles`, see channel_tiles_pay) the phase-split copy made by strided_copy."""
         self.kb, self.s, self.xv, self.yv, self.bv = kb, spec, x, y, bias
         self.epilogue, self.dt, self.tile = epilogue, dtype, tile
         assert w.data is not None
         unit_stride = spec.s_h == spec.s_w == 1
         pixels = spec.out_h * spec.out_w
-        if (unit_stride and spec.groups == 1 and tile.lanes > 1 and dtype == "float32"
-                and spec.out_channels >= tile.cols and _pixel_waste(spec, tile) > 1.1):
+        if channel_tiles:
             self._init_channels(ctx, node, w, pixels)
         elif unit_stride and spec.k_h == spec.k_w == 1:
             self.mode, width = "pointwise", min(tile.cols, pixels)
@@ -224,7 +237,7 @@ class TiledConv:
     def _channels(self, n: Expr) -> list[Stmt]:
         s, kb, k = self.s, self.kb, self.k
         pixels = s.out_h * s.out_w
-        pointwise = s.k_h == s.k_w == 1
+        pointwise = s.k_h == s.k_w == 1 and s.s_h == s.s_w == 1
 
         def a_at(p: Expr, tap: list[Expr]) -> Expr:
             """Input of tap (c, kh, kw) for output pixel p (the input is the padded image)."""
@@ -232,7 +245,8 @@ class TiledConv:
             if pointwise:
                 return Load(self.xv.buffer, self.xv.index([n, c, 0, 0]) + p)
             oh, ow = binary("div", p, s.out_w), binary("mod", p, s.out_w)
-            return Load(self.xv.buffer, self.xv.index([n, c, 0, 0]) + (oh + kh * s.d_h) * s.in_w + ow + kw * s.d_w)
+            return Load(self.xv.buffer, self.xv.index([n, c, 0, 0]) + (oh * s.s_h + kh * s.d_h) * s.in_w
+                        + ow * s.s_w + kw * s.d_w)
 
         def pixel_block(p0: Expr, count: int) -> list[Stmt]:
             def channel_block(j0: Expr, width: int) -> list[Stmt]:
