@@ -119,16 +119,19 @@ def im2col(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw
     return stmts, cols.buffer, rows
 
 
-def _lanes_used(length: int, cols: int, lanes: int) -> int:
-    """Output positions computed to cover `length` with tiles of `cols` (the ragged last tile
-    rounded up to whole vectors, which overlap)."""
+def _lanes_used(length: int, cols: int, lanes: int, narrow_costs_full: bool = False) -> int:
+    """Lanes computed to cover `length` outputs with tiles of `cols` (a ragged last tile takes
+    overlapping vectors, narrower ones for a tail shorter than a register; scalars one lane each).
+    With `narrow_costs_full`, a narrower vector counts as a full one (it takes the same issue
+    slot), which is the fair measure for rows that are all tail (8 outputs on 16-lane AVX-512)."""
     full, tail = divmod(length, cols)
     if not tail:
         return full * cols
     width = lanes
     while width > 4 and width > tail:
         width //= 2
-    return full * cols + (-(-tail // width) * width if width <= tail else tail)
+    per_vector = lanes if narrow_costs_full else width
+    return full * cols + (-(-tail // width) * per_vector if width <= tail else tail)
 
 
 def pixel_waste(out_hw: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int], padded_w: int,
@@ -140,8 +143,9 @@ def pixel_waste(out_hw: tuple[int, int], kernel: tuple[int, int], strides: tuple
     unit = strides == (1, 1)
     if unit and kernel == (1, 1):
         return _lanes_used(pixels, tile.cols, tile.lanes) / pixels
-    rows = out_h * _lanes_used(out_w, tile.cols, tile.lanes)
-    if not unit:
+    # Row by row, a row shorter than a register runs at a fraction of the machine's width.
+    rows = out_h * _lanes_used(out_w, tile.cols, tile.lanes, narrow_costs_full=True)
+    if not unit:  # strided: row by row over a column-phase copy
         return rows / pixels
     grid = _lanes_used((out_h - 1) * padded_w + out_w, tile.cols, tile.lanes)
     return min(rows, grid) / pixels
@@ -248,8 +252,10 @@ class TiledConv:
             return Load(self.xv.buffer, self.xv.index([n, c, 0, 0]) + (oh * s.s_h + kh * s.d_h) * s.in_w
                         + ow * s.s_w + kw * s.d_w)
 
-        def pixel_block(p0: Expr, count: int) -> list[Stmt]:
-            def channel_block(j0: Expr, width: int) -> list[Stmt]:
+        # Channel blocks outermost: one panel of weights (k x cols) is reused from cache by every
+        # block of pixels, while the (small) image streams through it.
+        def channel_block(j0: Expr, width: int) -> list[Stmt]:
+            def pixel_block(p0: Expr, count: int) -> list[Stmt]:
                 tile = register_tile(
                     kb, self.dt, self.tile.lanes, count, width, Reduction((s.group_in, s.k_h, s.k_w), unrolled=2),
                     a_at=lambda i, tap: a_at(p0 + i, tap),
@@ -268,9 +274,9 @@ class TiledConv:
                                   apply(value) if apply is not None else value)]
 
                 return tile + kb.loops([count, width], write, prefix="c")
-            return blocks(kb, s.out_channels, self.cols, channel_block, "j")
+            return blocks(kb, pixels, self.rows, pixel_block, "p")
 
-        return blocks(kb, pixels, self.rows, pixel_block, "p")
+        return blocks(kb, s.out_channels, self.cols, channel_block, "j")
 
     def _grid(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
         """Unit-stride convolutions with rows narrower than a vector: the outputs are computed on
