@@ -23,7 +23,7 @@ from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.ops.conv_kernels import blocks, valid_range
 from aot.ops.gemm import pack_column_panels
-from aot.ops.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.register_tiles import Reduction, TileConfig, register_tile, vector_starts
 from aot.ops.scratch import scratch_tensor
 
 
@@ -125,13 +125,10 @@ def _lanes_used(length: int, cols: int, lanes: int, narrow_costs_full: bool = Fa
     With `narrow_costs_full`, a narrower vector counts as a full one (it takes the same issue
     slot), which is the fair measure for rows that are all tail (8 outputs on 16-lane AVX-512)."""
     full, tail = divmod(length, cols)
-    if not tail:
-        return full * cols
-    width = lanes
-    while width > 4 and width > tail:
-        width //= 2
-    per_vector = lanes if narrow_costs_full else width
-    return full * cols + (-(-tail // width) * per_vector if width <= tail else tail)
+    width = TileConfig(lanes).width_for(tail)
+    if width == 1:
+        return full * cols + tail
+    return full * cols + len(vector_starts(tail, width)) * (lanes if narrow_costs_full else width)
 
 
 def pixel_waste(out_hw: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int], padded_w: int,

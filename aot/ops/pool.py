@@ -35,6 +35,7 @@ from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input, spatial_padding
 from aot.ops.conv_kernels import valid_range
+from aot.ops.register_tiles import vector_starts
 from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
@@ -194,7 +195,7 @@ def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: 
     scratch = View(buf, plane.shape)
     src = kb.input(x)
     lanes = ctx.tiles.width_for(out_w)
-    starts = sorted({min(v * lanes, out_w - lanes) for v in range(-(-out_w // lanes))})
+    starts = vector_starts(out_w, lanes)
     low = const(float("-inf"), dt)
 
     def one_plane(idx: list[Expr]) -> list[Stmt]:

@@ -49,7 +49,7 @@ from aot.kernel.ir import (
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 
-__all__ = ["DEFAULT_TILES", "Reduction", "TileConfig", "register_tile"]
+__all__ = ["DEFAULT_TILES", "Reduction", "TileConfig", "register_tile", "vector_starts"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,13 @@ class Reduction:
     unrolled: int = 0
 
 
+def vector_starts(cols: int, lanes: int) -> list[int]:
+    """Offsets of the vectors of `lanes` covering `cols` >= `lanes` columns: whole vectors, and for
+    a ragged end one more overlapping the previous one (its shared columns are computed twice,
+    but every update stays a vector operation)."""
+    return [min(v * lanes, cols - lanes) for v in range(-(-cols // lanes))]
+
+
 def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: int, reduction: Reduction,
                   a_at: Callable[[int, list[Expr]], Expr], b_base: Callable[[list[Expr]], tuple[Buffer, Expr]],
                   init: Sequence[Expr], out: Buffer, out_at: Callable[[int, Expr], Expr],
@@ -78,10 +85,8 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     `finish` (the fused epilogue, alpha/beta...) runs as a second pass over the tile's outputs, still in L1.
     """
     lanes = TileConfig(lanes).width_for(cols) if dtype == "float32" else 1
-    # Whole vectors cover the columns; a ragged end gets one more vector overlapping the previous
-    # one (its shared columns are computed twice, but every update stays a vector operation).
-    vectors = -(-cols // lanes) if lanes > 1 and cols >= lanes else 0
-    starts = [min(v * lanes, cols - lanes) for v in range(vectors)]
+    starts = vector_starts(cols, lanes) if lanes > 1 else []
+    vectors = len(starts)
     scalars = [] if vectors else list(range(cols))
     vdtype = vector_of(dtype, lanes) if vectors else dtype
     stmts: list[Stmt] = []
