@@ -61,6 +61,15 @@ CASES = {
     "conv3x3_8x8_image": lambda: _conv((1, 6, 8, 8), 40, pads=[1, 1, 1, 1]),
     "conv3x3_strided_small_image": lambda: _conv((1, 8, 14, 13), 40, strides=[2, 2], pads=[1, 1, 1, 0]),
     "conv3x3_7x7_dilated": lambda: _conv((1, 5, 11, 11), 36, pads=[2, 2, 2, 2], dilations=[2, 2]),
+    # depthwise with 'same' padding over the flattened image (TiledConv flat mode): rows of 5 and
+    # 3 pixels, channel blocks with a tail (37 = 4 x 8 + 5 at 12x12), one channel per block at
+    # 48x48, asymmetric 'same' padding of even kernels, a 1 x 5 kernel, two images
+    "depthwise_flat_5_wide": lambda: _conv((2, 24, 25, 5), 24, group=24, pads=[1, 1, 1, 1]),
+    "depthwise_flat_3x3_image": lambda: _conv((1, 70, 3, 3), 70, group=70, pads=[1, 1, 1, 1]),
+    "depthwise_flat_block_tail": lambda: _conv((1, 37, 12, 12), 37, group=37, pads=[1, 1, 1, 1]),
+    "depthwise_flat_48x48": lambda: _conv((1, 3, 48, 48), 3, group=3, pads=[1, 1, 1, 1]),
+    "depthwise_flat_even_kernel": lambda: _conv((1, 5, 9, 7), 5, group=5, kernel=(4, 2), pads=[1, 0, 2, 1]),
+    "depthwise_flat_1x5": lambda: _conv((1, 6, 4, 11), 6, group=6, kernel=(1, 5), pads=[0, 2, 0, 2]),
 }
 
 
@@ -123,3 +132,20 @@ def test_max_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs: di
     ours = run_aot(model, {"x": x})["y"]
     assert np.array_equal(np.isnan(ours), np.isinf(reference)) and np.isnan(ours).any()
     np.testing.assert_array_equal(ours[~np.isnan(ours)], reference[~np.isinf(reference)])
+
+
+@pytest.mark.parametrize("shape", ["avx512", "sse-neon"])
+def test_flat_depthwise_keeps_inf_out_of_the_padding(monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    """The flat depthwise conv reads across row ends into cells its shifted copies zero: an
+    infinity in the first or last column must reach only the outputs whose window holds it
+    (multiplying by a 0/1 mask instead would turn inf * 0 into NaN in the next row)."""
+    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    model, inputs = _conv((1, 4, 6, 5), 4, group=4, pads=[1, 1, 1, 1])
+    x = inputs["x"].copy()
+    x[0, :, 2, 4] = np.inf
+    x[0, 1, 4, 0] = -np.inf
+    ours, = run_aot(model, {"x": x}).values()
+    expected, = run_onnxruntime(model, {"x": x}).values()
+    assert np.array_equal(np.isnan(ours), np.isnan(expected)) and np.array_equal(np.isinf(ours), np.isinf(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(ours[finite], expected[finite], rtol=1e-5, atol=1e-5)

@@ -34,7 +34,14 @@ from aot.ops.conv_kernels import (
     update_rows,
     valid_range,
 )
-from aot.ops.conv_tiled import TiledConv, channel_tiles_pay, im2col, strided_copy, use_im2col
+from aot.ops.conv_tiled import (
+    TiledConv,
+    channel_tiles_pay,
+    flat_depthwise_fits,
+    im2col,
+    strided_copy,
+    use_im2col,
+)
 from aot.ops.scratch import scratch_tensor
 
 # Output channels updated together by one vector loop (they share every input load).
@@ -77,16 +84,25 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         yv = View(kb.output(final).buffer, (batch, out_channels, out_h, out_w))
         bv = kb.input(bias) if bias is not None else None
         channel_tiles = channel_tiles_pay(1, out_channels, (out_h, out_w), (1, 1), (1, 1), out_w, ctx.tiles,
-                                          y.dtype.name)
+                                          y.dtype.name, rows)
         gemm = TiledConv(kb, ctx, node, spec, View(cbuf, (batch, rows, out_h, out_w)), w, yv, bv, epilogue,
                          y.dtype.name, ctx.tiles, channel_tiles)
         ctx.emit(kb, copy + kb.loops([batch], lambda idx: gemm.emit(idx[0], const(0, INDEX))))
         return True
     channel_tiles = tiled and channel_tiles_pay(
         groups, out_channels, (out_h, out_w), (kernel[0], kernel[1]), (strides[0], strides[1]),
-        in_w + pad_begin[1] + pad_end[1], ctx.tiles, y.dtype.name)
+        in_w + pad_begin[1] + pad_end[1], ctx.tiles, y.dtype.name, channels // groups * kernel[0] * kernel[1])
     phase_split = tiled and strides[1] > 1 and not channel_tiles
-    if phase_split:
+    unpadded = _ConvSpec(
+        batch=batch, channels=channels, groups=groups, group_in=channels // groups,
+        per_group=out_channels // groups, out_channels=out_channels, in_h=in_h, in_w=in_w,
+        out_h=out_h, out_w=out_w, k_h=kernel[0], k_w=kernel[1], s_h=strides[0], s_w=strides[1],
+        d_h=dilations[0], d_w=dilations[1], p_h=pad_begin[0], p_w=pad_begin[1], nd=nd,
+    )
+    if tiled and not channel_tiles and flat_depthwise_fits(unpadded, ctx.tiles, y.dtype.name):
+        # Depthwise with 'same' padding: TiledConv makes its own shifted copies (no padded image).
+        copy, xbuf = [], kb.input(x).buffer
+    elif phase_split:
         copy, xbuf, in_h, in_w = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end, strides[1])
         pad_begin, pad_end = [0, 0], [0, 0]
     elif any(pad_begin) or any(pad_end):
@@ -104,7 +120,7 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         per_group=out_channels // groups, out_channels=out_channels, in_h=in_h, in_w=in_w,
         out_h=out_h, out_w=out_w, k_h=kernel[0], k_w=kernel[1], s_h=strides[0], s_w=strides[1],
         d_h=dilations[0], d_w=dilations[1], p_h=pad_begin[0], p_w=pad_begin[1], nd=nd,
-    )
+    ) if copy else unpadded
     xv = View(xbuf, (batch, channels, in_h, in_w))
     if phase_split:
         xv = View(xbuf, (batch, channels, in_h, strides[1], -(-in_w // strides[1])))
@@ -112,7 +128,7 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     bv = kb.input(bias) if bias is not None else None
     if tiled:
         tiled = TiledConv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, y.dtype.name, ctx.tiles, channel_tiles)
-        ctx.emit(kb, copy + kb.loops([batch, groups], lambda idx: tiled.emit(idx[0], idx[1])))
+        ctx.emit(kb, copy + kb.loops([batch], lambda idx: tiled.emit_image(idx[0])))
         return True
     wv = View(kb.input(w).buffer, (out_channels, spec.group_in, spec.k_h, spec.k_w))
     emitter = _RowEmitter(kb, spec, xv, wv, yv, bv, epilogue, y.dtype.name)

@@ -14,7 +14,6 @@ from aot.kernel.ir import (
     If,
     Splat,
     Stmt,
-    Store,
     VecLoad,
     VecMax,
     VecStore,
@@ -35,9 +34,10 @@ from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input, spatial_padding
 from aot.ops.conv_kernels import valid_range
+from aot.ops.reduce import chained_sum
 from aot.ops.register_tiles import vector_starts
 from aot.ops.registry import register
-from aot.ops.scratch import scratch_tensor
+from aot.ops.scratch import fill_phase_border, scratch_tensor
 
 
 def _window_params(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], ...]:
@@ -107,6 +107,19 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
                                                           overhang, dt)))
         return
 
+    if not is_max and not any(pad_begin) and not any(pad_end) and tuple(kernel) == in_spatial:
+        # One window over the whole plane: a global average.
+        plane = View(xv.buffer, (batch, channels, _taps(kernel)))
+        out = View(yv.buffer, (batch, channels))
+
+        def whole(idx: list[Expr]) -> list[Stmt]:
+            stmts, total = chained_sum(kb, lambda r: plane.load([idx[0], idx[1], r]), _taps(kernel), dt,
+                                       ctx.tiles.lanes)
+            return [*stmts, out.store(idx, total / const(float(_taps(kernel)), dt))]
+
+        ctx.emit(kb, kb.loops([batch, channels], whole))
+        return
+
     def body(idx: list[Expr]) -> list[Stmt]:
         n, c, *o = idx
         acc = kb.var("acc", dt)
@@ -115,7 +128,9 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
         stmts: list[Stmt] = [Declare(acc, const(float("-inf") if is_max else 0.0, dt))]
         if iv is not None:
             stmts.append(Declare(best, const(0, INDEX)))
-        needs_count = not is_max and not (include_pad and not any(overhang))
+        # Windows that never reach the padding (or past the end) all hold the same count.
+        padded = any(pad_begin) or any(pad_end) or any(overhang)
+        needs_count = not is_max and padded and not (include_pad and not any(overhang))
         if needs_count:
             stmts.append(Declare(count, const(0.0, dt)))
 
@@ -200,9 +215,10 @@ def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: 
 
     def one_plane(idx: list[Expr]) -> list[Stmt]:
         n, c = idx
-        stmts = kb.loops([plane.size], lambda i: [Store(buf, i[0], low)], prefix="z")
-        for phase in range(s_w):
-            lo, hi = valid_range(per_phase, in_w, s_w, phase - left)
+        columns = [valid_range(per_phase, in_w, s_w, phase - left) for phase in range(s_w)]
+        stmts = fill_phase_border(kb, lambda h, p, q: scratch.store([h, p, q], low), plane.shape,
+                                  (top, top + in_h), columns)
+        for phase, (lo, hi) in enumerate(columns):
             if hi > lo:
                 stmts += kb.loops([in_h, hi - lo], lambda r, phase=phase, lo=lo: [scratch.store(
                     [r[0] + top, phase, r[1] + lo], src.load([n, c, r[0], (r[1] + lo) * s_w + (phase - left)]))],
@@ -292,9 +308,8 @@ def lower_global_pool(node: Node, ctx: LoweringContext) -> None:
                 return [If(logical_or(gt(v, acc), unary("isnan", v)), [Assign(acc, v)])]
             init, result = const(float("-inf"), dt), acc
         else:
-            def step(r: list[Expr]) -> list[Stmt]:
-                return [Assign(acc, acc + xv.load([n, c, r[0]]))]
-            init, result = const(0.0, dt), acc / const(float(plane), dt)
+            stmts, total = chained_sum(kb, lambda r: xv.load([n, c, r]), plane, dt, ctx.tiles.lanes)
+            return [*stmts, yv.store([n, c], total / const(float(plane), dt))]
         return [Declare(acc, init), *kb.loops([plane], step, prefix="r"), yv.store([n, c], result)]
 
     ctx.emit(kb, kb.loops([batch, channels], body))

@@ -415,3 +415,25 @@ def lower_cumsum(node: Node, ctx: LoweringContext) -> None:
         return [Declare(acc, const(0, dt)), *kb.loops([length], step, prefix="r")]
 
     ctx.emit(kb, kb.loops([outer, inner], body))
+
+
+def chained_sum(kb: KernelBuilder, load: Callable[[Expr], Expr], length: int, dtype: str,
+                chains: int) -> tuple[list[Stmt], Expr]:
+    """Statements summing load(0) .. load(length - 1) and the sum: `chains` independent partial
+    sums over interleaved elements (chain j takes j, j + chains, ...), added pairwise at the end.
+    One running sum is a chain of dependent additions, one per 3-4 cycles; independent chains fill
+    the adder's pipeline and the compilers turn them into one vector (a global average pool over
+    169 pixels x 1000 channels measured 5x faster). The order of the additions differs from the
+    sequential sum, as in any vectorised reduction (onnxruntime's included)."""
+    chains = max(1, min(chains, length))
+    full, tail = divmod(length, chains)
+    accs = [kb.var("sum", dtype) for _ in range(chains)]
+    stmts: list[Stmt] = [Declare(a, const(0.0, dtype)) for a in accs]
+    stmts += kb.loops([full], lambda r: [Assign(a, a + load(r[0] * chains + j)) for j, a in enumerate(accs)],
+                      prefix="r")
+    stmts += [Assign(accs[j], accs[j] + load(const(full * chains + j, INDEX))) for j in range(tail)]
+    terms: list[Expr] = list(accs)
+    while len(terms) > 1:
+        pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+        terms = pairs + ([terms[-1]] if len(terms) % 2 else [])
+    return stmts, terms[0]
