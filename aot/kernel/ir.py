@@ -186,6 +186,51 @@ class VecMax(Expr):
         return self.a.dtype
 
 
+@dataclass(frozen=True, eq=True)
+class VecMin(Expr):
+    """Lane-wise (a < b || a is NaN) ? a : b: the scalar float `min` of the kernel IR, by lanes."""
+
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
+VECTOR_ARITHMETIC = ("add", "sub", "mul", "div")
+VECTOR_COMPARISONS = ("lt", "le", "gt", "ge")
+
+
+@dataclass(frozen=True, eq=True)
+class VecArith(Expr):
+    """Lane-wise a op b, op one of VECTOR_ARITHMETIC (an epilogue applied in registers)."""
+
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
+@dataclass(frozen=True, eq=True)
+class VecSelect(Expr):
+    """Lane-wise (a cmp b) ? x : y, cmp one of VECTOR_COMPARISONS, false where a or b is NaN
+    (the scalar Select over an ordered comparison, by lanes: Relu is x < 0 ? 0 : x)."""
+
+    cmp: str
+    a: Expr
+    b: Expr
+    x: Expr
+    y: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.x.dtype
+
+
 def vector_of(scalar: str, lanes: int) -> str:
     name = f"{scalar}x{lanes}"
     if name not in VECTOR_DTYPES:

@@ -27,12 +27,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aot.kernel.ir import Binary, Cast, Const, Expr, Kernel, Load, Loop, Select, Store, Unary, Var
+from aot.kernel.affine import Affine, affine
+from aot.kernel.ir import Binary, Cast, Expr, Kernel, Load, Loop, Select, Store, Unary
 
 if TYPE_CHECKING:
     from aot.lowering.program import Program
 
-Affine = tuple[tuple[tuple[str, int], ...], int]  # ((loop variable, coefficient), ...), constant
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def in_place_candidates(kernel: Kernel) -> list[tuple[int, int]]:
         return []
     store = body[0]
     out = store.buffer
-    index = _affine(store.index)
+    index = affine(store.index)
     if index is None or not _bijective(index, loops, out.size) or _loads(store.index):
         return []
     loads = _loads(store.value)
@@ -69,7 +69,7 @@ def in_place_candidates(kernel: Kernel) -> list[tuple[int, int]]:
         if buf.writable or buf.dtype != out.dtype or buf.size != out.size:
             continue
         mine = [load for load in loads if load.buffer == buf]
-        if mine and all(_affine(load.index) == index for load in mine):
+        if mine and all(affine(load.index) == index for load in mine):
             pairs.append((out_param, in_param))
     return pairs
 
@@ -136,38 +136,6 @@ def _loads(e: Expr) -> list[Load]:
         elif isinstance(x, Select):
             stack += [x.cond, x.a, x.b]
     return found
-
-
-def _affine(e: Expr) -> Affine | None:
-    """An index expression as sum(coefficient * variable) + constant, or None if it is not one."""
-    terms = _terms(e)
-    if terms is None:
-        return None
-    constant = terms.pop("", 0)
-    return tuple(sorted((v, c) for v, c in terms.items() if c != 0)), constant
-
-
-def _terms(e: Expr) -> dict[str, int] | None:
-    if isinstance(e, Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
-        return {"": e.value}
-    if isinstance(e, Var):
-        return {e.name: 1}
-    if isinstance(e, Binary) and e.op in ("add", "sub", "mul"):
-        a, b = _terms(e.a), _terms(e.b)
-        if a is None or b is None:
-            return None
-        if e.op == "mul":
-            if set(a) == {""}:
-                a, b = b, a
-            if set(b) != {""}:
-                return None  # a product of variables is not affine
-            return {v: c * b[""] for v, c in a.items()}
-        sign = 1 if e.op == "add" else -1
-        out = dict(a)
-        for v, c in b.items():
-            out[v] = out.get(v, 0) + sign * c
-        return out
-    return None
 
 
 def _bijective(index: Affine, loops: Sequence[Loop], size: int) -> bool:

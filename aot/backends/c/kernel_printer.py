@@ -28,8 +28,11 @@ from aot.kernel.ir import (
     Store,
     Unary,
     Var,
+    VecArith,
     VecLoad,
     VecMax,
+    VecMin,
+    VecSelect,
     VecStore,
 )
 
@@ -161,6 +164,13 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_SPLAT({self._bare(e.a)})"
         if isinstance(e, VecMax):
             return f"{self._vector(e.dtype)}_MAX({self._bare(e.a)}, {self._bare(e.b)})"
+        if isinstance(e, VecMin):
+            return f"{self._vector(e.dtype)}_MIN({self._bare(e.a)}, {self._bare(e.b)})"
+        if isinstance(e, VecArith):
+            return f"{self._vector(e.dtype)}_{e.op.upper()}({self._bare(e.a)}, {self._bare(e.b)})"
+        if isinstance(e, VecSelect):
+            return (f"{self._vector(e.dtype)}_SELECT_{e.cmp.upper()}({self._bare(e.a)}, {self._bare(e.b)}, "
+                    f"{self._bare(e.x)}, {self._bare(e.y)})")
         if isinstance(e, MulAdd):
             return f"{self._vector(e.dtype)}_MULADD({self._bare(e.acc)}, {self._bare(e.a)}, {self._bare(e.b)})"
         if isinstance(e, Binary):
@@ -257,6 +267,21 @@ def _vector_helpers(lanes: int) -> str:
     Loads and stores go through an element-aligned may_alias type: tiles read rows at any offset."""
     t, m = f"aot_f32x{lanes}", f"AOT_F32X{lanes}"
     lanes_x = ", ".join(["(x)"] * lanes)
+    arith = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+    compare = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    gnu_arith = "\n".join(f"#define {m}_{op.upper()}(a, b) ((a) {sign} (b))" for op, sign in arith.items())
+    gnu_select = "\n".join(f"#define {m}_SELECT_{op.upper()}(a, b, x, y) {m}_PICK((a) {sign} (b), (x), (y))"
+                            for op, sign in compare.items())
+    struct_arith = "\n".join(
+        f"static inline {t} {t}_{op}({t} a, {t} b)\n"
+        f"{{ int i; for (i = 0; i < {lanes}; ++i) a.lane[i] = a.lane[i] {sign} b.lane[i]; return a; }}\n"
+        f"#define {m}_{op.upper()}(a, b) {t}_{op}((a), (b))" for op, sign in arith.items())
+    struct_select = "\n".join(
+        f"static inline {t} {t}_select_{op}({t} a, {t} b, {t} x, {t} y)\n"
+        f"{{ int i; for (i = 0; i < {lanes}; ++i) if (!(a.lane[i] {sign} b.lane[i])) x.lane[i] = y.lane[i];\n"
+        f"  return x; }}\n"
+        f"#define {m}_SELECT_{op.upper()}(a, b, x, y) {t}_select_{op}((a), (b), (x), (y))"
+        for op, sign in compare.items())
     return f"""\
 #if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
 typedef float {t} __attribute__((vector_size({4 * lanes})));
@@ -268,6 +293,9 @@ typedef float {t}_unaligned __attribute__((vector_size({4 * lanes}), aligned(4),
 typedef int32_t {t}_mask __attribute__((vector_size({4 * lanes})));
 #define {m}_PICK(m, a, b) (({t})((({t}_mask)(a) & (m)) | (({t}_mask)(b) & ~(m))))
 #define {m}_MAX(a, b) {m}_PICK(((a) > (b)) | ((a) != (a)), (a), (b))
+#define {m}_MIN(a, b) {m}_PICK(((a) < (b)) | ((a) != (a)), (a), (b))
+{gnu_arith}
+{gnu_select}
 #else
 typedef struct {{ float lane[{lanes}]; }} {t};
 static inline {t} {t}_load(const float *p)
@@ -286,6 +314,12 @@ static inline {t} {t}_max({t} a, {t} b)
 {{ int i; for (i = 0; i < {lanes}; ++i) if (!(a.lane[i] > b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
   return a; }}
 #define {m}_MAX(a, b) {t}_max((a), (b))
+static inline {t} {t}_min({t} a, {t} b)
+{{ int i; for (i = 0; i < {lanes}; ++i) if (!(a.lane[i] < b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
+  return a; }}
+#define {m}_MIN(a, b) {t}_min((a), (b))
+{struct_arith}
+{struct_select}
 #endif"""
 
 

@@ -48,8 +48,11 @@ from aot.kernel.ir import (
     Store,
     Unary,
     Var,
+    VecArith,
     VecLoad,
     VecMax,
+    VecMin,
+    VecSelect,
     VecStore,
 )
 
@@ -303,6 +306,17 @@ class _FunctionEmitter:
             a, b = self.expr(e.a), self.expr(e.b)
             pick_a = self.b.or_(self.b.fcmp_ordered(">", a, b), self.b.fcmp_unordered("uno", a, a))
             return self.b.select(pick_a, a, b)
+        if isinstance(e, VecMin):
+            a, b = self.expr(e.a), self.expr(e.b)
+            pick_a = self.b.or_(self.b.fcmp_ordered("<", a, b), self.b.fcmp_unordered("uno", a, a))
+            return self.b.select(pick_a, a, b)
+        if isinstance(e, VecArith):
+            method = {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul, "div": self.b.fdiv}[e.op]
+            return method(self.expr(e.a), self.expr(e.b))
+        if isinstance(e, VecSelect):
+            sign = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.cmp]
+            holds = self.b.fcmp_ordered(sign, self.expr(e.a), self.expr(e.b))
+            return self.b.select(holds, self.expr(e.x), self.expr(e.y))
         if isinstance(e, MulAdd):
             vector = t.storage_type(e.dtype)
             fmuladd = self.math.vector_intrinsic("llvm.fmuladd", vector, 3)

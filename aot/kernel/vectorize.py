@@ -1,0 +1,89 @@
+"""Scalar expressions of one output element turned into lane-wise vector expressions.
+
+A register tile applies its fused epilogue (Relu, Clip, a residual Add ...) to the accumulators
+before they are stored, instead of in a second pass that reloads and stores every output again.
+The epilogue comes as a scalar expression of the output column j; `lanewise` rewrites it for a
+vector of `lanes` consecutive columns from the expressions built for two neighbouring columns,
+j and j + 1: a load whose index moves by one with j becomes a vector load, a load that does not
+move (a per-channel scale, a scalar bound) a broadcast. Anything else (another stride, an op
+without a vector form) returns None and the caller keeps the scalar pass, so the rewrite can only
+ever decline, never change what is computed.
+"""
+
+from __future__ import annotations
+
+from aot.kernel.affine import affine
+from aot.kernel.ir import (
+    VECTOR_ARITHMETIC,
+    VECTOR_COMPARISONS,
+    Binary,
+    Const,
+    Expr,
+    Load,
+    Select,
+    Splat,
+    Var,
+    VecArith,
+    VecLoad,
+    VecMax,
+    VecMin,
+    VecSelect,
+)
+
+
+def lanewise(at_j: Expr, at_next: Expr, value: Var, vector: Expr, lanes: int) -> Expr | None:
+    """The vector form of `at_j` (an expression of the output at column j, in which `value`
+    stands for the accumulator) over columns j .. j + lanes - 1, where `at_next` is the same
+    expression built for column j + 1 and `vector` holds the accumulators; None if not possible."""
+    if at_j == value:
+        return vector if at_next == value else None
+    if type(at_j) is not type(at_next):
+        return None
+    if at_j.dtype != "float32":
+        return None
+    if isinstance(at_j, Const):
+        return Splat(at_j, lanes) if at_j == at_next else None
+    if isinstance(at_j, Load):
+        assert isinstance(at_next, Load)
+        if at_j.buffer != at_next.buffer:
+            return None
+        step = index_step(at_j.index, at_next.index)
+        if step == 0:
+            return Splat(at_j, lanes)
+        return VecLoad(at_j.buffer, at_j.index, lanes) if step == 1 else None
+    if isinstance(at_j, Binary):
+        assert isinstance(at_next, Binary)
+        if at_j.op != at_next.op or at_j.op not in (*VECTOR_ARITHMETIC, "min", "max"):
+            return None
+        a = lanewise(at_j.a, at_next.a, value, vector, lanes)
+        b = lanewise(at_j.b, at_next.b, value, vector, lanes)
+        if a is None or b is None:
+            return None
+        if at_j.op == "max":
+            return VecMax(a, b)
+        if at_j.op == "min":
+            return VecMin(a, b)
+        return VecArith(at_j.op, a, b)
+    if isinstance(at_j, Select):
+        assert isinstance(at_next, Select)
+        cond, cond_next = at_j.cond, at_next.cond
+        if not (isinstance(cond, Binary) and isinstance(cond_next, Binary) and cond.op == cond_next.op
+                and cond.op in VECTOR_COMPARISONS and cond.a.dtype == "float32"):
+            return None
+        parts = [lanewise(x, y, value, vector, lanes) for x, y in
+                 ((cond.a, cond_next.a), (cond.b, cond_next.b), (at_j.a, at_next.a), (at_j.b, at_next.b))]
+        if any(p is None for p in parts):
+            return None
+        a, b, x, y = parts
+        assert a is not None and b is not None and x is not None and y is not None
+        return VecSelect(cond.op, a, b, x, y)
+    return None
+
+
+def index_step(first: Expr, second: Expr) -> int | None:
+    """second - first if both are affine in the same variables with the same coefficients
+    (so the difference is one integer whatever the variables hold), else None."""
+    a, b = affine(first), affine(second)
+    if a is None or b is None or a[0] != b[0]:
+        return None
+    return b[1] - a[1]
