@@ -117,13 +117,17 @@ def test_gemm_and_matmul_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch
     {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
     {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
     {"kernel_shape": [2, 3], "strides": [2, 3], "dilations": [2, 1], "pads": [0, 1, 1, 0]},
-], ids=["s2_ceil", "s1_padded", "dilated_strided"])
+    {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [2, 1, 2, 1]},
+    # row maxima of 35 rows x 92 columns exceed WHOLE_PLANE_BYTES: one row at a time
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "size": (70, 90)},
+], ids=["s2_ceil", "s1_padded", "dilated_strided", "wide_padding", "row_by_row"])
 def test_max_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs: dict) -> None:
-    """MaxPool in vectors along output rows (-inf padded, column-phase copy). A NaN propagates to
+    """MaxPool in vectors, window rows then window columns (-inf padding). A NaN propagates to
     every window holding it, as a +inf would (onnxruntime's result for NaN depends on where in the
     window it sits, so the reference is computed with +inf in its place)."""
     monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
-    x = rand(1, 3, 19, 37)
+    attrs = dict(attrs)
+    x = rand(1, 3, *attrs.pop("size", (19, 37)))
     model = make_model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], {"x": x}, ["y"])
     assert_matches_onnxruntime(model, {"x": x})
     x[0, 1, 4, 7] = np.inf
