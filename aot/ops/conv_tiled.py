@@ -159,7 +159,7 @@ def channel_tiles_pay(groups: int, out_channels: int, out_hw: tuple[int, int], k
     `reduction` / lanes vector multiply-adds per output each, so they only win when that saving is
     larger (an RGB stem, 27 taps by 111 pixels, is better row by row: measured 0.74 -> 0.56 ms on
     SqueezeNet's first conv)."""
-    if groups != 1 or tile.lanes == 1 or dtype != "float32" or out_channels < tile.cols:
+    if groups != 1 or tile.lanes == 1 or dtype != "float32" or out_channels < tile.lanes:
         return False
     waste = pixel_waste(out_hw, kernel, strides, padded_w, tile)
     return waste > 1.1 and (waste - 1.0) * reduction / tile.lanes > 1.0
