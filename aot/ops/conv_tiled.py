@@ -61,7 +61,24 @@ def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
     stmts = kb.loops([batch, channels], lambda nc: fill_phase_border(
         kb, lambda h, p, q: dst.store([nc[0], nc[1], h, p, q], zero), (height, stride, per_phase),
         (top, top + in_h), columns), prefix="b")
-    for phase, (lo, hi) in enumerate(columns):
+    # The columns every phase copies go in one loop that stores all phases from consecutive
+    # loads: an interleaved access group, which the compilers vectorise as whole-vector loads and
+    # shuffles (a loop per phase of 24 strided loads became scalar inserts: 2x slower on a
+    # MobileNet's 3x3/2 depthwise convs).
+    joint = (max(lo for lo, _ in columns), min(hi for _, hi in columns))
+    pieces = [(phase, lo, hi) for phase, (lo, hi) in enumerate(columns)]
+    if joint[1] > joint[0]:
+        pieces = [(p, lo, hi) for phase, (lo, hi) in enumerate(columns)
+                  for p, lo, hi in ((phase, lo, joint[0]), (phase, joint[1], hi))]
+
+        def together(idx: list[Expr]) -> list[Stmt]:
+            n, c, ih, q = idx
+            col = q + joint[0]
+            return [dst.store([n, c, ih + top, phase, col], src.load([n, c, ih, col * stride + (phase - left)]))
+                    for phase in range(stride)]
+
+        stmts += kb.loops([batch, channels, in_h, joint[1] - joint[0]], together, prefix="s")
+    for phase, lo, hi in pieces:
         if hi <= lo:
             continue
 
