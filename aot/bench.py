@@ -21,6 +21,7 @@ import numpy as np
 from aot.analysis import model_stats
 from aot.compiler import compile as compile_model
 from aot.compiler import load
+from aot.host.peak import peak_gflops
 from aot.host.run import HostModel
 from aot.targets import host_preset_name
 from aot.verify import random_inputs
@@ -43,6 +44,8 @@ class BenchResult:
     weights_bytes: int
     ours_memory_bytes: int
     onnxruntime_peak_rss_delta_bytes: int
+    peak_gflops: float  # this core's measured fp32 peak (aot/host/peak.py), times the threads
+    ours_percent_of_peak: float
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +101,8 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
                 t0 = time.perf_counter_ns()
                 fn()
                 samples[label].append((time.perf_counter_ns() - t0) / 1e6)
+    # Measured after the timing, so that its busy loop does not warm the core for one side only.
+    peak = peak_gflops() * threads
     ours_ms = statistics.median(samples["ours"])
     ort_ms = statistics.median(samples["ort"])
     io_bytes = sum(i["bytes"] for i in package.inputs) + sum(o["bytes"] for o in package.outputs)
@@ -109,4 +114,5 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
         arena_bytes=package.arena_bytes, weights_bytes=int(package.manifest["weights_bytes"]),
         ours_memory_bytes=package.arena_bytes + int(package.manifest["weights_bytes"]) + io_bytes,
         onnxruntime_peak_rss_delta_bytes=ort_rss,
+        peak_gflops=peak, ours_percent_of_peak=100 * (2 * macs / (ours_ms * 1e6)) / peak,
     )

@@ -371,6 +371,8 @@ def bench_cmd(
     print(f"  onnxruntime  {result.onnxruntime_ms:9.4f} ms  {result.onnxruntime_gflops:7.2f} GFLOP/s  "
           f"peak RSS growth {result.onnxruntime_peak_rss_delta_bytes / 1024:.0f} KiB")
     print(f"  ratio aot/onnxruntime {result.ratio:.3f}")
+    print(f"  aot reaches {result.ours_percent_of_peak:.0f}% of this machine's measured fp32 peak "
+          f"({result.peak_gflops:.1f} GFLOP/s for {threads} core(s))")
 
 
 @app.command("report")

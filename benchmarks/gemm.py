@@ -1,5 +1,5 @@
 """GEMM micro-benchmark: a 512x512x512 fp32 product (Gemm with constant B) compiled by aot for
-this machine, its achieved GFLOP/s against the measured single-core peak (benchmarks/peak.py).
+this machine, its achieved GFLOP/s against the measured single-core peak (aot/host/peak.py).
 
     python -m benchmarks.gemm [--size 512]
 """
@@ -18,9 +18,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from aot.compiler import compile as compile_model
+from aot.host.peak import peak_gflops
 from aot.host.run import HostModel
 from aot.targets import host_preset_name
-from benchmarks.peak import peak_gflops
 
 
 def gemm_model(size: int) -> onnx.ModelProto:

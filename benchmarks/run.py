@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from aot.bench import bench
+from aot.host.peak import peak_gflops
 from aot.targets import host_preset_name
-from benchmarks.peak import peak_gflops
 
 
 def light_models() -> list[Path]:

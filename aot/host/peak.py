@@ -1,5 +1,6 @@
 """The machine's single-core fp32 peak, measured: independent FMA chains in the widest vector
-registers of the host's preset (aot.targets.host_preset_name), built with -O2 -march=native."""
+registers of the host's preset (aot.targets.host_preset_name), built with -O2 -march=native.
+`aot bench` reports achieved GFLOP/s against it; `python -m aot.host.peak` prints it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from aot.host.build import host_cc
 from aot.targets import host_preset_name, load_target
 
 # Twelve independent accumulators as named locals (an array may be kept in memory), each updated
@@ -41,9 +43,10 @@ _SOURCE = (_SOURCE.replace("DECLARATIONS", ", ".join(f"a{i} = y * {i + 1}.0f" fo
            .replace("SUM", " + ".join(f"a{i}" for i in range(_CHAINS))))
 
 
-def peak_gflops(cc: str = "cc") -> float:
+def peak_gflops(cc: str | None = None) -> float:
     """Best of 7 rounds of 20M iterations of 12 independent vector FMAs."""
     bits = load_target(host_preset_name()).vector_bits or 128
+    cc = cc or host_cc()
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "peak.c", Path(tmp) / "peak"
         src.write_text(_SOURCE)
