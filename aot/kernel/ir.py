@@ -206,9 +206,15 @@ class VecStore(Stmt):
 
 @dataclass
 class Loop(Stmt):
+    """`for var in [0, extent)`. `parallel`: the iterations are independent (none reads what
+    another writes, none writes what another writes), so the run function may split them over
+    threads (see aot/kernel/parallel.py). Only a loop at the top level of a kernel's body may be
+    parallel; statements before it finish before any iteration starts."""
+
     var: Var
     extent: int
     body: list[Stmt]
+    parallel: bool = False
 
 
 @dataclass

@@ -97,6 +97,9 @@ class KernelPrinter:
             const = "" if b.writable else "const "
             restrict = "" if i in may_alias else "restrict "
             params.append(f"{const}{c_type(b.dtype)} *{restrict}{b.name}")
+        if any(isinstance(s, Loop) and s.parallel for s in kernel.body):
+            # A parallel segment (aot/kernel/parallel.py): runs iterations [first, last).
+            params += ["int32_t first", "int32_t last"]
         return f"static void {self.function_name(kernel)}({', '.join(params) or 'void'})"
 
     def kernel(self, kernel: Kernel, may_alias: set[int] | frozenset[int] = frozenset()) -> str:
@@ -114,7 +117,9 @@ class KernelPrinter:
         pad = "    " * depth
         if isinstance(s, Loop):
             v = s.var.name
-            out.append(f"{pad}for ({c_type(s.var.dtype)} {v} = 0; {v} < {s.extent}; ++{v}) {{")
+            start, stop = ("first", "last") if s.parallel else ("0", str(s.extent))
+            note = f" /* parallel: [first, last) of [0, {s.extent}) */" if s.parallel else ""
+            out.append(f"{pad}for ({c_type(s.var.dtype)} {v} = {start}; {v} < {stop}; ++{v}) {{{note}")
             for inner in s.body:
                 self._stmt(inner, depth + 1, out)
             out.append(f"{pad}}}")
