@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import tempfile
@@ -71,10 +72,8 @@ class HostModel:
             self._run = closed
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # at interpreter shutdown ctypes may be gone
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
     def __enter__(self) -> HostModel:
         return self
