@@ -53,6 +53,7 @@ def mixed_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[str, str
         "mm_in": rand(4, 32, 64, seed=9),            # batched MatMul: the batch loop
         "mm1_in": rand(96, 64, seed=10),             # one MatMul: its row blocks (one column panel)
         "ew_in": rand(1, 64, 32, 32, seed=11),       # elementwise, broadcast: the outer loop
+        "pool_in": rand(1, 64, 32, 32, seed=12),     # MaxPool (plane scratch slots), AveragePool
     }
     nodes, inits = [], {}
     kinds = {}
@@ -80,7 +81,10 @@ def mixed_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[str, str
     inits["ew_b"] = rand(1, 64, 1, 1, seed=54)
     nodes += [helper.make_node("Mul", ["ew_in", "ew_b"], ["ew_mul"], name="ew"),
               helper.make_node("Sigmoid", ["ew_mul"], ["ew_out"], name="ew_sigmoid")]
-    kinds.update(fc_out="fc", mm_out="mm", mm1_out="mm1", ew_out="ew")
+    nodes += [helper.make_node("MaxPool", ["pool_in"], ["mp_out"], name="mp", kernel_shape=[3, 3], strides=[2, 2]),
+              helper.make_node("AveragePool", ["pool_in"], ["ap_out"], name="ap", kernel_shape=[3, 3],
+                               pads=[1, 1, 1, 1])]
+    kinds.update(fc_out="fc", mm_out="mm", mm1_out="mm1", ew_out="ew", mp_out="mp", ap_out="ap")
     model = make_model(nodes, inputs, list(kinds), inits)
     return model, inputs, kinds
 

@@ -33,6 +33,7 @@ from aot.kernel.ir import (
 )
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
+from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, pays, slot_blocks
 from aot.ops.attrs import fail, required_input, spatial_padding
 from aot.ops.conv_kernels import valid_range
 from aot.ops.register_tiles import vector_starts
@@ -101,10 +102,13 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
             and ctx.tiles.width_for(out_spatial[1]) > 1):
         ctx.emit(kb, _vector_max_pool(node, ctx, kb, x, yv, kernel, strides, dilations, pad_begin, out_spatial))
         return
+    # Every output window on its own: the outermost loop may be split over threads.
+    parallel = pays(ctx, y.size * _taps(kernel))
     if is_max and iv is None and all(d == 1 for d in dilations) and _taps(kernel) <= MAX_UNROLLED_TAPS:
-        ctx.emit(kb, kb.loops([batch, channels, *out_spatial],
-                              lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
-                                                          overhang, dt)))
+        stmts = kb.loops([batch, channels, *out_spatial],
+                         lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
+                                                     overhang, dt))
+        ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
         return
 
     def body(idx: list[Expr]) -> list[Stmt]:
@@ -159,7 +163,8 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
             stmts.append(iv.store([n, c, *o], cast(best, indices.dtype.name)))
         return stmts
 
-    ctx.emit(kb, kb.loops([batch, channels, *out_spatial], body))
+    stmts = kb.loops([batch, channels, *out_spatial], body)
+    ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
 
 
 # Windows up to this many taps are written out tap by tap (3x3 pools: 9).
@@ -190,23 +195,28 @@ def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: 
     width = max(in_w + left, (out_w - 1) * s_w + (k_w - 1) * d_w + 1)
     per_phase = -(-width // s_w)
     dt = x.dtype.name
-    plane = scratch_tensor(ctx, node, (height, s_w, per_phase), x.dtype, "plane")
+    # Threads: one image's planes split over scratch slots (aot/lowering/parallel.py slot_blocks).
+    slots = min(SCRATCH_SLOTS, channels) if batch == 1 and pays(
+        ctx, channels * out_h * out_w * k_h * k_w) else 1
+    plane = scratch_tensor(ctx, node, (slots, height, s_w, per_phase), x.dtype, "plane")
+    plane_size = height * s_w * per_phase
     buf = kb.output(plane).buffer
-    scratch = View(buf, plane.shape)
+    scratch = View(buf, plane.shape[1:])
     src = kb.input(x)
     lanes = ctx.tiles.width_for(out_w)
     starts = vector_starts(out_w, lanes)
     low = const(float("-inf"), dt)
 
-    def one_plane(idx: list[Expr]) -> list[Stmt]:
+    def one_plane(idx: list[Expr], slot: Expr | None = None) -> list[Stmt]:
         n, c = idx
-        stmts = kb.loops([plane.size], lambda i: [Store(buf, i[0], low)], prefix="z")
+        base = slot * plane_size if slot is not None else const(0, INDEX)
+        stmts = kb.loops([plane_size], lambda i: [Store(buf, base + i[0], low)], prefix="z")
         for phase in range(s_w):
             lo, hi = valid_range(per_phase, in_w, s_w, phase - left)
             if hi > lo:
-                stmts += kb.loops([in_h, hi - lo], lambda r, phase=phase, lo=lo: [scratch.store(
-                    [r[0] + top, phase, r[1] + lo], src.load([n, c, r[0], (r[1] + lo) * s_w + (phase - left)]))],
-                    prefix="s")
+                stmts += kb.loops([in_h, hi - lo], lambda r, phase=phase, lo=lo: [Store(
+                    buf, base + scratch.index([r[0] + top, phase, r[1] + lo]),
+                    src.load([n, c, r[0], (r[1] + lo) * s_w + (phase - left)]))], prefix="s")
 
         def row(r: list[Expr]) -> list[Stmt]:
             oh = r[0]
@@ -217,13 +227,15 @@ def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: 
                 for kh in range(k_h):
                     for kw in range(k_w):
                         phase, shift = (kw * d_w) % s_w, (kw * d_w) // s_w
-                        at = scratch.index([oh * s_h + kh * d_h, phase, const(ow0 + shift, INDEX)])
+                        at = base + scratch.index([oh * s_h + kh * d_h, phase, const(ow0 + shift, INDEX)])
                         body.append(Assign(acc, VecMax(VecLoad(buf, at, lanes), acc)))
                 body.append(VecStore(yv.buffer, yv.index([n, c, oh, const(ow0, INDEX)]), acc))
             return body
 
         return stmts + kb.loops([out_h], row, prefix="r")
 
+    if slots > 1:
+        return slot_blocks(kb, channels, 1, lambda c, _, slot: one_plane([const(0, INDEX), c], slot), "p", slots)
     return kb.loops([batch, channels], one_plane, prefix="p")
 
 
