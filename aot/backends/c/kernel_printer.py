@@ -32,6 +32,7 @@ from aot.kernel.ir import (
     VecMax,
     VecStore,
 )
+from aot.kernel.parallel import has_parallel
 
 C_TYPES = {
     "float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
@@ -97,7 +98,7 @@ class KernelPrinter:
             const = "" if b.writable else "const "
             restrict = "" if i in may_alias else "restrict "
             params.append(f"{const}{c_type(b.dtype)} *{restrict}{b.name}")
-        if any(isinstance(s, Loop) and s.parallel for s in kernel.body):
+        if has_parallel(kernel):
             # A parallel segment (aot/kernel/parallel.py): runs iterations [first, last).
             params += ["int32_t first", "int32_t last"]
         return f"static void {self.function_name(kernel)}({', '.join(params) or 'void'})"

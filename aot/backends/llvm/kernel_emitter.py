@@ -52,6 +52,7 @@ from aot.kernel.ir import (
     VecMax,
     VecStore,
 )
+from aot.kernel.parallel import has_parallel
 
 # Unary ops that LLVM has exact intrinsics for (same results as the libm call the C backend makes;
 # nearbyint honours the current rounding mode exactly like C's nearbyint()).
@@ -126,7 +127,7 @@ class KernelEmitter:
         if len(params) != len(kernel.params):
             raise ValueError(f"{kernel.name}: {len(params)} parameter facts for {len(kernel.params)} params")
         # A parallel segment (aot/kernel/parallel.py) also takes the range [first, last) of its loop.
-        parallel = any(isinstance(s, Loop) and s.parallel for s in kernel.body)
+        parallel = has_parallel(kernel)
         bounds = [t.I32, t.I32] if parallel else []
         fn = ir.Function(self.module, ir.FunctionType(t.VOID, [t.PTR] * len(kernel.params) + bounds), name)
         fn.linkage = "internal"
