@@ -200,10 +200,13 @@ def test_thread_sanitizer_finds_no_race_in_a_threaded_conv(tmp_path: Path) -> No
     if not _sanitizer_works(cc, tsan, tmp_path):
         pytest.skip(f"{cc} has no working ThreadSanitizer here")
     directory, name, inputs = _conv_package(tmp_path)
-    runner = _runner(directory, name, f"-O1 -g {STRICT_CFLAGS} {tsan}", "-fsanitize=thread")
+    # Workers that spin (instead of sleeping) between jobs take their chunks even on a busy
+    # machine: the two threads then really share every job, which is what TSan must see.
+    runner = _runner(directory, name, f"-O1 -g {STRICT_CFLAGS} {tsan} -DAOT_THREADS_SPIN=100000000",
+                     "-fsanitize=thread")
     env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66")
     serial = _run_runner(runner, inputs, tmp_path / "t1", env=env)
-    proc = subprocess.run([str(runner), "-o", str(tmp_path), "-t", "2", "-r", "3", "-w", "0", *map(str, inputs)],
+    proc = subprocess.run([str(runner), "-o", str(tmp_path), "-t", "2", "-r", "200", "-w", "2", *map(str, inputs)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0 and "ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
     assert [p.read_bytes() for p in sorted(tmp_path.glob("output*.npy"))] == serial
