@@ -1,7 +1,8 @@
 """Side-by-side latency of aot and onnxruntime on this machine, in one process.
 
 Both run the same inputs, interleaved in rounds (so drift in machine load hits both alike), one
-thread each unless asked otherwise, many repetitions after warm-up; we report medians and their
+thread each unless asked otherwise (`threads`: onnxruntime's intra-op threads, and our
+<name>_run_parallel on a pool of that many threads), many repetitions after warm-up; we report medians and their
 ratio. Our model is called through ctypes and onnxruntime through its Python API, so both pay a
 small per-call overhead from Python.
 """
@@ -64,7 +65,7 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     package = compile_model(model_path, input_shapes, target=host_preset_name())
     graph, _ = load(model_path, input_shapes)
     macs = model_stats(graph).macs
-    ours = HostModel.build(package, opt=opt)
+    ours = HostModel.build(package, opt=opt, threads=threads)
     inputs = random_inputs(package, seed)
     feeds = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
 
@@ -105,6 +106,7 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     peak = peak_gflops() * threads
     ours_ms = statistics.median(samples["ours"])
     ort_ms = statistics.median(samples["ort"])
+    ours.close()
     io_bytes = sum(i["bytes"] for i in package.inputs) + sum(o["bytes"] for o in package.outputs)
     return BenchResult(
         model=os.fspath(model_path), ours_ms=ours_ms, onnxruntime_ms=ort_ms, ratio=ours_ms / ort_ms,

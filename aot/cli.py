@@ -350,7 +350,7 @@ def build_cmd(
 def bench_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
-    threads: Annotated[int, typer.Option("--threads", help="Threads for onnxruntime (aot runs one).")] = 1,
+    threads: Annotated[int, typer.Option("--threads", help="Threads for aot and onnxruntime.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", help="Interleaved rounds of each side.")] = 15,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -365,7 +365,7 @@ def bench_cmd(
     if as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
         return
-    print(f"bench {model}: {result.runs} runs each, {threads} thread(s) for onnxruntime, medians")
+    print(f"bench {model}: {result.runs} runs each, {threads} thread(s) each, medians")
     print(f"  aot          {result.ours_ms:9.4f} ms  {result.ours_gflops:7.2f} GFLOP/s  "
           f"memory {result.ours_memory_bytes / 1024:.1f} KiB (arena {result.arena_bytes / 1024:.1f} KiB)")
     print(f"  onnxruntime  {result.onnxruntime_ms:9.4f} ms  {result.onnxruntime_gflops:7.2f} GFLOP/s  "

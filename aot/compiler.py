@@ -86,7 +86,9 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     progress.start("graph passes")
     run_passes(graph)
     progress.start("lowering to kernels")
-    program = lower_graph(graph, tiles=_tiles(presets))
+    # Bare-metal targets have no threads: no parallel loops, no thread pool in the package.
+    threads = not any(p.bare_metal for p in presets)
+    program = lower_graph(graph, tiles=_tiles(presets), parallel=threads)
     progress.start("memory planning")
     # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
     memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
@@ -96,14 +98,14 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     files, info = render_c_sources(program, memory, ident, Path(source).name,
                                    llvm_targets=[_build_entry(ident, t) for t in llvm_targets],
                                    target=presets[0] if len(presets) == 1 else None,
-                                   weights_format=weights_format)
+                                   weights_format=weights_format, threads=threads)
     if llvm_targets:
         from aot.backends.llvm import compile_objects
 
         progress.start(f"LLVM code generation ({', '.join(t.name for t in llvm_targets)})")
         files.update(compile_objects(program, memory, ident, info["inputs"], info["outputs"], llvm_targets))
     for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
-        if runtime_file.suffix in (".h", ".c"):
+        if runtime_file.suffix in (".h", ".c") and (threads or not runtime_file.name.startswith("aot_threads")):
             files[f"runtime/{runtime_file.name}"] = runtime_file.read_bytes()
     manifest: dict[str, Any] = {
         "name": ident,

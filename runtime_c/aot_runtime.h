@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define AOT_RUNTIME_VERSION 1
+#define AOT_RUNTIME_VERSION 2
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AOT_ALIGNED(n) __attribute__((aligned(n)))
@@ -119,6 +119,35 @@ static inline void *aot_arena_align(const aot_model_info *info, void *memory)
     uintptr_t p = (uintptr_t)memory;
     uintptr_t a = (uintptr_t)info->arena_align;
     return (void *)((p + a - 1u) & ~(a - 1u));
+}
+
+/*
+ * Multi-threading, optional. A model's <name>_run_parallel splits its large loops into tasks and
+ * hands them to an executor; the model code itself knows nothing of threads (it stays
+ * freestanding). runtime/aot_threads.h provides a pthread pool executor on Linux; bare-metal
+ * builds leave it out and pass NULL (serial), or implement this interface on their RTOS.
+ *
+ * parallel_for must call fn(context, first, last) over disjoint ranges that together cover
+ * [0, count) exactly once, in any order and on any threads, and return when all calls have
+ * returned. Every iteration computes the same outputs whichever thread runs it, so results are
+ * bit-identical to a serial run.
+ */
+typedef void (*aot_task_fn)(void *context, int32_t first, int32_t last);
+
+typedef struct aot_executor {
+    void (*parallel_for)(const struct aot_executor *self, aot_task_fn fn, void *context, int32_t count);
+    void *state;      /* the implementation's own data */
+    int32_t threads;  /* threads parallel_for uses (1: it would run serially anyway) */
+} aot_executor;
+
+/* Runs fn over [0, count): through the executor when it has several threads, else in one call. */
+static inline void aot_parallel_for(const aot_executor *executor, aot_task_fn fn, void *context, int32_t count)
+{
+    if (executor != NULL && executor->parallel_for != NULL && executor->threads > 1 && count > 1) {
+        executor->parallel_for(executor, fn, context, count);
+    } else {
+        fn(context, 0, count);
+    }
 }
 
 #ifdef __cplusplus

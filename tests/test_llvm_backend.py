@@ -70,7 +70,7 @@ from aot.targets import load_target, preset_names
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx"
-API = ("run", "run_ptrs", "info")
+API = ("run", "run_ptrs", "run_parallel", "run_parallel_ptrs", "info")
 
 def _host() -> Any:
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import tempfile
@@ -23,24 +24,66 @@ _STATUS = {1: "null pointer", 2: "arena misaligned", 3: "bad argument"}
 class HostModel:
     """A package built as a shared library for this machine and loaded with ctypes."""
 
-    def __init__(self, package: Package, directory: Path, keep: Any = None) -> None:
+    def __init__(self, package: Package, directory: Path, keep: Any = None, threads: int = 1) -> None:
+        """`threads` > 1 runs the model through <name>_run_parallel_ptrs on a thread pool of the
+        package's runtime/aot_threads.c, created here once and destroyed by close()."""
         self.package = package
         self.directory = directory
         self._keep = keep  # a TemporaryDirectory kept alive as long as the library is loaded
         # Where the model code in the library came from: "c", or "llvm" and the target's name.
         self.backend, self.target = host_variant(package)
         self._lib = ctypes.CDLL(str(directory / f"lib{package.name}.so"))
-        self._run = getattr(self._lib, f"{package.name}_run_ptrs")
+        if threads < 1:
+            raise AotError(f"threads {threads}: give at least 1")
+        self.threads = threads
+        self._pool = None
+        self._executor = None
+        if threads > 1:
+            if not hasattr(self._lib, "aot_thread_pool_create"):
+                raise AotError(f"{package.name}: the package has no thread pool (compiled for a target without "
+                               "threads, or built with THREADS=0)")
+            create = self._lib.aot_thread_pool_create
+            create.restype, create.argtypes = ctypes.c_void_p, [ctypes.c_int32]
+            executor = self._lib.aot_thread_pool_executor
+            executor.restype, executor.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+            self._destroy = self._lib.aot_thread_pool_destroy
+            self._destroy.restype, self._destroy.argtypes = None, [ctypes.c_void_p]
+            self._pool = create(threads)
+            if not self._pool:
+                raise AotError(f"cannot start a pool of {threads} threads")
+            self._executor = executor(self._pool)
+        self._run = getattr(self._lib, f"{package.name}_run_parallel_ptrs")
         self._run.restype = ctypes.c_int
-        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         align = int(package.manifest["arena_alignment"])
         self._arena_raw = np.zeros(package.arena_bytes + align, dtype=np.uint8)
         start = (-self._arena_raw.ctypes.data) % align
         self._arena = self._arena_raw[start:start + max(package.arena_bytes, 1)]
 
+    def close(self) -> None:
+        """Stops the thread pool (if any). The model cannot run afterwards."""
+        if self._pool:
+            pool, self._pool = self._pool, None
+            self._destroy(pool)
+
+            def closed(*_: Any) -> int:
+                raise AotError(f"{self.package.name}: the model was closed")
+
+            self._run = closed
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown ctypes may be gone
+            self.close()
+
+    def __enter__(self) -> HostModel:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     @classmethod
     def build(cls, package: Package, build_dir: str | os.PathLike[str] | None = None,
-              opt: str = "-O2", extra_cflags: str = "") -> HostModel:
+              opt: str = "-O2", extra_cflags: str = "", threads: int = 1) -> HostModel:
         keep = None
         if build_dir is None:
             keep = tempfile.TemporaryDirectory(prefix=f"aot-{package.name}-")
@@ -52,7 +95,7 @@ class HostModel:
         backend, target = host_variant(package)
         variables = {"BACKEND": backend, "TARGET": target or ""} if package.manifest.get("targets") else None
         run_make(directory, ["shared"], opt=opt, extra_cflags=extra_cflags, variables=variables)
-        return cls(package, directory, keep)
+        return cls(package, directory, keep, threads=threads)
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
         specs = self.package.inputs
@@ -60,7 +103,7 @@ class HostModel:
         outputs = [np.empty(o["shape"], dtype=np.dtype(o["dtype"])) for o in self.package.outputs]
         in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * len(outputs))(*[o.ctypes.data for o in outputs])
-        status = self._run(in_ptrs, out_ptrs, self._arena.ctypes.data)
+        status = self._run(in_ptrs, out_ptrs, self._arena.ctypes.data, self._executor)
         if status != 0:
             raise AotError(f"{self.package.name}_run failed: {_STATUS.get(status, status)}")
         return {o["name"]: arr for o, arr in zip(self.package.outputs, outputs)}
@@ -71,10 +114,10 @@ class HostModel:
         outputs = [np.empty(o["shape"], dtype=np.dtype(o["dtype"])) for o in self.package.outputs]
         in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * len(outputs))(*[o.ctypes.data for o in outputs])
-        run, arena = self._run, self._arena.ctypes.data
+        run, arena, executor = self._run, self._arena.ctypes.data, self._executor
 
         def call() -> None:
-            run(in_ptrs, out_ptrs, arena)
+            run(in_ptrs, out_ptrs, arena, executor)
 
         call.keep_alive = (arrays, outputs)  # type: ignore[attr-defined]
         return call

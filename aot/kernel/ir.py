@@ -18,6 +18,7 @@ A package for no particular target uses 8 lanes, which 128-bit targets split int
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 INDEX = "index"
@@ -251,9 +252,15 @@ class VecStore(Stmt):
 
 @dataclass
 class Loop(Stmt):
+    """`for var in [0, extent)`. `parallel`: the iterations are independent (none reads what
+    another writes, none writes what another writes), so the run function may split them over
+    threads (see aot/kernel/parallel.py). Only a loop at the top level of a kernel's body may be
+    parallel; statements before it finish before any iteration starts."""
+
     var: Var
     extent: int
     body: list[Stmt]
+    parallel: bool = False
 
 
 @dataclass
@@ -430,6 +437,13 @@ def cast(a: Expr, dtype: str) -> Expr:
     if isinstance(a, Const):
         return const(a.value, dtype)
     return Cast(a, dtype)
+
+
+def expr_children(e: Expr) -> list[Expr]:
+    """The operands of an expression node (its fields that are expressions), for walkers that
+    must see every node kind, including ones added later."""
+    return [getattr(e, f.name) for f in dataclasses.fields(e) if isinstance(getattr(e, f.name), Expr)] \
+        if dataclasses.is_dataclass(e) else []
 
 
 def walk_stmts(body: list[Stmt]):

@@ -55,9 +55,10 @@ class Epilogue:
 
 
 class LoweringContext:
-    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES) -> None:
+    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = True) -> None:
         self.graph = graph
         self.tiles = tiles  # register-tile shape for the target's vector registers
+        self.parallel = parallel  # whether lowerings may mark parallel loops (threads exist)
         self.kernels: list[Kernel] = []
         self.kernel_bindings: list[list[Tensor]] = []
         self._alias: dict[int, tuple[Tensor, int]] = {}  # id(view) -> (tensor it lives in, element offset)

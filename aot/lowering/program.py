@@ -62,8 +62,11 @@ class Program:
         return clash
 
 
-def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES) -> Program:
-    ctx = LoweringContext(graph, tiles)
+def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES,
+                parallel: bool = True) -> Program:
+    """`parallel`: lowerings may mark loops that pay for splitting over threads (aot/lowering/
+    parallel.py); False for targets without threads, whose kernels then have none."""
+    ctx = LoweringContext(graph, tiles, parallel)
     ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
     if fuse:
         for part, whole, offset in plan_concat_in_place(graph):

@@ -23,6 +23,7 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Buffer, Expr, Load, Loop, Stmt, Store, Var, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
+from aot.lowering.parallel import mark_outer, pays
 from aot.ops.attrs import required_input
 from aot.ops.conv_kernels import (
     WEIGHT_REGISTERS,
@@ -73,6 +74,11 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     out_channels = y.shape[1]
     out_h, out_w = (1, y.shape[2]) if nd == 1 else y.shape[2:]
     tiled = w.is_constant and y.dtype.kind == "f"
+    macs = batch * out_channels * (channels // groups) * out_h * out_w * kernel[0] * kernel[1]
+    # Threads: one image of one group splits its blocks of output channels (TiledConv), several
+    # images or groups the outermost of those loops (when the kernel has no shared scratch).
+    parallel = pays(ctx, macs)
+    split_blocks = parallel and batch == 1 and groups == 1
     if tiled and use_im2col(channels, groups, kernel, strides, (out_h, out_w), ctx.tiles, y.dtype.itemsize):
         # A matrix product over the flattened pixels of the column matrix: a pointwise conv.
         copy, cbuf, rows = im2col(node, ctx, kb, x, (in_h, in_w), (out_h, out_w), kernel, strides, dilations,
@@ -86,8 +92,9 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         channel_tiles = channel_tiles_pay(1, out_channels, (out_h, out_w), (1, 1), (1, 1), out_w, ctx.tiles,
                                           y.dtype.name, rows)
         gemm = TiledConv(kb, ctx, node, spec, View(cbuf, (batch, rows, out_h, out_w)), w, yv, bv, epilogue,
-                         y.dtype.name, ctx.tiles, channel_tiles)
-        ctx.emit(kb, copy + kb.loops([batch], lambda idx: gemm.emit(idx[0], const(0, INDEX))))
+                         y.dtype.name, ctx.tiles, channel_tiles, parallel=split_blocks)
+        body = kb.loops([batch], lambda idx: gemm.emit(idx[0], const(0, INDEX)))
+        ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and gemm.shares_nothing else body))
         return True
     channel_tiles = tiled and channel_tiles_pay(
         groups, out_channels, (out_h, out_w), (kernel[0], kernel[1]), (strides[0], strides[1]),
@@ -127,8 +134,10 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     yv = View(kb.output(final).buffer, (batch, out_channels, out_h, out_w))
     bv = kb.input(bias) if bias is not None else None
     if tiled:
-        tiled = TiledConv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, y.dtype.name, ctx.tiles, channel_tiles)
-        ctx.emit(kb, copy + kb.loops([batch], lambda idx: tiled.emit_image(idx[0])))
+        tiled = TiledConv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, y.dtype.name, ctx.tiles, channel_tiles,
+                          parallel=split_blocks)
+        body = kb.loops([batch], lambda idx: tiled.emit_image(idx[0]))
+        ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and tiled.shares_nothing else body))
         return True
     wv = View(kb.input(w).buffer, (out_channels, spec.group_in, spec.k_h, spec.k_w))
     emitter = _RowEmitter(kb, spec, xv, wv, yv, bv, epilogue, y.dtype.name)

@@ -21,6 +21,7 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, binary, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
+from aot.lowering.parallel import SCRATCH_SLOTS, parallel_blocks, pays, slot_blocks
 from aot.ops.conv_kernels import blocks, valid_range
 from aot.ops.gemm import pack_column_panels
 from aot.ops.register_tiles import Reduction, TileConfig, register_tile, vector_starts
@@ -217,10 +218,15 @@ class TiledConv:
 
     def __init__(self, kb: KernelBuilder, ctx: LoweringContext, node: Node, spec, x: View, w: Tensor, y: View,
                  bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig,
-                 channel_tiles: bool = False) -> None:
+                 channel_tiles: bool = False, parallel: bool = False) -> None:
         """`x` is the (padded) input image, or for column strides above 1 (without
-        `channel_tiles`, see channel_tiles_pay) the phase-split copy made by strided_copy."""
+        `channel_tiles`, see channel_tiles_pay) the phase-split copy made by strided_copy.
+        `parallel` (one image, one group): `emit` makes the blocks of output channels a parallel
+        loop; the modes with a scratch (grid, channels) get one scratch per slot
+        (aot/lowering/parallel.py slot_blocks)."""
         self.kb, self.s, self.xv, self.yv, self.bv = kb, spec, x, y, bias
+        self.parallel = parallel
+        self.slots = 1
         self.epilogue, self.dt, self.tile = epilogue, dtype, tile
         assert w.data is not None
         unit_stride = spec.s_h == spec.s_w == 1
@@ -240,9 +246,12 @@ class TiledConv:
             width = min(self.grid_size, tile.cols)
             if spec.per_group < tile.rows_for(width, spec.per_group + 1):  # few rows (depthwise): wider tiles
                 width = min(self.grid_size, tile.lanes * max(1, min(4, tile.accumulators // spec.per_group)))
-            # One block of channels at a time: the scratch holds `rows` grids.
+            # One block of channels at a time: the scratch holds `rows` grids (per slot).
             block_rows = tile.rows_for(width, spec.per_group)
-            self.grid = kb.output(scratch_tensor(ctx, node, (block_rows, self.grid_size), dtype, "grid")).buffer
+            self.slots = self._slots(-(-spec.per_group // block_rows))
+            self.grid_stride = block_rows * self.grid_size
+            self.grid = kb.output(scratch_tensor(ctx, node, (self.slots, block_rows, self.grid_size), dtype,
+                                                 "grid")).buffer
         else:
             self.mode, width = "rows", min(tile.cols, spec.out_w)
         self.k = spec.group_in * spec.k_h * spec.k_w
@@ -257,6 +266,15 @@ class TiledConv:
         probe = Var("probe", dtype)
         self.has_epilogue = epilogue.apply(probe, [const(0, INDEX)] * len(epilogue.shape)) is not probe
 
+    @property
+    def shares_nothing(self) -> bool:
+        """Whether emit's statements for different images and groups touch disjoint memory
+        (no scratch reused between them), so a loop over those may be parallel."""
+        return self.mode in ("pointwise", "rows")
+
+    def _slots(self, blocks_count: int) -> int:
+        return min(SCRATCH_SLOTS, blocks_count) if self.parallel else 1
+
     def out_index(self, n: Expr, oc: Expr, oh: Expr, ow: Expr) -> list[Expr]:
         return [n, oc, ow] if self.s.nd == 1 else [n, oc, oh, ow]
 
@@ -269,8 +287,15 @@ class TiledConv:
     def emit(self, n: Expr, g: Expr) -> list[Stmt]:
         if self.mode == "channels":
             return self._channels(n)
-        body = {"pointwise": self._pointwise, "grid": self._grid, "rows": self._rows}[self.mode]
-        return blocks(self.kb, self.s.per_group, self.rows, lambda oc0, count: body(n, g, oc0, count), "o")
+        if self.mode == "grid":
+            if self.slots > 1:
+                return slot_blocks(self.kb, self.s.per_group, self.rows,
+                                   lambda oc0, count, slot: self._grid(n, g, oc0, count, slot), "o", self.slots)
+            return blocks(self.kb, self.s.per_group, self.rows,
+                          lambda oc0, count: self._grid(n, g, oc0, count, const(0, INDEX)), "o")
+        body = {"pointwise": self._pointwise, "rows": self._rows}[self.mode]
+        split = parallel_blocks if self.parallel else blocks
+        return split(self.kb, self.s.per_group, self.rows, lambda oc0, count: body(n, g, oc0, count), "o")
 
     def _init_channels(self, ctx: LoweringContext, node: Node, w: Tensor, pixels: int) -> None:
         """A 1x1 convolution over an image whose pixels fill vectors badly (the last stages of
@@ -286,7 +311,11 @@ class TiledConv:
         assert w.data is not None
         weights_t = np.ascontiguousarray(np.asarray(w.data).reshape(s.out_channels, -1).T)  # [K][OC]
         self.wbuf = self.kb.input(ctx.constant(pack_column_panels(weights_t, self.cols), w.name)).buffer
-        self.scratch = self.kb.output(scratch_tensor(ctx, node, (self.rows, self.cols), weights_t.dtype,
+        channel_blocks, pixel_blocks = -(-s.out_channels // self.cols), -(-pixels // self.rows)
+        # Threads split the channel blocks, or the pixel blocks when there is one channel block.
+        self.split_pixels = self.parallel and channel_blocks == 1
+        self.slots = self._slots(pixel_blocks if self.split_pixels else channel_blocks)
+        self.scratch = self.kb.output(scratch_tensor(ctx, node, (self.slots, self.rows, self.cols), weights_t.dtype,
                                                      "tile")).buffer
 
     def _channels(self, n: Expr) -> list[Stmt]:
@@ -305,19 +334,20 @@ class TiledConv:
 
         # Channel blocks outermost: one panel of weights (k x cols) is reused from cache by every
         # block of pixels, while the (small) image streams through it.
-        def channel_block(j0: Expr, width: int) -> list[Stmt]:
-            def pixel_block(p0: Expr, count: int) -> list[Stmt]:
+        def channel_block(j0: Expr, width: int, channel_slot: Expr) -> list[Stmt]:
+            def pixel_block(p0: Expr, count: int, pixel_slot: Expr | None = None) -> list[Stmt]:
+                base = (pixel_slot if pixel_slot is not None else channel_slot) * (self.rows * self.cols)
                 tile = register_tile(
                     kb, self.dt, self.tile.lanes, count, width, Reduction((s.group_in, s.k_h, s.k_w), unrolled=2),
                     a_at=lambda i, tap: a_at(p0 + i, tap),
                     b_base=lambda tap: (self.wbuf, j0 * k + ((tap[0] * s.k_h + tap[1]) * s.k_w + tap[2]) * width),
                     init=[const(0.0, self.dt)] * count, out=self.scratch,
-                    out_at=lambda i, j: const(i * self.cols, INDEX) + j)
+                    out_at=lambda i, j: base + const(i * self.cols, INDEX) + j)
 
                 def write(idx: list[Expr]) -> list[Stmt]:
                     i, j = idx
                     oc, p = j0 + j, p0 + i
-                    value: Expr = Load(self.scratch, i * self.cols + j)
+                    value: Expr = Load(self.scratch, base + i * self.cols + j)
                     if self.bv is not None:
                         value = value + self.bv.load([oc])
                     apply = self._finish(n, oc, p, None)
@@ -325,9 +355,13 @@ class TiledConv:
                                   apply(value) if apply is not None else value)]
 
                 return tile + kb.loops([count, width], write, prefix="c")
+            if self.split_pixels and self.slots > 1:
+                return slot_blocks(kb, pixels, self.rows, pixel_block, "p", self.slots)
             return blocks(kb, pixels, self.rows, pixel_block, "p")
 
-        return blocks(kb, s.out_channels, self.cols, channel_block, "j")
+        if self.slots > 1 and not self.split_pixels:
+            return slot_blocks(kb, s.out_channels, self.cols, channel_block, "j", self.slots)
+        return blocks(kb, s.out_channels, self.cols, lambda j0, width: channel_block(j0, width, const(0, INDEX)), "j")
 
     def _init_flat(self, ctx: LoweringContext, node: Node, pixels: int) -> None:
         """A depthwise convolution with unit stride and 'same' padding computed over the flattened
@@ -343,7 +377,11 @@ class TiledConv:
         self.copy_size = self.margin + pixels + (s.k_h - 1 - s.p_h) * s.in_w + (s.k_w - 1 - s.p_w)
         per_channel = s.k_w * self.copy_size
         self.block = max(1, min(s.groups, FLAT_BLOCK_BYTES // (per_channel * np.dtype(self.dt).itemsize)))
-        self.shifted = self.kb.output(scratch_tensor(ctx, node, (self.block, per_channel), self.dt, "shifted")).buffer
+        # Threads (one image): blocks of channels split over scratch slots (slot_blocks).
+        self.slots = min(SCRATCH_SLOTS, -(-s.groups // self.block)) \
+            if s.batch == 1 and pays(ctx, s.groups * pixels * s.k_h * s.k_w) else 1
+        self.shifted = self.kb.output(scratch_tensor(ctx, node, (self.slots * self.block, per_channel), self.dt,
+                                                     "shifted")).buffer
 
     def _flat(self, n: Expr) -> list[Stmt]:
         """Output pixel p = oh * W + ow of tap (kh, kw) reads input p + (kh - pad_top) * W + d,
@@ -366,10 +404,10 @@ class TiledConv:
         # The margins are never written by the copies: zero them once.
         stmts: list[Stmt] = []
         for kw in range(s.k_w):
-            stmts += kb.loops([self.block, self.margin], lambda i, kw=kw: [
+            stmts += kb.loops([self.slots * self.block, self.margin], lambda i, kw=kw: [
                 Store(self.shifted, at(i[0], kw, i[1]), zero)],
                               prefix="z")
-            stmts += kb.loops([self.block, tail], lambda i, kw=kw: [
+            stmts += kb.loops([self.slots * self.block, tail], lambda i, kw=kw: [
                 Store(self.shifted, at(i[0], kw, self.margin + pixels + i[1]), zero)], prefix="z")
 
         def copy(slot: Expr, c: Expr) -> list[Stmt]:
@@ -397,13 +435,16 @@ class TiledConv:
 
             return blocks(kb, pixels, self.width, tile, "p")
 
-        def block(c0: Expr, count: int) -> list[Stmt]:
-            return (kb.loops([count], lambda i: copy(i[0], c0 + i[0]), prefix="b")
-                    + kb.loops([count], lambda i: compute(i[0], c0 + i[0]), prefix="b"))
+        def block(c0: Expr, count: int, slot: Expr) -> list[Stmt]:
+            first = slot * self.block
+            return (kb.loops([count], lambda i: copy(first + i[0], c0 + i[0]), prefix="b")
+                    + kb.loops([count], lambda i: compute(first + i[0], c0 + i[0]), prefix="b"))
 
-        return stmts + blocks(kb, s.groups, self.block, block, "c")
+        if self.slots > 1:
+            return stmts + slot_blocks(kb, s.groups, self.block, block, "c", self.slots)
+        return stmts + blocks(kb, s.groups, self.block, lambda c0, count: block(c0, count, const(0, INDEX)), "c")
 
-    def _grid(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
+    def _grid(self, n: Expr, g: Expr, oc0: Expr, count: int, slot: Expr) -> list[Stmt]:
         """Unit-stride convolutions with rows narrower than a vector: the outputs are computed on
         the padded input's grid, q = oh * padded_width + ow, where every tap reads x[q + offset]
         contiguously across row ends; the columns ow >= out_w of that grid are junk, which a
@@ -412,6 +453,7 @@ class TiledConv:
         s, kb = self.s, self.kb
         reduction = Reduction((s.group_in, s.k_h, s.k_w), unrolled=2)
         stride_row = s.in_w
+        base = slot * self.grid_stride
 
         def tile(q0: Expr, cols: int) -> list[Stmt]:
             def b_base(k: list[Expr]) -> tuple[Buffer, Expr]:
@@ -420,7 +462,7 @@ class TiledConv:
                                         + kh * (s.d_h * stride_row) + kw * s.d_w)
 
             def out_at(i: int, j: Expr) -> Expr:
-                return i * self.grid_size + q0 + j
+                return base + i * self.grid_size + q0 + j
 
             return register_tile(kb, self.dt, self.tile.lanes, count, cols, reduction, self._a_at(g, oc0, count),
                                  b_base, self._init(g, oc0, count), self.grid, out_at)
@@ -430,7 +472,7 @@ class TiledConv:
         def copy_out(idx: list[Expr]) -> list[Stmt]:
             i, oh, ow = idx
             oc = g * s.per_group + oc0 + i
-            value = Load(self.grid, i * self.grid_size + oh * stride_row + ow)
+            value = Load(self.grid, base + i * self.grid_size + oh * stride_row + ow)
             apply = self._finish(n, oc, oh * s.out_w + ow, (oh, ow))
             at = self.yv.index([n, oc, oh, ow])
             return [Store(self.yv.buffer, at, apply(value) if apply is not None else value)]

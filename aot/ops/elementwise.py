@@ -33,6 +33,7 @@ from aot.kernel.ir import (
 )
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
+from aot.lowering.parallel import mark_outer, pays
 from aot.ops.attrs import constant_input, fail
 from aot.ops.registry import register
 
@@ -94,7 +95,8 @@ def emit_elementwise(ctx: LoweringContext, node: Node, inputs: Sequence[Tensor],
             fn([flat(i[0], t, v) for t, v in zip(inputs, views)]), flat_index=i[0]))])
     else:
         body = kb.loops(shape, lambda idx: [out.store(idx, epilogue.apply(fn([v.load(idx) for v in views]), idx))])
-    ctx.emit(kb, body)
+    # Every element is computed on its own: the outermost loop may be split over threads.
+    ctx.emit(kb, mark_outer(body) if pays(ctx, output.size) else body)
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from aot.ir.graph import Node
 from aot.kernel.ir import Buffer, Expr, Stmt, Var, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.parallel import mark_outer, parallel_blocks, pays
 from aot.ops.attrs import fail, required_input
 from aot.ops.conv_kernels import blocks, index, matmul_rows
 from aot.ops.register_tiles import Reduction, TileConfig, register_tile
@@ -42,6 +43,7 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
     if b_shape[0] != k or y.shape != (m, b_shape[1]):
         raise fail(node, f"op(A) {list(av.shape)} x op(B) {list(b_shape)} does not give Y {list(y.shape)}")
     n = b_shape[1]
+    parallel = pays(ctx, m * n * k)
     cv = kb.input(c).broadcast_to((m, n)) if c is not None and beta != 0.0 else None
     dt = y.dtype.name
 
@@ -61,7 +63,7 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
             packed = kb.input(ctx.constant(pack_column_panels(b_data, cols), b.name)).buffer
             ctx.emit(kb, tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
                                       b_row=lambda r, j0, width: j0 * k + r * width, b_buffer=packed,
-                                      y_at=lambda i, j: yv.index([i, j]), finish=finish))
+                                      y_at=lambda i, j: yv.index([i, j]), finish=finish, parallel=parallel))
             return
         bv = kb.input(ctx.constant(b_data, b.name)) if node.attr("transB", 0) else kb.input(b)
     else:
@@ -71,7 +73,7 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
     if tileable(n, dt) and bv.strides[-1] == 1:
         ctx.emit(kb, tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
                                   b_row=lambda r, j0, width: bv.index([r, j0]), b_buffer=bv.buffer,
-                                  y_at=lambda i, j: yv.index([i, j]), finish=finish))
+                                  y_at=lambda i, j: yv.index([i, j]), finish=finish, parallel=parallel))
         return
     ctx.emit(kb, matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
                              b_at=lambda r, j: bv.load([r, j]), y_at=lambda i, j: yv.index([i, j]),
@@ -116,6 +118,9 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
     b_b = bv.broadcast_to((*batch, k, n)) if batch else bv
     y_full = View(yv.buffer, full)
     tiled = packed is not None or (tileable(n, dt) and b_b.strides[-1] == 1)
+    parallel = pays(ctx, int(np.prod(full)) * k)
+    # Batches of products: the outermost batch loop is the parallel one; one product: its tiles.
+    split_batch = parallel and int(np.prod(batch, dtype=np.int64)) > 1
 
     def b_row(bi: list[Expr], r: Expr, j0: Expr, width: int) -> Expr:
         return j0 * k + r * width if packed is not None else b_b.index([*bi, r, j0])
@@ -127,12 +132,15 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
             return tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
                                 b_row=lambda r, j0, width: b_row(bi, r, j0, width), b_buffer=b_b.buffer,
                                 y_at=lambda i, j: y_full.index([*bi, i, j]),
-                                finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]))
+                                finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]),
+                                parallel=parallel and not split_batch)
+        # (The untiled product stays serial within one batch: its top level mixes loops and tails.)
         return matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
                            b_at=lambda r, j: b_b.load([*bi, r, j]), y_at=lambda i, j: y_full.index([*bi, i, j]),
                            finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]))
 
-    ctx.emit(kb, kb.loops(batch, body, prefix="b"))
+    stmts = kb.loops(batch, body, prefix="b")
+    ctx.emit(kb, mark_outer(stmts) if split_batch else stmts)
 
 
 def tileable(n: int, dtype: str) -> bool:
@@ -158,11 +166,15 @@ def pack_column_panels(b: np.ndarray, cols: int) -> np.ndarray:
 def tiled_matmul(kb: KernelBuilder, tiles: TileConfig, out: Buffer, dtype: str, m: int, n: int, k: int,
                  a_at: Callable[[Expr, Expr], Expr], b_row: Callable[[Expr, Expr, int], Expr], b_buffer: Buffer,
                  y_at: Callable[[Expr, Expr], Expr],
-                 finish: Callable[[Expr, Expr, Expr], Expr]) -> list[Stmt]:
+                 finish: Callable[[Expr, Expr, Expr], Expr], parallel: bool = False) -> list[Stmt]:
     """Y[i, j] = finish(sum_k A[i, k] * B[k, j], i, j) as register tiles: blocks of rows of A
     (broadcasts) by runs of columns of B and Y (vectors); `b_row(r, j0, width)` is the index of
-    B[r, j0] in `b_buffer` for the column block [j0, j0 + width), whose row is contiguous."""
+    B[r, j0] in `b_buffer` for the column block [j0, j0 + width), whose row is contiguous.
+    `parallel`: the column panels (or, with one panel, the row blocks) are a parallel loop; each
+    tile writes its own outputs only."""
     rows, cols = matmul_tile_shape(tiles, m, n)
+    split_cols = parallel and n > cols
+    split_rows = parallel and not split_cols and m > rows
     probe = Var("probe", dtype)
     needs_finish = finish(probe, index(0), index(0)) is not probe
 
@@ -177,9 +189,9 @@ def tiled_matmul(kb: KernelBuilder, tiles: TileConfig, out: Buffer, dtype: str, 
                                  b_base=lambda kk: (b_buffer, b_row(kk[0], j0, width)),
                                  init=[const(0.0, dtype)] * count, out=out,
                                  out_at=lambda i, j: y_at(i0 + i, j0) + j, finish=tail)
-        return blocks(kb, m, rows, row_block, "i")
+        return (parallel_blocks if split_rows else blocks)(kb, m, rows, row_block, "i")
 
-    return blocks(kb, n, cols, column_block, "j")
+    return (parallel_blocks if split_cols else blocks)(kb, n, cols, column_block, "j")
 
 
 def _broadcast_batch(node: Node, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

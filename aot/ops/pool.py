@@ -34,6 +34,7 @@ from aot.kernel.ir import (
 )
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
+from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, pays, slot_blocks
 from aot.ops.attrs import fail, required_input, spatial_padding
 from aot.ops.reduce import chained_sum
 from aot.ops.register_tiles import vector_starts
@@ -102,10 +103,13 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
             and ctx.tiles.width_for(out_spatial[1]) > 1):
         ctx.emit(kb, _vector_max_pool(node, ctx, kb, x, yv, kernel, strides, dilations, pad_begin, out_spatial))
         return
+    # Every output window on its own: the outermost loop may be split over threads.
+    parallel = pays(ctx, y.size * _taps(kernel))
     if is_max and iv is None and all(d == 1 for d in dilations) and _taps(kernel) <= MAX_UNROLLED_TAPS:
-        ctx.emit(kb, kb.loops([batch, channels, *out_spatial],
-                              lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
-                                                          overhang, dt)))
+        stmts = kb.loops([batch, channels, *out_spatial],
+                         lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
+                                                     overhang, dt))
+        ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
         return
 
     if not is_max and not any(pad_begin) and not any(pad_end) and tuple(kernel) == in_spatial:
@@ -175,7 +179,8 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
             stmts.append(iv.store([n, c, *o], cast(best, indices.dtype.name)))
         return stmts
 
-    ctx.emit(kb, kb.loops([batch, channels, *out_spatial], body))
+    stmts = kb.loops([batch, channels, *out_spatial], body)
+    ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
 
 
 # Row maxima of a whole MaxPool plane kept at once when they take at most this (see _vector_max_pool).
@@ -216,10 +221,14 @@ def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: 
     dt = x.dtype.name
     # The row maxima of a whole plane when they fit in a quarter of L1, else one row at a time
     # (a 111-pixel row: measured 1.4x faster than the whole plane through the phase split).
-    slots = out_h if out_h * width * x.dtype.itemsize <= WHOLE_PLANE_BYTES else 1
-    row_max = kb.output(scratch_tensor(ctx, node, (slots, width), x.dtype, "rows")).buffer
-    phases = kb.output(scratch_tensor(ctx, node, (s_w, slots * per_phase), x.dtype, "phases")).buffer \
+    rows_kept = out_h if out_h * width * x.dtype.itemsize <= WHOLE_PLANE_BYTES else 1
+    # Threads: one image's planes split over scratch slots (aot/lowering/parallel.py slot_blocks).
+    slots = min(SCRATCH_SLOTS, channels) if batch == 1 and pays(
+        ctx, channels * out_h * out_w * k_h * k_w) else 1
+    row_max = kb.output(scratch_tensor(ctx, node, (slots, rows_kept, width), x.dtype, "rows")).buffer
+    phases = kb.output(scratch_tensor(ctx, node, (slots, s_w, rows_kept * per_phase), x.dtype, "phases")).buffer \
         if s_w > 1 else row_max
+    phase_size = s_w * rows_kept * per_phase if s_w > 1 else rows_kept * width
     src = kb.input(x)
     low = const(float("-inf"), dt)
     in_lanes = ctx.tiles.width_for(in_w)
@@ -235,6 +244,7 @@ def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: 
             runs.append((oh, oh + 1, taps))
 
     def rows_pass(n: Expr, c: Expr, oh: Expr, slot: Expr, taps: tuple[int, ...]) -> list[Stmt]:
+        # `slot`: the row's place in the scratch (thread slot and kept row)
         def at(kh: int, iw: Expr) -> Expr:
             return src.index([n, c, oh * s_h + (kh * d_h - top), iw])
 
@@ -255,7 +265,7 @@ def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: 
             body.append(VecStore(row_max, slot * width + (iw + left), acc))
         return body
 
-    def columns_pass(n: Expr, c: Expr, oh: Expr, slot: Expr) -> list[Stmt]:
+    def columns_pass(n: Expr, c: Expr, oh: Expr, slot: Expr, thread: Expr) -> list[Stmt]:
         if out_lanes == 1:
             def column(i: list[Expr]) -> list[Stmt]:
                 value: Expr = Load(row_max, slot * width + i[0] * s_w)
@@ -268,39 +278,48 @@ def _vector_max_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: 
             acc = kb.var("vmax", vector_of(dt, out_lanes))
             for kw in range(k_w):
                 phase, shift = (kw * d_w) % s_w, (kw * d_w) // s_w
-                tap = VecLoad(phases, slot * per_phase + (phase * slots * per_phase + ow + shift), out_lanes)
+                kept = slot - thread * rows_kept  # the row within the thread's scratch
+                tap = VecLoad(phases, thread * phase_size + kept * per_phase
+                              + (phase * rows_kept * per_phase + ow + shift), out_lanes)
                 body.append(Declare(acc, tap) if kw == 0 else Assign(acc, VecMax(tap, acc)))
             body.append(VecStore(yv.buffer, yv.index([n, c, oh, const(ow, INDEX)]), acc))
         return body
 
     # The borders (padding and overhang) are never written by the rows pass: -inf once.
-    stmts: list[Stmt] = kb.loops([slots, left], lambda i: [Store(row_max, i[0] * width + i[1], low)], prefix="z")
-    stmts += kb.loops([slots, width - left - in_w],
+    stmts: list[Stmt] = kb.loops([slots * rows_kept, left], lambda i: [Store(row_max, i[0] * width + i[1], low)],
+                                 prefix="z")
+    stmts += kb.loops([slots * rows_kept, width - left - in_w],
                       lambda i: [Store(row_max, i[0] * width + left + in_w + i[1], low)], prefix="z")
 
-    def split(count: int) -> list[Stmt]:
+    def split(count: int, thread: Expr) -> list[Stmt]:
         if s_w == 1 or out_lanes == 1:
             return []
+        rows_at, phases_at = thread * (rows_kept * width), thread * phase_size
         return [stmt for phase in range(s_w) for stmt in kb.loops([count * per_phase], lambda i, phase=phase: [
-            Store(phases, i[0] + phase * slots * per_phase, Load(row_max, i[0] * s_w + phase))], prefix="s")]
+            Store(phases, phases_at + i[0] + phase * rows_kept * per_phase,
+                  Load(row_max, rows_at + i[0] * s_w + phase))], prefix="s")]
 
-    def plane(idx: list[Expr]) -> list[Stmt]:
+    def plane(idx: list[Expr], thread: Expr) -> list[Stmt]:
+        """One plane, with the scratch of thread slot `thread`."""
         n, c = idx
         body: list[Stmt] = []
-        zero = const(0, INDEX)
+        first_row = thread * rows_kept
         for first, end, taps in runs:
-            if slots == 1:
+            if rows_kept == 1:
                 body += kb.loops([end - first], lambda r, first=first, taps=taps: [
-                    *rows_pass(n, c, r[0] + first, zero, taps), *split(1),
-                    *columns_pass(n, c, r[0] + first, zero)], prefix="r")
+                    *rows_pass(n, c, r[0] + first, first_row, taps), *split(1, thread),
+                    *columns_pass(n, c, r[0] + first, first_row, thread)], prefix="r")
             else:
                 body += kb.loops([end - first], lambda r, first=first, taps=taps: rows_pass(
-                    n, c, r[0] + first, r[0] + first, taps), prefix="r")
-        if slots == 1:
+                    n, c, r[0] + first, first_row + r[0] + first, taps), prefix="r")
+        if rows_kept == 1:
             return body
-        return body + split(out_h) + kb.loops([out_h], lambda r: columns_pass(n, c, r[0], r[0]), prefix="r")
+        return body + split(out_h, thread) + kb.loops([out_h], lambda r: columns_pass(
+            n, c, r[0], first_row + r[0], thread), prefix="r")
 
-    return stmts + kb.loops([batch, channels], plane, prefix="p")
+    if slots > 1:
+        return stmts + slot_blocks(kb, channels, 1, lambda c, _, slot: plane([const(0, INDEX), c], slot), "p", slots)
+    return stmts + kb.loops([batch, channels], lambda idx: plane(idx, const(0, INDEX)), prefix="p")
 
 
 def _branchless_max(kb, xv: View, yv: View, idx: list[Expr], kernel: list[int], strides: list[int],  # noqa: ANN001

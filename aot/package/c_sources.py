@@ -15,6 +15,7 @@ from aot.backends.c.kernel_printer import HELPER_DEFINITIONS, KernelPrinter, c_t
 from aot.codegen.c_names import UniqueNames, c_comment, c_string
 from aot.errors import AotError
 from aot.ir.graph import Tensor
+from aot.kernel.parallel import Segment, segments
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.package.blob import FileData, WeightsBlob
 from aot.planner.memory import MemoryPlan, align_up
@@ -137,10 +138,15 @@ def _render(template: jinja2.Template, context: Mapping[str, Any]) -> bytes:
 
 
 def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kernel_index: int,
-                name: str, slots: dict[int, WeightSlot]) -> str:
+                name: str, slots: dict[int, WeightSlot], segment: Segment | None = None,
+                extra: Sequence[str] = ()) -> str:
+    """The call of one kernel (or one of its segments) with its arguments computed from
+    `inputs`, `outputs` and the arena base `a`, as the run function has them."""
     kernel = program.kernels[kernel_index]
+    indices = segment.params if segment is not None else range(len(kernel.params))
     args = []
-    for buf, t, elements in zip(kernel.params, program.bindings[kernel_index], program.offsets[kernel_index]):
+    for i in indices:
+        buf, t, elements = kernel.params[i], program.bindings[kernel_index][i], program.offsets[kernel_index][i]
         storage = program.storage[id(t)]
         ctype = c_type(buf.dtype)
         qual = "" if buf.writable else "const "
@@ -156,12 +162,36 @@ def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kern
             args.append(f"{name}_weights.{slots[id(t)].member}{shift}")
         else:
             raise AssertionError(storage)
-    return f"{printer.function_name(kernel)}({', '.join(args)});"
+    function = printer.function_name(segment.kernel if segment is not None else kernel)
+    return f"{function}({', '.join([*args, *extra])});"
+
+
+def _model_code(printer: KernelPrinter, program: Program, plan: MemoryPlan, name: str,
+                slots: dict[int, WeightSlot]) -> tuple[list[str], list[str], list[dict[str, str]]]:
+    """The kernel functions, the run function's statements, and the task trampolines.
+
+    A kernel's parallel loops (aot/kernel/parallel.py) become tasks: `<name>_<kernel>_task`
+    unpacks the run function's context (inputs, outputs, arena) into the segment's arguments and
+    runs iterations [first, last); the run function passes it to aot_parallel_for."""
+    kernels, calls, tasks = [], [], []
+    for i, kernel in enumerate(program.kernels):
+        alias = program.overlapping_params(i)
+        for seg in segments(kernel):
+            local_alias = {j for j, whole in enumerate(seg.params) if whole in alias}
+            kernels.append(printer.kernel(seg.kernel, local_alias))
+            if not seg.parallel:
+                calls.append(kernel_call(printer, program, plan, i, name, slots, seg))
+                continue
+            task = f"{printer.function_name(seg.kernel)}_task"
+            tasks.append({"name": task,
+                          "call": kernel_call(printer, program, plan, i, name, slots, seg, ("first", "last"))})
+            calls.append(f"aot_parallel_for(executor, {task}, &context, {seg.extent});")
+    return kernels, calls, tasks
 
 
 def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
                      llvm_targets: Sequence[Mapping[str, Any]] = (),
-                     target: Target | None = None, weights_format: str = "auto",
+                     target: Target | None = None, weights_format: str = "auto", threads: bool = True,
                      ) -> tuple[dict[str, FileData], dict]:
     """The package's C and build files, plus the I/O descriptors and weight sizes for the manifest.
 
@@ -169,6 +199,8 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
     use them instead of <name>.c (see aot/compiler.py `_build_entry`). `weights_format` (see
     WEIGHTS_FORMATS) chooses between <name>_weights.c and <name>_weights.S + <name>_weights.bin;
     either defines the same <name>_weights object, so the rest of the package is the same.
+    `threads`: the build files compile runtime/aot_threads.c (the pthread pool) into the library
+    and the runner (Linux targets; not for bare metal).
     """
     env = _environment()
     inputs, outputs = _io_descriptors(program)
@@ -177,15 +209,14 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
     weights_format = resolve_weights_format(weights_format, weights_struct_bytes)
     blob = weights_blob(slot_list, weights_struct_bytes) if weights_format == "binary" else None
     printer = KernelPrinter(name)
-    kernels_text = [printer.kernel(k, program.overlapping_params(i)) for i, k in enumerate(program.kernels)]
-    calls = [kernel_call(printer, program, plan, i, name, slots) for i in range(len(program.kernels))]
+    kernels_text, calls, tasks = _model_code(printer, program, plan, name, slots)
     weights_bytes = sum(t.nbytes for t in program.weights)
     context = {
         "name": name, "NAME": name.upper(), "version": __version__,
         "source_comment": c_comment(source), "name_literal": c_string(name),
         "inputs": inputs, "outputs": outputs,
         "arena_bytes": plan.arena_bytes, "arena_align": plan.alignment, "weights_bytes": weights_bytes,
-        "kernels": kernels_text, "calls": calls,
+        "kernels": kernels_text, "calls": calls, "tasks": tasks, "threads": threads,
         "helpers": [HELPER_DEFINITIONS[h] for h in sorted(printer.helpers)],
         "onnx_nodes": program.graph.source_node_count,
         "llvm_targets": list(llvm_targets),

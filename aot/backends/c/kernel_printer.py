@@ -35,6 +35,7 @@ from aot.kernel.ir import (
     VecSelect,
     VecStore,
 )
+from aot.kernel.parallel import has_parallel
 
 C_TYPES = {
     "float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
@@ -100,6 +101,9 @@ class KernelPrinter:
             const = "" if b.writable else "const "
             restrict = "" if i in may_alias else "restrict "
             params.append(f"{const}{c_type(b.dtype)} *{restrict}{b.name}")
+        if has_parallel(kernel):
+            # A parallel segment (aot/kernel/parallel.py): runs iterations [first, last).
+            params += ["int32_t first", "int32_t last"]
         return f"static void {self.function_name(kernel)}({', '.join(params) or 'void'})"
 
     def kernel(self, kernel: Kernel, may_alias: set[int] | frozenset[int] = frozenset()) -> str:
@@ -117,7 +121,9 @@ class KernelPrinter:
         pad = "    " * depth
         if isinstance(s, Loop):
             v = s.var.name
-            out.append(f"{pad}for ({c_type(s.var.dtype)} {v} = 0; {v} < {s.extent}; ++{v}) {{")
+            start, stop = ("first", "last") if s.parallel else ("0", str(s.extent))
+            note = f" /* parallel: [first, last) of [0, {s.extent}) */" if s.parallel else ""
+            out.append(f"{pad}for ({c_type(s.var.dtype)} {v} = {start}; {v} < {stop}; ++{v}) {{{note}")
             for inner in s.body:
                 self._stmt(inner, depth + 1, out)
             out.append(f"{pad}}}")

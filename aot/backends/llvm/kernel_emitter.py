@@ -55,6 +55,7 @@ from aot.kernel.ir import (
     VecSelect,
     VecStore,
 )
+from aot.kernel.parallel import has_parallel
 
 # Unary ops that LLVM has exact intrinsics for (same results as the libm call the C backend makes;
 # nearbyint honours the current rounding mode exactly like C's nearbyint()).
@@ -128,10 +129,15 @@ class KernelEmitter:
     def emit(self, kernel: Kernel, name: str, params: Sequence[ParamInfo]) -> ir.Function:
         if len(params) != len(kernel.params):
             raise ValueError(f"{kernel.name}: {len(params)} parameter facts for {len(kernel.params)} params")
-        fn = ir.Function(self.module, ir.FunctionType(t.VOID, [t.PTR] * len(kernel.params)), name)
+        # A parallel segment (aot/kernel/parallel.py) also takes the range [first, last) of its loop.
+        parallel = has_parallel(kernel)
+        bounds = [t.I32, t.I32] if parallel else []
+        fn = ir.Function(self.module, ir.FunctionType(t.VOID, [t.PTR] * len(kernel.params) + bounds), name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
-        for arg, buf, info in zip(fn.args, kernel.params, params, strict=True):
+        if parallel:
+            fn.args[-2].name, fn.args[-1].name = "first", "last"
+        for arg, buf, info in zip(fn.args, kernel.params, params):
             arg.name = buf.name
             arg.attributes.add("captures(none)")
             if info.noalias:
@@ -150,7 +156,7 @@ class _FunctionEmitter:
         self.fn = fn
         self.kernel = kernel
         self.math = math
-        self.buffers = {b.name: (b, arg) for b, arg in zip(kernel.params, fn.args, strict=True)}
+        self.buffers = {b.name: (b, arg) for b, arg in zip(kernel.params, fn.args)}
         entry = fn.append_basic_block("entry")
         body = fn.append_basic_block("body")
         # Allocas go in the entry block, where mem2reg looks for them; code starts in `body`.
@@ -211,20 +217,26 @@ class _FunctionEmitter:
         typ = t.value_type(s.var.dtype)
         if not isinstance(typ, ir.IntType):
             raise TypeError(f"{self.kernel.name}: loop counter {name} has non-integer dtype {s.var.dtype}")
-        before = self.b.block
         header = self.fn.append_basic_block(f"{name}.loop")
         done = self.fn.append_basic_block(f"{name}.done")
-        self.b.branch(header)
+        if s.parallel:
+            # Iterations [first, last) of [0, extent): the caller guarantees 0 <= first <= last <= extent.
+            start, stop = self.fn.args[-2], self.fn.args[-1]
+            self.b.cbranch(self.b.icmp_signed("<", start, stop), header, done)
+        else:
+            start, stop = ir.Constant(typ, 0), ir.Constant(typ, s.extent)
+            self.b.branch(header)
+        before = self.b.block
         self.b.position_at_end(header)
         counter = self.b.phi(typ, name=name)
-        counter.add_incoming(ir.Constant(typ, 0), before)
+        counter.add_incoming(start, before)
         self.scopes.append({name: _Binding(s.var.dtype, value=counter, bounds=(0, s.extent - 1))})
         self.block(s.body)
         self.scopes.pop()
         # The counter stays in [0, extent], so the increment cannot wrap either way.
         step = self.b.add(counter, ir.Constant(typ, 1), name=f"{name}.next", flags=["nuw", "nsw"])
         counter.add_incoming(step, self.b.block)
-        more = self.b.icmp_signed("<", step, ir.Constant(typ, s.extent))
+        more = self.b.icmp_signed("<", step, stop)
         self.b.cbranch(more, header, done)
         self.b.position_at_end(done)
 

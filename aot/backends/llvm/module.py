@@ -1,10 +1,16 @@
 """The whole model as one LLVM module: kernels, the tensor-info tables and the public C API.
 
-The module defines exactly the functions <name>.h declares -- `<name>_run`, `<name>_run_ptrs` and
-`<name>_info` -- with the behaviour of the C backend's model.c.j2 (same NULL checks, alignment
-check and status codes), and takes the weights from the external `<name>_weights` object that
-<name>_weights.c (or, with binary weights, <name>_weights.S) defines, addressing members by the
-byte offsets of `layout_weights` -- which both formats lay out identically.
+The module defines exactly the functions <name>.h declares -- `<name>_run`, `<name>_run_ptrs`,
+`<name>_run_parallel`, `<name>_run_parallel_ptrs` and `<name>_info` -- with the behaviour of the
+C backend's model.c.j2 (same NULL checks, alignment check and status codes), and takes the
+weights from the external `<name>_weights` object that <name>_weights.c (or, with binary
+weights, <name>_weights.S) defines, addressing members by the byte offsets of `layout_weights`
+-- which both formats lay out identically.
+
+Kernels with parallel loops are emitted as segments (aot/kernel/parallel.py), and the run
+function hands each parallel one to the executor through a task trampoline, as model.c.j2 does:
+the context is the same three pointers (inputs, outputs, arena), and `aot_parallel_for` of
+aot_runtime.h is an internal function here.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from llvmlite import ir
 from aot.backends.llvm import types as t
 from aot.backends.llvm.kernel_emitter import KernelEmitter, MathLibrary, ParamInfo
 from aot.backends.llvm.target import LlvmTarget
+from aot.kernel.parallel import Segment, segments
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.package.c_sources import WEIGHT_ALIGN, WeightSlot, layout_weights
 from aot.planner.memory import MemoryPlan
@@ -52,6 +59,24 @@ def _power_of_two_dividing(offset: int, cap: int) -> int:
     return min(offset & -offset, cap)
 
 
+def _indirect_call(b: ir.IRBuilder, pointer: ir.Value, ftype: ir.FunctionType, args: list[ir.Value]) -> None:
+    """A call through a function pointer. llvmlite takes the callee's type from the callee
+    value, which an opaque pointer does not have: a stand-in gives it one."""
+    b.call(_Callee(pointer, ftype), args)
+
+
+class _Callee:
+    """A function pointer value with the function type llvmlite's call instruction asks for."""
+
+    def __init__(self, value: ir.Value, ftype: ir.FunctionType) -> None:
+        self.value = value
+        self.function_type = ftype
+        self.type = value.type
+
+    def get_reference(self) -> str:
+        return self.value.get_reference()
+
+
 def _c_string(text: str) -> ir.Constant:
     data = text.encode("utf-8") + b"\0"
     return ir.Constant(ir.ArrayType(t.I8, len(data)), bytearray(data))
@@ -82,10 +107,15 @@ class ModelModule:
     def build(self) -> ir.Module:
         math = MathLibrary(self.module)
         emitter = KernelEmitter(self.module, math)
-        kernels = [emitter.emit(k, f"{self.name}_{k.name}", self._param_facts(i))
-                   for i, k in enumerate(self.program.kernels)]
-        for fn in kernels:
-            self._function_attributes(fn)
+        kernels: list[list[tuple[Segment, ir.Function]]] = []
+        for i, k in enumerate(self.program.kernels):
+            facts = self._param_facts(i)
+            parts = []
+            for seg in segments(k):
+                fn = emitter.emit(seg.kernel, f"{self.name}_{seg.kernel.name}", [facts[j] for j in seg.params])
+                self._function_attributes(fn)
+                parts.append((seg, fn))
+            kernels.append(parts)
         info = self._info_tables()
         impl = self._run_impl(kernels)
         self._api(impl, info)
@@ -200,18 +230,19 @@ class ModelModule:
             ir.Constant(self.size_t, weights_bytes)]))
 
     # -- run ---------------------------------------------------------------------------------
-    def _run_impl(self, kernels: list[ir.Function]) -> ir.Function:
-        """`aot_status impl(const void *const *inputs, void *const *outputs, void *arena)`.
+    def _run_impl(self, kernels: list[list[tuple[Segment, ir.Function]]]) -> ir.Function:
+        """`aot_status impl(const void *const *inputs, void *const *outputs, void *arena,
+        const aot_executor *executor)`.
 
-        Shared by run and run_ptrs (both tail-call it), so the model code exists once; the checks
-        and their order are model.c.j2's.
+        Shared by the four run functions (all tail-call it), so the model code exists once; the
+        checks and their order are model.c.j2's.
         """
-        fn = ir.Function(self.module, ir.FunctionType(t.I32, [t.PTR, t.PTR, t.PTR]), f"{self.name}_run_impl")
+        fn = ir.Function(self.module, ir.FunctionType(t.I32, [t.PTR] * 4), f"{self.name}_run_impl")
         fn.linkage = "internal"
         fn.attributes.add("noinline")
         self._function_attributes(fn)
-        inputs, outputs, arena = fn.args
-        inputs.name, outputs.name, arena.name = "inputs", "outputs", "arena"
+        inputs, outputs, arena, executor = fn.args
+        inputs.name, outputs.name, arena.name, executor.name = "inputs", "outputs", "arena", "executor"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         null_block = fn.append_basic_block("null_pointer")
         misaligned_block = fn.append_basic_block("misaligned")
@@ -222,10 +253,7 @@ class ModelModule:
         b.cbranch(either, null_block, lists_ok)
 
         b.position_at_end(lists_ok)
-        in_ptrs = [b.load(b.gep(inputs, [ir.Constant(t.I32, i)], inbounds=True, source_etype=t.PTR), typ=t.PTR,
-                          name=f"in{i}") for i in range(len(self.inputs))]
-        out_ptrs = [b.load(b.gep(outputs, [ir.Constant(t.I32, i)], inbounds=True, source_etype=t.PTR), typ=t.PTR,
-                           name=f"out{i}") for i in range(len(self.outputs))]
+        in_ptrs, out_ptrs = self._load_pointers(b, inputs, outputs)
         missing = [b.icmp_unsigned("==", p, null) for p in in_ptrs + out_ptrs]
         if self.plan.arena_bytes > 0:
             missing.append(b.icmp_unsigned("==", arena, null))
@@ -245,14 +273,89 @@ class ModelModule:
         b.cbranch(b.icmp_unsigned("!=", low_bits, ir.Constant(self.size_t, 0)), misaligned_block, aligned)
 
         b.position_at_end(aligned)
-        for i, kernel_fn in enumerate(kernels):
-            args = [self._argument(b, i, j, in_ptrs, out_ptrs, arena)
-                    for j in range(len(self.program.kernels[i].params))]
-            b.call(kernel_fn, args)
+        context = None
+        if any(seg.parallel for parts in kernels for seg, _ in parts):
+            # model.c.j2's <name>_context: the pointers the tasks compute their arguments from.
+            # Three pointers in a row: the layout of the C struct.
+            context = b.alloca(t.PTR, size=ir.Constant(t.I32, 3), name="context")
+            for field, value in enumerate((inputs, outputs, arena)):
+                b.store(value, b.gep(context, [ir.Constant(t.I32, field)], inbounds=True, source_etype=t.PTR))
+        parallel_for = self._parallel_for() if context is not None else None
+        for i, parts in enumerate(kernels):
+            for seg, kernel_fn in parts:
+                if seg.parallel:
+                    assert parallel_for is not None and context is not None and seg.extent is not None
+                    task = self._task(i, seg, kernel_fn)
+                    b.call(parallel_for, [executor, task, context, ir.Constant(t.I32, seg.extent)])
+                else:
+                    args = [self._argument(b, i, j, in_ptrs, out_ptrs, arena) for j in seg.params]
+                    b.call(kernel_fn, args)
         b.ret(ir.Constant(t.I32, AOT_OK))
 
         ir.IRBuilder(null_block).ret(ir.Constant(t.I32, AOT_ERROR_NULL_POINTER))
         ir.IRBuilder(misaligned_block).ret(ir.Constant(t.I32, AOT_ERROR_ARENA_ALIGNMENT))
+        return fn
+
+    def _load_pointers(self, b: ir.IRBuilder, inputs: ir.Value,
+                       outputs: ir.Value) -> tuple[list[ir.Value], list[ir.Value]]:
+        in_ptrs = [b.load(b.gep(inputs, [ir.Constant(t.I32, i)], inbounds=True, source_etype=t.PTR), typ=t.PTR,
+                          name=f"in{i}") for i in range(len(self.inputs))]
+        out_ptrs = [b.load(b.gep(outputs, [ir.Constant(t.I32, i)], inbounds=True, source_etype=t.PTR), typ=t.PTR,
+                           name=f"out{i}") for i in range(len(self.outputs))]
+        return in_ptrs, out_ptrs
+
+    def _task(self, kernel_index: int, seg: Segment, kernel_fn: ir.Function) -> ir.Function:
+        """`void <segment>_task(void *context, int32_t first, int32_t last)`: model.c.j2's
+        trampoline, computing the segment's arguments from the context like the run function."""
+        fn = ir.Function(self.module, ir.FunctionType(t.VOID, [t.PTR, t.I32, t.I32]), f"{kernel_fn.name}_task")
+        fn.linkage = "internal"
+        self._function_attributes(fn)
+        context, first, last = fn.args
+        context.name, first.name, last.name = "context", "first", "last"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        inputs, outputs, arena = (
+            b.load(b.gep(context, [ir.Constant(t.I32, field)], inbounds=True, source_etype=t.PTR), typ=t.PTR,
+                   name=label)
+            for field, label in enumerate(("inputs", "outputs", "arena")))
+        in_ptrs, out_ptrs = self._load_pointers(b, inputs, outputs)
+        args = [self._argument(b, kernel_index, j, in_ptrs, out_ptrs, arena) for j in seg.params]
+        b.call(kernel_fn, [*args, first, last])
+        b.ret_void()
+        return fn
+
+    def _parallel_for(self) -> ir.Function:
+        """aot_runtime.h's aot_parallel_for: through executor->parallel_for when the executor has
+        several threads and there are several iterations, else one call fn(context, 0, count).
+        aot_executor is { parallel_for, state, threads } with the target's C layout."""
+        fn = ir.Function(self.module, ir.FunctionType(t.VOID, [t.PTR, t.PTR, t.PTR, t.I32]),
+                         f"{self.name}_parallel_for")
+        fn.linkage = "internal"
+        self._function_attributes(fn)
+        executor, task, context, count = fn.args
+        executor.name, task.name, context.name, count.name = "executor", "task", "context", "count"
+        entry = fn.append_basic_block("entry")
+        check = fn.append_basic_block("check")
+        split = fn.append_basic_block("split")
+        serial = fn.append_basic_block("serial")
+        b = ir.IRBuilder(entry)
+        null = ir.Constant(t.PTR, None)
+        b.cbranch(b.icmp_unsigned("==", executor, null), serial, check)
+        b.position_at_end(check)
+        # Its two pointers, then the int32 (at twice the pointer size on every target).
+        method = b.load(executor, typ=t.PTR, name="method")
+        threads = b.load(b.gep(executor, [ir.Constant(t.I32, 2)], inbounds=True, source_etype=t.PTR), typ=t.I32,
+                         name="threads")
+        ok = b.and_(b.icmp_unsigned("!=", method, null),
+                    b.and_(b.icmp_signed(">", threads, ir.Constant(t.I32, 1)),
+                           b.icmp_signed(">", count, ir.Constant(t.I32, 1))))
+        b.cbranch(ok, split, serial)
+        b.position_at_end(split)
+        method_type = ir.FunctionType(t.VOID, [t.PTR, t.PTR, t.PTR, t.I32])
+        _indirect_call(b, method, method_type, [executor, task, context, count])
+        b.ret_void()
+        b.position_at_end(serial)
+        _indirect_call(b, task, ir.FunctionType(t.VOID, [t.PTR, t.I32, t.I32]), [context, ir.Constant(t.I32, 0), count])
+        b.ret_void()
         return fn
 
     def _argument(self, b: ir.IRBuilder, kernel_index: int, param_index: int, in_ptrs: list[ir.Value],
@@ -267,15 +370,17 @@ class ModelModule:
         return b.gep(base, [ir.Constant(t.I32, region.start)], inbounds=True, source_etype=t.I8)
 
     def _api(self, impl: ir.Function, info: ir.GlobalVariable) -> None:
-        signature = ir.FunctionType(t.I32, [t.PTR, t.PTR, t.PTR])
         # <name>_inputs / <name>_outputs are structs of N object pointers, laid out exactly like
         # the arrays run_ptrs takes, so run needs no copy (model.c.j2 copies only because C
         # cannot portably index a struct); with no inputs impl never reads the inputs list.
-        for suffix in ("run_ptrs", "run"):
-            fn = ir.Function(self.module, signature, f"{self.name}_{suffix}")
+        for suffix, parallel in (("run_ptrs", False), ("run", False), ("run_parallel_ptrs", True),
+                                 ("run_parallel", True)):
+            fn = ir.Function(self.module, ir.FunctionType(t.I32, [t.PTR] * (4 if parallel else 3)),
+                             f"{self.name}_{suffix}")
             self._function_attributes(fn)
             b = ir.IRBuilder(fn.append_basic_block("entry"))
-            b.ret(b.call(impl, list(fn.args), tail=True))
+            args = list(fn.args) if parallel else [*fn.args, ir.Constant(t.PTR, None)]
+            b.ret(b.call(impl, args, tail=True))
         info_fn = ir.Function(self.module, ir.FunctionType(t.PTR, []), f"{self.name}_info")
         self._function_attributes(info_fn)
         ir.IRBuilder(info_fn.append_basic_block("entry")).ret(info)

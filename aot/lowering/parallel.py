@@ -1,0 +1,89 @@
+"""Choosing the loops that run on several threads (see aot/kernel/parallel.py for what the
+backends make of them).
+
+The op lowerings know which of their loops have independent iterations; these helpers mark one
+top-level loop of a kernel `parallel` when the kernel is big enough to pay for a fork/join
+(waking the pool's workers and waiting for the last one costs microseconds; a kernel of
+PARALLEL_MIN_WORK multiply-adds or elements takes tens of them on one core), and only when the
+target has threads at all (LoweringContext.parallel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aot.kernel.ir import INDEX, Expr, If, Loop, Stmt, binary, const, lt
+from aot.lowering.builder import KernelBuilder
+
+# Multiply-adds (or, for memory-bound kernels, elements) below which a kernel stays serial.
+PARALLEL_MIN_WORK = 1 << 16
+# Kernels whose iterations reuse a scratch buffer get one copy of it per "slot", and their
+# parallel loop runs over the slots (each a contiguous run of the iterations): a compile-time
+# bound on the threads such a kernel can use, since the arena is sized at compile time.
+SCRATCH_SLOTS = 4
+
+
+def pays(ctx, work: int) -> bool:  # noqa: ANN001 - LoweringContext (import cycle)
+    """Whether a kernel of `work` multiply-adds / elements should get a parallel loop."""
+    return bool(ctx.parallel) and work >= PARALLEL_MIN_WORK
+
+
+def mark_outer(stmts: list[Stmt]) -> list[Stmt]:
+    """Marks the last top-level statement parallel when it is a loop of 2+ iterations (the
+    outermost loop of a loop nest, after any prologue the caller put before it)."""
+    if stmts and isinstance(stmts[-1], Loop) and stmts[-1].extent >= 2:
+        stmts[-1].parallel = True
+    return stmts
+
+
+def parallel_blocks(kb: KernelBuilder, total: int, size: int, emit: Callable[[Expr, int], list[Stmt]],
+                    prefix: str) -> list[Stmt]:
+    """aot/ops/conv_kernels.py `blocks` as one parallel loop over every block: the shorter tail
+    block is the loop's last iteration (a branch per block, not per element)."""
+    size = max(1, min(size, total))
+    full, tail = divmod(total, size)
+    count = full + (1 if tail else 0)
+    if count < 2:
+        return emit(const(0, INDEX), total) if total else []
+    var = kb.var(prefix)
+    body = emit(var * size, size)
+    if tail:
+        body = [If(lt(var, full), body, emit(const(full * size, INDEX), tail))]
+    return [Loop(var, count, body, parallel=True)]
+
+
+def slot_blocks(kb: KernelBuilder, total: int, size: int, emit: Callable[[Expr, int, Expr], list[Stmt]],
+                prefix: str, slots: int) -> list[Stmt]:
+    """`blocks` over [0, total) as a parallel loop over `slots` slots, each a contiguous run of
+    blocks (as even as integer division makes them); `emit(start, count, slot)` builds one block
+    and puts its scratch at `slot`. Iterations of different slots may run at once, blocks of
+    one slot never do, so a scratch per slot suffices."""
+    size = max(1, min(size, total))
+    full, tail = divmod(total, size)
+    count = full + (1 if tail else 0)
+    slots = max(1, min(slots, count))
+    slot = kb.var("slot")
+    per = -(-count // slots)
+
+    def block(b: Expr) -> list[Stmt]:
+        body = emit(b * size, size, slot)
+        if tail:
+            return [If(lt(b, full), body, emit(const(full * size, INDEX), tail, slot))]
+        return body
+
+    if count % slots == 0:
+        if per == 1:
+            body = block(slot)
+        else:
+            t = kb.var(prefix)
+            body = [Loop(t, per, block(slot * per + t))]
+    else:
+        # Slot s covers blocks [s * count / slots, (s + 1) * count / slots).
+        t = kb.var(prefix)
+        start = binary("div", slot * count, const(slots, INDEX))
+        stop = binary("div", (slot + 1) * count, const(slots, INDEX))
+        body = [Loop(t, per, [If(lt(start + t, stop), block(start + t))])]
+    return [Loop(slot, slots, body, parallel=slots >= 2)]
+
+
+__all__ = ["PARALLEL_MIN_WORK", "SCRATCH_SLOTS", "mark_outer", "parallel_blocks", "pays", "slot_blocks"]
