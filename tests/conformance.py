@@ -228,8 +228,15 @@ def cases_of(suite: str) -> list[Case]:
     raise ValueError(f"unknown suite {suite!r} (suites: {', '.join(SUITES)})")
 
 
+@functools.cache
+def _cases_once(suite: str) -> tuple[Case, ...]:
+    return tuple(cases_of(suite))
+
+
 def all_cases(suites: Iterable[str] = SUITES) -> list[Case]:
-    return [c for s in suites for c in cases_of(s)]
+    """The cases of `suites`, enumerated once per process (the node cases take seconds to generate,
+    and test modules share them)."""
+    return [c for s in suites for c in _cases_once(s)]
 
 
 def light_input(vi: onnx.ValueInfoProto) -> np.ndarray:
