@@ -17,8 +17,14 @@ Each case is classified as
   passed        every data set matches the expected outputs (aot.verify.compare, tolerance 1e-4);
   failed        anything else, with a one-line reason.
 
+Where a case runs: by default built as a shared library for this machine and called through
+ctypes; with a target (`--target rpi4`, run_case(..., target="rpi4")) compiled for that preset
+(its register tiles, its LLVM object with --backend llvm), cross-built into the package's static
+runner with the toolchain `aot verify --target` uses (aot.toolchain) and run under qemu-user, the
+data sets as .npy files in and out.
+
 No pytest in here: `python -m tests.conformance` prints the summary, and tests/test_conformance.py
-turns the cases into tests.
+(tests/test_conformance_cross.py for the targets) turns the cases into tests.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ from aot.errors import AotError, UnsupportedError
 from aot.frontend.shape_folding import NEVER_FOLD
 from aot.host.run import HostModel
 from aot.ops.registry import constant_inputs, is_supported
+from aot.targets import Target, load_target
+from aot.toolchain.discovery import Toolchain, find_toolchain, qemu_for
+from aot.toolchain.target_build import TargetModel
 from aot.verify import compare
 
 DATA_DIR = Path(onnx.backend.test.__file__).resolve().parent / "data"
@@ -63,6 +72,10 @@ DEFAULT_OPT, DEFAULT_CFLAGS = "-O1", "-pedantic"
 # Light models are built in a child process with this much address space (python, make and cc
 # each). VGG-19 (575 MB of weights) peaks at about 3 GiB, in ONNX loading; `-n auto` runs two at once.
 LIGHT_MEMORY_LIMIT = 10 * 2**30
+BACKENDS = ("c", "llvm")
+# Cross sweeps: the longest one run of a case's runner under qemu-user may take (the slowest node
+# case takes well under a second; a hang must not stop the sweep).
+CROSS_RUN_TIMEOUT = 120.0
 
 PASSED, FAILED, UNSUPPORTED, OUT_OF_SCOPE = "passed", "failed", "unsupported", "out_of_scope"
 STATUSES = (PASSED, FAILED, UNSUPPORTED, OUT_OF_SCOPE)
@@ -215,8 +228,15 @@ def cases_of(suite: str) -> list[Case]:
     raise ValueError(f"unknown suite {suite!r} (suites: {', '.join(SUITES)})")
 
 
+@functools.cache
+def _cases_once(suite: str) -> tuple[Case, ...]:
+    return tuple(cases_of(suite))
+
+
 def all_cases(suites: Iterable[str] = SUITES) -> list[Case]:
-    return [c for s in suites for c in cases_of(s)]
+    """The cases of `suites`, enumerated once per process (the node cases take seconds to generate,
+    and test modules share them)."""
+    return [c for s in suites for c in _cases_once(s)]
 
 
 def light_input(vi: onnx.ValueInfoProto) -> np.ndarray:
@@ -390,9 +410,34 @@ def _describe_internal(e: BaseException) -> str:
     return f"internal {type(e).__name__}" + (f": {text}" if text else "")
 
 
-def run_case(case: Case, opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS) -> CaseResult:
+def default_backend() -> str:
+    """$AOT_TEST_BACKEND=llvm runs the native sweep through the LLVM objects instead of C."""
+    return os.environ.get("AOT_TEST_BACKEND") or "c"
+
+
+@functools.cache
+def cross_setup(target: str) -> tuple[Target, Toolchain, list[str]]:
+    """The preset, its C toolchain and how to launch its programs here (qemu-user), looked up
+    once per process; raises AotError naming what to install when something is missing."""
+    preset = load_target(target)
+    return preset, find_toolchain(preset), qemu_for(preset)
+
+
+def cross_unavailable(target: str) -> str | None:
+    """Why cases cannot be cross-built for `target` and run here, or None when they can."""
+    try:
+        cross_setup(target)
+    except AotError as e:
+        return str(e)
+    return None
+
+
+def run_case(case: Case, opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS,
+             backend: str | None = None, target: str | None = None) -> CaseResult:
+    """Run one case: natively (target None) or cross-built for the preset `target` and run under
+    qemu-user; with `backend` (default default_backend())."""
     start = time.perf_counter()
-    result = _run_case(case, opt, extra_cflags)
+    result = _run_case(case, opt, extra_cflags, backend or default_backend(), target)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -407,7 +452,7 @@ def symbolic_inputs(model: onnx.ModelProto) -> list[str]:
     return names
 
 
-def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
+def _run_case(case: Case, opt: str, extra_cflags: str, backend: str, target: str | None) -> CaseResult:
     def result(status: str, reason: str = "", ops: Sequence[str] = ()) -> CaseResult:
         return CaseResult(case.id, case.suite, status, reason, list(ops))
 
@@ -423,7 +468,7 @@ def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
     if not data_sets:
         return result(FAILED, "no test data sets")
     symbolic = symbolic_inputs(case.model)
-    hosts: dict[tuple, HostModel] = {}
+    hosts: dict[tuple, HostModel | TargetModel] = {}
     for k, (inputs, expected) in enumerate(data_sets):
         where = f"data set {k}: " if len(data_sets) > 1 else ""
         if len(inputs) != len(names_in) or len(expected) != len(names_out):
@@ -436,9 +481,7 @@ def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
         key = tuple(sorted(shapes.items()))
         if key not in hosts:
             try:
-                # AOT_TEST_BACKEND=llvm runs the whole sweep through the LLVM objects instead.
-                package = compile_model(case.model, input_shapes=shapes or None,
-                                        backend=os.environ.get("AOT_TEST_BACKEND", "c"))
+                package = compile_model(case.model, input_shapes=shapes or None, backend=backend, target=target)
             except UnsupportedError as e:
                 return result(UNSUPPORTED, "", sorted(e.unsupported))
             except AotError as e:
@@ -446,11 +489,16 @@ def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
             except Exception as e:  # an internal error is a failure to report, not a crash of the sweep
                 return result(FAILED, f"{where}compile: {_describe_internal(e)}")
             try:
-                hosts[key] = HostModel.build(package, opt=opt, extra_cflags=extra_cflags)
+                if target is None:
+                    hosts[key] = HostModel.build(package, opt=opt, extra_cflags=extra_cflags)
+                else:
+                    preset, toolchain, _ = cross_setup(target)
+                    hosts[key] = TargetModel.build(package, preset, toolchain, opt=opt, extra_cflags=extra_cflags)
             except AotError as e:
                 return result(FAILED, f"{where}build: {_one_line(str(e))}")
         try:
-            ours = hosts[key].run(feeds)
+            model = hosts[key]
+            ours = model.run(feeds) if isinstance(model, HostModel) else model.run(feeds, timeout=CROSS_RUN_TIMEOUT)
         except AotError as e:
             return result(FAILED, f"{where}run: {_one_line(str(e))}")
         for name, want in zip(names_out, expected, strict=True):
@@ -469,42 +517,47 @@ def _run_case(case: Case, opt: str, extra_cflags: str) -> CaseResult:
     return result(PASSED)
 
 
-def _run_quietly(case: Case, opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS) -> CaseResult:
+def _run_quietly(case: Case, opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS,
+                 backend: str | None = None, target: str | None = None) -> CaseResult:
     # onnx's reference evaluator (used for folding) and numpy may print or warn; keep the report clean.
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        return run_case(case, opt, extra_cflags)
+        return run_case(case, opt, extra_cflags, backend, target)
 
 
 def run_cases(cases: Sequence[Case], jobs: int = 1, opt: str = DEFAULT_OPT,
-              extra_cflags: str = DEFAULT_CFLAGS) -> list[CaseResult]:
-    run = functools.partial(_run_quietly, opt=opt, extra_cflags=extra_cflags)
+              extra_cflags: str = DEFAULT_CFLAGS, backend: str | None = None,
+              target: str | None = None) -> list[CaseResult]:
+    run = functools.partial(_run_quietly, opt=opt, extra_cflags=extra_cflags, backend=backend, target=target)
     if jobs <= 1 or len(cases) <= 1:
         return [run(c) for c in cases]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(run, cases, chunksize=1))
 
 
-def _isolated_child(case: Case, memory_limit: int | None, opt: str, extra_cflags: str, conn: Connection) -> None:
+def _isolated_child(case: Case, memory_limit: int | None, opt: str, extra_cflags: str, backend: str | None,
+                    target: str | None, conn: Connection) -> None:
     if memory_limit is not None:
         # Inherited by make and the C compiler too: a model too big for the budget fails in
         # this child (MemoryError, or the compiler's out-of-memory) instead of swapping the host.
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     try:
-        conn.send(_run_quietly(case, opt, extra_cflags))
+        conn.send(_run_quietly(case, opt, extra_cflags, backend, target))
     finally:
         conn.close()
 
 
 def run_case_isolated(case: Case, memory_limit: int | None = None, timeout: float | None = None,
-                      opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS) -> CaseResult:
+                      opt: str = DEFAULT_OPT, extra_cflags: str = DEFAULT_CFLAGS, backend: str | None = None,
+                      target: str | None = None) -> CaseResult:
     """run_case in a child process with an address-space limit and a deadline, for big models:
     running out of either, or crashing, is reported as a failure with the reason."""
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     ctx = mp.get_context(method)
     receive, send = ctx.Pipe(duplex=False)
     start = time.perf_counter()
-    child = ctx.Process(target=_isolated_child, args=(case, memory_limit, opt, extra_cflags, send), daemon=True)
+    child = ctx.Process(target=_isolated_child, args=(case, memory_limit, opt, extra_cflags, backend, target, send),
+                        daemon=True)
     child.start()
     send.close()
     try:
@@ -585,17 +638,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--opt", default=DEFAULT_OPT, help=f"C optimisation flag (default {DEFAULT_OPT})")
     parser.add_argument("--cflags", default=DEFAULT_CFLAGS, help=f"extra C flags (default {DEFAULT_CFLAGS})")
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="code generator (default: $AOT_TEST_BACKEND, else c)")
+    parser.add_argument("--target", default=None,
+                        help="a preset (rpi4, rpi3, ... see `aot targets`) or .toml: compile for it, cross-build "
+                             "the runner and run it under qemu-user (default: this machine, through ctypes)")
+    parser.add_argument("--every", type=int, default=1, metavar="N",
+                        help="only every N-th case (after -k), from --offset: a quick sample")
+    parser.add_argument("--offset", type=int, default=0, help="first case of --every (default 0)")
     parser.add_argument("--show-out-of-scope", action="store_true", help="list every out-of-scope case")
     args = parser.parse_args(argv)
+    if args.every < 1:
+        parser.error("--every must be at least 1")
+    backend = args.backend or default_backend()
+    where = "this machine"
+    if args.target:
+        problem = cross_unavailable(args.target)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        preset, toolchain, launcher = cross_setup(args.target)
+        where = f"{preset.name}, {toolchain.cc_text}" + (f", under {' '.join(launcher)}" if launcher else "")
     suites = args.suite or [NODE, *FOLDER_SUITES]
-    cases = [c for c in all_cases(suites) if args.pattern in c.id]
+    cases = [c for c in all_cases(suites) if args.pattern in c.id][args.offset::args.every]
     small = [c for c in cases if c.suite != LIGHT]
-    results = run_cases(small, args.jobs, args.opt, args.cflags)
+    start = time.perf_counter()
+    results = run_cases(small, args.jobs, args.opt, args.cflags, backend, args.target)
     # Light models one at a time, each in a memory-limited child: they take gigabytes.
     for case in (c for c in cases if c.suite == LIGHT):
-        results.append(run_case_isolated(case, LIGHT_MEMORY_LIMIT, None, args.opt, args.cflags))
+        results.append(run_case_isolated(case, LIGHT_MEMORY_LIMIT, None, args.opt, args.cflags, backend,
+                                         args.target))
         print(f"{results[-1].line() or case.id} [{results[-1].status}, {results[-1].seconds:.0f} s]", flush=True)
-    print(summarize(results))
+    title = f"ONNX conformance ({backend} backend, {where}, {args.opt})"
+    print(summarize(results, title))
+    print(f"{time.perf_counter() - start:.0f} s wall time, {sum(r.seconds for r in results):.0f} s summed "
+          f"over cases, {args.jobs} jobs")
     if args.show_out_of_scope:
         for r in results:
             if r.status == OUT_OF_SCOPE:

@@ -10,6 +10,8 @@ ruff check aot tests examples benchmarks
 if [ $# -gt 0 ]; then
   exec python -m pytest -n auto -q "$@"
 fi
+# (This includes tests/test_conformance_cross.py: every 7th conformance case cross-built for rpi4
+# and rpi3 with both backends and run under qemu-user, about 2 minutes on 2 cores.)
 python -m pytest -n auto -q
 AOT_TEST_BACKEND=llvm python -m pytest -n auto -q tests/test_ops.py tests/test_ops_*.py tests/test_fusion.py \
   tests/test_memory.py tests/test_register_tiles.py tests/test_e2e_models.py tests/test_conformance.py

@@ -5,7 +5,8 @@
 #   gcc make libc6-dev        build packages for this machine
 #   cmake                     the package's CMakeLists
 #   clang                     the strict-warning and sanitizer builds also run with clang
-#   qemu-user + cross GCCs    build for Raspberry Pi targets and run the binaries here
+#   qemu-user + cross GCCs    build for Raspberry Pi targets and run the binaries here (rpi4:
+#                             aarch64, rpi3: armhf; tests/test_conformance_cross.py needs both)
 #   gcc-arm-none-eabi/newlib  bare-metal Cortex-M targets
 #   chromium                  renders `aot report` pages in a test (headless)
 # AOT_SETUP_MINIMAL=1 installs only the first line (enough for `aot compile/verify` on this machine).
@@ -16,7 +17,7 @@ need_cmd make || packages+=(make)
 if [ "${AOT_SETUP_MINIMAL:-0}" != 1 ]; then
   need_cmd cmake || packages+=(cmake)
   need_cmd clang || packages+=(clang)
-  need_cmd qemu-aarch64 || packages+=(qemu-user)
+  { need_cmd qemu-aarch64 && need_cmd qemu-arm; } || packages+=(qemu-user)
   need_cmd aarch64-linux-gnu-gcc || packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
   need_cmd arm-linux-gnueabihf-gcc || packages+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)
   need_cmd arm-none-eabi-gcc || packages+=(gcc-arm-none-eabi libnewlib-arm-none-eabi)

@@ -90,6 +90,26 @@ def test_verify_on_target_under_qemu(target: str, backend: str) -> None:
     assert report["passed"] and report["ran_on"] == f"{target} under {preset.qemu}"
 
 
+def test_target_model_runs_scalar_inputs_and_reports_failures() -> None:
+    """Found by the conformance sweep under qemu: a 0-d input (Clip's min) reached the runner as a
+    1-d .npy, which it rejects by rank. And a runner failure names the program, target and exit."""
+    from onnx import helper
+
+    from aot.compiler import compile as compile_model
+    from aot.toolchain.target_build import TargetModel
+    from tests.helpers import make_model
+
+    preset = load_target("rpi4")
+    need(f"{preset.gcc_prefix}gcc", preset.qemu)
+    x, low = rand(2, 3, seed=3), np.array(0.25, np.float32)
+    model = make_model([helper.make_node("Clip", ["x", "low"], ["y"])], {"x": x, "low": low}, ["y"])
+    built = TargetModel.build(compile_model(model, target="rpi4"), preset)
+    np.testing.assert_array_equal(built.run({"x": x, "low": low})["y"], np.maximum(x, low))
+    built.runner.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    with pytest.raises(AotError, match=r"_runner \(rpi4, under qemu-aarch64\) failed"):
+        built.run({"x": x, "low": low})
+
+
 def test_package_makefile_cross_compiles_by_default(tmp_path: Path) -> None:
     need("aarch64-linux-gnu-gcc")
     result = aot("compile", str(EXAMPLE), "--target", "rpi4", "-o", str(tmp_path / "pkg"))

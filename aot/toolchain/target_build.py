@@ -56,7 +56,8 @@ class TargetModel:
 
     @classmethod
     def build(cls, package: Package, target: Target, toolchain: Toolchain | None = None,
-              build_dir: Path | None = None, opt: str = "-O2", progress: Progress | None = None) -> TargetModel:
+              build_dir: Path | None = None, opt: str = "-O2", progress: Progress | None = None,
+              extra_cflags: str = "") -> TargetModel:
         if target.bare_metal:
             raise AotError(f"--target {target.name}: bare-metal targets build a library only; nothing to run here")
         toolchain = toolchain or find_toolchain(target)
@@ -70,25 +71,40 @@ class TargetModel:
         llvm = package.manifest.get("backend") == "llvm"
         progress = progress or SILENT
         progress.start(f"cross build for {target.name} ({toolchain.kind}: {toolchain.cc_text})")
-        build_package_dir(directory, package.name, target, toolchain, opt=opt, llvm=llvm)
+        build_package_dir(directory, package.name, target, toolchain, opt=opt, extra_cflags=extra_cflags, llvm=llvm)
         progress.finish()
         return cls(package, target, directory, keep)
+
+    def _what(self) -> str:
+        return f"{self.runner.name} ({self.target.name}{', under ' + self._launcher[0] if self._launcher else ''})"
 
     def command(self, args: Sequence[str]) -> list[str]:
         return [*self._launcher, str(self.runner), *args]
 
-    def run(self, inputs: Mapping[str, Any] | Sequence[Any], repeat: int = 0) -> dict[str, np.ndarray]:
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any], repeat: int = 0,
+            timeout: float | None = None) -> dict[str, np.ndarray]:
+        """Run the runner on `inputs`; a failure, a crash or (with `timeout`, seconds) a hang is an AotError."""
         arrays = prepare_inputs(self.package.inputs, inputs)
         with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
             paths = []
-            for i, arr in enumerate(arrays):
+            for i, (spec, arr) in enumerate(zip(self.package.inputs, arrays)):
                 path = Path(tmp) / f"input{i}.npy"
-                np.save(path, arr)
+                # The runner checks each .npy's rank, and prepare_inputs' ascontiguousarray turns a
+                # 0-d array (a scalar input: Clip's min, Trilu's k) into a 1-d one.
+                np.save(path, arr.reshape(spec["shape"]))
                 paths.append(str(path))
             args = ["-o", tmp, *(["-r", str(repeat)] if repeat else []), *paths]
             cmd = self.command(args)
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired as e:
+                raise AotError(f"{self._what()} did not finish within {timeout:g} s\n"
+                               f"  command: {shlex.join(cmd)}") from e
             if proc.returncode != 0:
-                raise AotError(f"{shlex.join(cmd)} failed: {(proc.stderr or proc.stdout).strip()}")
+                code = proc.returncode
+                status = f"signal {-code}" if code < 0 else f"exit {code}"
+                # What the runner (or qemu) said first: the first line is the one-line reason.
+                said = " ".join((proc.stderr or proc.stdout).strip().splitlines()[:5])
+                raise AotError(f"{self._what()} failed ({status}): {said}\n  command: {shlex.join(cmd)}")
             self.last_stdout = proc.stdout
             return {o["name"]: np.load(Path(tmp) / f"output{i}.npy") for i, o in enumerate(self.package.outputs)}
