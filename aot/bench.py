@@ -62,7 +62,7 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     import onnxruntime as ort
 
     # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
-    package = compile_model(model_path, input_shapes, target=host_preset_name())
+    package = compile_model(model_path, input_shapes, target=host_preset_name(), parallel=threads > 1)
     graph, _ = load(model_path, input_shapes)
     macs = model_stats(graph).macs
     ours = HostModel.build(package, opt=opt, threads=threads)

@@ -51,6 +51,9 @@ TargetOpt = Annotated[
 WeightsFormatOpt = Annotated[str, typer.Option(
     "--weights-format", help="How the package holds the weights: c (<name>_weights.c, C text), binary "
     "(<name>_weights.bin + <name>_weights.S, assembled with .incbin) or auto (binary above 16 MiB).")]
+ParallelOpt = Annotated[bool, typer.Option(
+    "--parallel", help="Split large kernels into parallel loops for <name>_run_parallel and the package's "
+    "thread pool (Linux targets; costs about 2-3% when run on one thread, so off by default).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show step timings on stderr, and details "
                                                                   "(the exception chain) on errors.")]
@@ -146,6 +149,7 @@ def compile_cmd(
     backend: BackendOpt = "c",
     target: TargetOpt = None,
     weights_format: WeightsFormatOpt = "auto",
+    parallel: ParallelOpt = False,
     force: Annotated[bool, typer.Option("--force", help="Replace the output folder if it exists.")] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -157,7 +161,7 @@ def compile_cmd(
     if output.exists() and not force:
         raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None,
-                            weights_format=weights_format, progress=_progress())
+                            weights_format=weights_format, parallel=parallel, progress=_progress())
     with _progress().step("writing the package"):
         written = package.write(output, force=force)
     m = package.manifest
@@ -289,6 +293,7 @@ def build_cmd(
     name: NameOpt = None,
     backend: BackendOpt = "c",
     weights_format: WeightsFormatOpt = "auto",
+    parallel: ParallelOpt = False,
     toolchain: Annotated[str, typer.Option("--toolchain", help="auto, gcc (cross GCC), zig (pip install "
                                            "ziglang) or clang (bare metal).")] = "auto",
     dynamic: Annotated[bool, typer.Option("--dynamic", help="Link the runner against the target's libc "
@@ -315,7 +320,7 @@ def build_cmd(
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target,
-                            weights_format=weights_format, progress=_progress())
+                            weights_format=weights_format, parallel=parallel, progress=_progress())
     # Build in a staging copy, then publish package and artefacts together: no half-built folder.
     output.resolve().parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aot-build-", dir=output.resolve().parent) as tmp:

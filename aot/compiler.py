@@ -58,6 +58,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     target: str | Sequence[str] | None = None,
     weights_format: str = "auto",
     progress: Progress | None = None,
+    parallel: bool = False,
 ) -> Package:
     """Compile an ONNX model (path or ModelProto) into an in-memory Package.
 
@@ -68,6 +69,10 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     weights_format="c" writes the weights as C text (<name>_weights.c), "binary" as raw bytes
     (<name>_weights.bin, pulled in by <name>_weights.S), "auto" (default) binary only when they
     exceed BINARY_WEIGHTS_THRESHOLD (16 MiB).
+
+    parallel=True marks the loops of large kernels that <name>_run_parallel may split over the
+    threads of an executor (the package's pthread pool on Linux targets); without it the package
+    still has <name>_run_parallel, which then runs serially.
     """
     progress = progress or SILENT
     if backend not in BACKENDS:
@@ -86,8 +91,9 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     progress.start("graph passes")
     run_passes(graph)
     progress.start("lowering to kernels")
-    # Bare-metal targets have no threads: no parallel loops, no thread pool in the package.
-    threads = not any(p.bare_metal for p in presets)
+    # Parallel loops only when asked for (their segments cost 2-3% of a single-thread run:
+    # runtime loop bounds, per-slot scratch) and never for bare-metal targets (no threads).
+    threads = parallel and not any(p.bare_metal for p in presets)
     program = lower_graph(graph, tiles=_tiles(presets), parallel=threads)
     progress.start("memory planning")
     # The arena alignment is the strictest any of the targets asks for (64 bytes by default).

@@ -105,7 +105,7 @@ def parallel_sources(c_source: str) -> set[str]:
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 def test_threaded_run_is_bitwise_the_serial_run(mixed, backend: str, tmp_path: Path) -> None:
     model, inputs, kinds = mixed
-    package = compile_model(model, backend=backend)
+    package = compile_model(model, backend=backend, parallel=True)
     split = parallel_sources(package.files[f"{package.name}.c"].decode())
     assert set(kinds.values()) <= split, f"not split over threads: {set(kinds.values()) - split}"
     serial = HostModel.build(package, tmp_path / "pkg", opt="-O2", extra_cflags="-pedantic")
@@ -125,7 +125,7 @@ def test_threaded_run_is_bitwise_the_serial_run(mixed, backend: str, tmp_path: P
 def test_serial_entry_points_ignore_threads_and_tiny_kernels_stay_serial(tmp_path: Path) -> None:
     x = rand(1, 4, 8, 8, seed=1)
     node = helper.make_node("Relu", ["x"], ["y"], name="small")
-    package = compile_model(make_model([node], {"x": x}, ["y"]))
+    package = compile_model(make_model([node], {"x": x}, ["y"]), parallel=True)
     source = package.files[f"{package.name}.c"].decode()
     assert "aot_parallel_for" not in source and "int32_t first" not in source
     with HostModel.build(package, tmp_path / "pkg", threads=2) as host:
@@ -134,7 +134,7 @@ def test_serial_entry_points_ignore_threads_and_tiny_kernels_stay_serial(tmp_pat
 
 def test_packages_are_deterministic_with_parallel_loops(mixed) -> None:
     model = mixed[0]
-    first, second = compile_model(model), compile_model(model)
+    first, second = compile_model(model, parallel=True), compile_model(model, parallel=True)
     assert first.files.keys() == second.files.keys()
     for path in first.files:
         assert bytes(first.files[path]) == bytes(second.files[path]), path
@@ -174,7 +174,7 @@ def _conv_package(tmp_path: Path) -> tuple[Path, str, list[Path]]:
         nodes.append(node)
         inits.update(weights)
     x = rand(1, 8, 10, 10, seed=3)
-    package = compile_model(make_model(nodes, {"x": x}, ["c3"], inits))
+    package = compile_model(make_model(nodes, {"x": x}, ["c3"], inits), parallel=True)
     assert {"c1", "c2", "c3"} <= parallel_sources(package.files[f"{package.name}.c"].decode())
     directory = package.write(tmp_path / "pkg")
     np.save(tmp_path / "x.npy", x)
@@ -214,7 +214,7 @@ def test_thread_sanitizer_finds_no_race_in_a_threaded_conv(tmp_path: Path) -> No
 
 def test_bare_metal_package_has_no_threads(mixed, tmp_path: Path) -> None:
     model = mixed[0]
-    package = compile_model(model, target="cortex-m4f")
+    package = compile_model(model, target="cortex-m4f", parallel=True)
     files = {path: bytes(data) for path, data in package.files.items() if not path.endswith((".bin", ".o"))}
     assert not any(path.startswith("runtime/aot_threads") for path in files)
     for build_file in ("Makefile", "CMakeLists.txt"):
@@ -233,7 +233,7 @@ def test_bare_metal_package_has_no_threads(mixed, tmp_path: Path) -> None:
 
 
 def test_host_package_build_files_use_the_pool(mixed) -> None:
-    package = compile_model(mixed[0], target="rpi4")
+    package = compile_model(mixed[0], target="rpi4", parallel=True)
     assert "runtime/aot_threads.c" in package.files
     assert "aot_threads.c" in bytes(package.files["Makefile"]).decode()
     assert "Threads::Threads" in bytes(package.files["CMakeLists.txt"]).decode()
