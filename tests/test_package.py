@@ -57,12 +57,11 @@ def test_runner_rejects_wrong_input(example_package, tmp_path: Path) -> None:
 def test_model_object_has_no_malloc_no_writable_globals_and_prefixed_symbols(example_package, tmp_path: Path) -> None:
     pkg = example_package.write(tmp_path / "pkg")
     sh(["make", "-s", "-C", str(pkg), "libtiny_cnn.a"])
-    # The library also holds the optional thread pool (runtime/aot_threads.o, which allocates and
-    # starts threads); the model code itself is tiny_cnn.o and tiny_cnn_weights.o.
+    # Without --parallel the library is the model code only (with it, it also holds the thread
+    # pool, runtime/aot_threads.o: tests/test_threads.py).
     library = sh(["nm", "--defined-only", "-g", str(pkg / "libtiny_cnn.a")]).stdout
     assert sorted(line.split()[-1] for line in library.splitlines() if len(line.split()) == 3) == [
-        "aot_thread_pool_create", "aot_thread_pool_destroy", "aot_thread_pool_executor", "tiny_cnn_info",
-        "tiny_cnn_run", "tiny_cnn_run_parallel", "tiny_cnn_run_parallel_ptrs", "tiny_cnn_run_ptrs",
+        "tiny_cnn_info", "tiny_cnn_run", "tiny_cnn_run_parallel", "tiny_cnn_run_parallel_ptrs", "tiny_cnn_run_ptrs",
         "tiny_cnn_weights"]
     model = [str(pkg / "tiny_cnn.o"), str(pkg / "tiny_cnn_weights.o")]
     symbols = sh(["nm", "--defined-only", "-g", *model]).stdout
