@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Where a compiled model spends its time, kernel by kernel: compiles MODEL for the host preset,
+# keeps every kernel out of line (noinline, no identical-code folding) so that perf attributes
+# samples to it, runs the package's runner under `perf record` and prints each kernel's share
+# with the ONNX nodes it implements. Needs `aot` on PATH, make, a C compiler and perf.
+#     bash benchmarks/profile_kernels.sh MODEL.onnx [REPEAT] [TOP]
+# Compare with onnxruntime's own per-node times: python -m benchmarks.ort_profile MODEL.onnx
+set -euo pipefail
+model=$1; repeat=${2:-1000}; top=${3:-25}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+aot compile "$model" -o "$dir/pkg" --target "$(python -c 'from aot.targets import host_preset_name as h; print(h())')" >/dev/null
+cd "$dir/pkg"
+src=$(ls ./*.c | grep -v -e _runner -e _weights)
+sed -i 's/^static void /__attribute__((noinline)) static void /' "$src"
+make -s OPT="-O3 -march=native -fno-ipa-icf" TARGET_CFLAGS= "$(basename "${src%.c}")_runner" >/dev/null
+python - <<'PY'
+import json
+import numpy as np
+manifest = json.load(open("manifest.json"))
+for i, t in enumerate(manifest["inputs"]):
+    np.save(f"in{i}.npy", np.random.default_rng(i).standard_normal(t["shape"]).astype(t["dtype"]))
+PY
+runner=./$(basename "${src%.c}")_runner
+"$runner" -o . -r "$repeat" in*.npy
+perf record -q -o perf.data "$runner" -o . -r "$repeat" in*.npy >/dev/null 2>&1
+perf report -i perf.data --stdio 2>/dev/null | grep -v "^#" | grep "_k[0-9]" | head -"$top" |
+  while read -r share _ _ _ symbol; do
+    kernel=$(echo "$symbol" | sed 's/.*_\(k[0-9]*\).*/\1/')
+    echo "$share $(grep -m1 "/\* $kernel: " "$src" | sed 's/^\/\* //; s/ \*\/$//' | cut -c1-110)"
+  done
