@@ -54,7 +54,7 @@ def parallel_blocks(kb: KernelBuilder, total: int, size: int, emit: Callable[[Ex
         # In a loop of one trip: its locals must not sit at the kernel's top level, where the
         # parallel loop's segments would have to share them (aot/kernel/parallel.py).
         once = kb.var(prefix)
-        stmts.append(Loop(once, 1, emit(once * 0 + full * size, tail)))
+        stmts.append(Loop(once, 1, emit(const(full * size, INDEX), tail)))
     return stmts
 
 

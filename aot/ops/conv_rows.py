@@ -100,12 +100,16 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         groups, out_channels, (out_h, out_w), (kernel[0], kernel[1]), (strides[0], strides[1]),
         in_w + pad_begin[1] + pad_end[1], ctx.tiles, y.dtype.name, channels // groups * kernel[0] * kernel[1])
     phase_split = tiled and strides[1] > 1 and not channel_tiles
-    unpadded = _ConvSpec(
-        batch=batch, channels=channels, groups=groups, group_in=channels // groups,
-        per_group=out_channels // groups, out_channels=out_channels, in_h=in_h, in_w=in_w,
-        out_h=out_h, out_w=out_w, k_h=kernel[0], k_w=kernel[1], s_h=strides[0], s_w=strides[1],
-        d_h=dilations[0], d_w=dilations[1], p_h=pad_begin[0], p_w=pad_begin[1], nd=nd,
-    )
+    def conv_spec(in_h: int, in_w: int, pad_begin: list[int]) -> _ConvSpec:
+        """The convolution over an input of in_h x in_w (padded by a copy, or not) with pad_begin."""
+        return _ConvSpec(
+            batch=batch, channels=channels, groups=groups, group_in=channels // groups,
+            per_group=out_channels // groups, out_channels=out_channels, in_h=in_h, in_w=in_w,
+            out_h=out_h, out_w=out_w, k_h=kernel[0], k_w=kernel[1], s_h=strides[0], s_w=strides[1],
+            d_h=dilations[0], d_w=dilations[1], p_h=pad_begin[0], p_w=pad_begin[1], nd=nd,
+        )
+
+    unpadded = conv_spec(in_h, in_w, pad_begin)
     if tiled and not channel_tiles and flat_depthwise_fits(unpadded, ctx.tiles, y.dtype.name):
         # Depthwise with 'same' padding: TiledConv makes its own shifted copies (no padded image).
         copy, xbuf = [], kb.input(x).buffer
@@ -122,12 +126,7 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         pad_begin, pad_end = [0, 0], [0, 0]
     else:
         copy, xbuf = [], kb.input(x).buffer
-    spec = _ConvSpec(
-        batch=batch, channels=channels, groups=groups, group_in=channels // groups,
-        per_group=out_channels // groups, out_channels=out_channels, in_h=in_h, in_w=in_w,
-        out_h=out_h, out_w=out_w, k_h=kernel[0], k_w=kernel[1], s_h=strides[0], s_w=strides[1],
-        d_h=dilations[0], d_w=dilations[1], p_h=pad_begin[0], p_w=pad_begin[1], nd=nd,
-    ) if copy else unpadded
+    spec = conv_spec(in_h, in_w, pad_begin) if copy else unpadded
     xv = View(xbuf, (batch, channels, in_h, in_w))
     if phase_split:
         xv = View(xbuf, (batch, channels, in_h, strides[1], -(-in_w // strides[1])))
