@@ -54,6 +54,10 @@ CASES = {
     "depthwise": lambda: _conv((1, 6, 11, 19), 6, group=6, pads=[1, 1, 1, 1]),
     # a keyword-spotting stem: narrow strided output through the column matrix (im2col)
     "strided_narrow_im2col": lambda: _conv((1, 2, 49, 10), 9, kernel=(10, 4), strides=[2, 2], pads=[4, 1, 5, 1]),
+    # inputs beyond L2 (TiledConv._streams_input): output rows outermost, the padded or
+    # phase-split copy row-interleaved (interleave_rows)
+    "conv_streamed_rows": lambda: _conv((1, 40, 66, 64), 40, pads=[1, 1, 1, 1]),
+    "conv_streamed_stride2": lambda: _conv((1, 32, 80, 81), 24, strides=[2, 2], pads=[1, 1, 1, 0]),
     "grid_ragged_rows": lambda: _conv((1, 5, 9, 37), 7, pads=[1, 1, 1, 1]),
     # few pixels, many channels: tiles vectorised over output channels
     "pointwise_3x3_image": lambda: _conv((1, 24, 3, 3), 70, kernel=(1, 1)),

@@ -47,6 +47,7 @@ def mixed_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[str, str
         "point_in": rand(1, 32, 16, 16, seed=3),     # 1x1: "pointwise"
         "chan_in": rand(1, 128, 3, 3, seed=4),       # 1x1 on 9 pixels: "channels" + scratch slots
         "stride_in": rand(1, 8, 33, 33, seed=5),     # stride 2: phase-split copy, then rows
+        "big_in": rand(1, 40, 64, 64, seed=13),      # 3x3 on an image beyond L2: output rows split
         "kws_in": rand(1, 1, 49, 10, seed=6),        # stride 2, tiny output: im2col
         "dw_in": rand(1, 32, 32, 32, seed=7),        # depthwise: the groups loop
         "fc_in": rand(1, 256, seed=8),               # Gemm, one row: column panels
@@ -63,6 +64,7 @@ def mixed_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[str, str
         ("point", "point_in", 32, 64, (1, 1), {}),
         ("chan", "chan_in", 128, 128, (1, 1), {}),
         ("stride", "stride_in", 8, 32, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ("big", "big_in", 40, 24, (3, 3), {"pads": [1, 1, 1, 1]}),
         ("kws", "kws_in", 1, 64, (10, 4), {"strides": [2, 2]}),
         ("dw", "dw_in", 32, 32, (3, 3), {"pads": [1, 1, 1, 1], "group": 32}),
     ):

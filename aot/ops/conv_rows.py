@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Buffer, Expr, Load, Loop, Stmt, Store, Var, const
+from aot.kernel.ir import INDEX, Expr, Load, Loop, Stmt, Store, Var, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import mark_outer, pays
@@ -40,10 +40,12 @@ from aot.ops.conv_tiled import (
     channel_tiles_pay,
     flat_depthwise_fits,
     im2col,
+    interleave_rows,
+    scratch_image,
     strided_copy,
+    tile_mode,
     use_im2col,
 )
-from aot.ops.scratch import scratch_tensor
 
 # Output channels updated together by one vector loop (they share every input load).
 CHANNEL_BLOCK = 4
@@ -110,11 +112,15 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         )
 
     unpadded = conv_spec(in_h, in_w, pad_begin)
+    padded_h, padded_w = in_h + pad_begin[0] + pad_end[0], in_w + pad_begin[1] + pad_end[1]
+    mode = tile_mode(conv_spec(padded_h, padded_w, [0, 0]), ctx.tiles, y.dtype.name, channel_tiles) if tiled else ""
     if tiled and not channel_tiles and flat_depthwise_fits(unpadded, ctx.tiles, y.dtype.name):
         # Depthwise with 'same' padding: TiledConv makes its own shifted copies (no padded image).
-        copy, xbuf = [], kb.input(x).buffer
+        copy, xv, mode = [], View(kb.input(x).buffer, (batch, channels, in_h, in_w)), "flat"
     elif phase_split:
-        copy, xbuf, in_h, in_w = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end, strides[1])
+        rows_first = interleave_rows(unpadded, mode)
+        copy, xv, in_h, in_w = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end, strides[1],
+                                            rows_first=rows_first)
         pad_begin, pad_end = [0, 0], [0, 0]
     elif any(pad_begin) or any(pad_end):
         # Copy the input into a zero-bordered scratch image first: then every tap of every output
@@ -122,19 +128,17 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
         # pieces, which cost scalar remainders on short rows), and the copy is cheap next to the
         # k_h * k_w * out_channels passes over the input that the convolution makes. The kernel
         # binds the scratch once, as an output, and reads it back through that same pointer.
-        copy, xbuf, in_h, in_w = _padded_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end)
+        rows_first = tiled and interleave_rows(unpadded, mode)
+        copy, xv, in_h, in_w = _padded_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end, rows_first)
         pad_begin, pad_end = [0, 0], [0, 0]
     else:
-        copy, xbuf = [], kb.input(x).buffer
+        copy, xv = [], View(kb.input(x).buffer, (batch, channels, in_h, in_w))
     spec = conv_spec(in_h, in_w, pad_begin) if copy else unpadded
-    xv = View(xbuf, (batch, channels, in_h, in_w))
-    if phase_split:
-        xv = View(xbuf, (batch, channels, in_h, strides[1], -(-in_w // strides[1])))
     yv = View(kb.output(final).buffer, (batch, out_channels, out_h, out_w))
     bv = kb.input(bias) if bias is not None else None
     if tiled:
         tiled = TiledConv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, y.dtype.name, ctx.tiles, channel_tiles,
-                          parallel=split_blocks)
+                          parallel=split_blocks, rows_first=bool(copy) and interleave_rows(spec, mode))
         body = kb.loops([batch], lambda idx: tiled.emit_image(idx[0]))
         ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and tiled.shares_nothing else body))
         return True
@@ -148,17 +152,17 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
 
 
 def _padded_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
-                 pad_begin: list[int], pad_end: list[int]) -> tuple[list[Stmt], Buffer, int, int]:
+                 pad_begin: list[int], pad_end: list[int], rows_first: bool) -> tuple[list[Stmt], View, int, int]:
     """Statements copying X into a new scratch tensor with zero borders, at the start of the
-    convolution's own kernel (one kernel per node, and the scratch lives only while it runs); the
-    scratch buffer, which the convolution then reads, and its 2-D size."""
+    convolution's own kernel (one kernel per node, and the scratch lives only while it runs),
+    row-interleaved when `rows_first` (aot/ops/conv_tiled.py interleave_rows); the scratch,
+    viewed as [n][c][row][column], which the convolution then reads, and its 2-D size."""
     batch, channels = x.shape[0], x.shape[1]
     in_h, in_w = in_hw
     (top, left), (bottom, right) = pad_begin, pad_end
     height, width = in_h + top + bottom, in_w + left + right
-    padded = scratch_tensor(ctx, node, (batch, channels, height, width), x.dtype, "padded")
+    dst = scratch_image(ctx, node, kb, (batch, channels, height, width), x, "padded", rows_first)
     src = View(kb.input(x).buffer, (batch, channels, in_h, in_w))
-    dst = View(kb.output(padded).buffer, (batch, channels, height, width))
     zero = const(0.0, x.dtype.name)
 
     def plane(idx: list[Expr]) -> list[Stmt]:
@@ -180,7 +184,7 @@ def _padded_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
         return (zeros(0, top, 0, width) + kb.loops([in_h], edges, prefix="r")
                 + kb.loops([in_h, in_w], interior, prefix="r") + zeros(top + in_h, bottom, 0, width))
 
-    return kb.loops([batch, channels], plane), dst.buffer, height, width
+    return kb.loops([batch, channels], plane), dst, height, width
 
 
 class _ConvSpec:
