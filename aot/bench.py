@@ -15,6 +15,7 @@ import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from aot.analysis import model_stats
 from aot.compiler import compile as compile_model
 from aot.compiler import load
+from aot.errors import AotError
 from aot.host.peak import peak_gflops
 from aot.host.run import HostModel
 from aot.targets import host_preset_name
@@ -52,8 +54,35 @@ class BenchResult:
         return asdict(self)
 
 
-def _rss_bytes() -> int:
+def _status_bytes(field: str) -> int | None:
+    """A memory figure of this process from /proc/self/status (Linux), in bytes."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> int:
+    """Start a new peak-memory measurement; returns the resident size it starts from. On Linux
+    the kernel's high-water mark is reset (so a second model benchmarked in the same process is
+    measured from its own start, not from the first one's peak); elsewhere the process's peak
+    so far is the baseline."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        current = _status_bytes("VmRSS")
+        if current is not None:
+            return current
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _peak_rss() -> int:
+    peak = _status_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
@@ -69,15 +98,20 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     inputs = random_inputs(package, seed)
     feeds = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
 
-    rss_before = _rss_bytes()
+    rss_before = _reset_peak_rss()
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
-    session = ort.InferenceSession(os.fspath(model_path), options, providers=["CPUExecutionProvider"])
-    session.run(None, feeds)
-    ort_rss = _rss_bytes() - rss_before
+    try:
+        session = ort.InferenceSession(os.fspath(model_path), options, providers=["CPUExecutionProvider"])
+        session.run(None, feeds)
+    except Exception as e:  # onnxruntime's own exception types are not part of its public API
+        ours.close()
+        raise AotError(f"{model_path}: onnxruntime, the side aot is compared with, could not run the model: "
+                       f"{str(e).splitlines()[0]}") from e
+    ort_rss = max(0, _peak_rss() - rss_before)
 
     run_ours = ours.runner_for(inputs)
     run_ort = lambda: session.run(None, feeds)  # noqa: E731 - symmetric with run_ours
