@@ -25,7 +25,7 @@ from aot.compiler import compile as compile_model
 from aot.compiler import load
 from aot.errors import AotError
 from aot.host.peak import peak_gflops
-from aot.host.run import HostModel
+from aot.host.run import HostModel, aligned_array
 from aot.targets import host_preset_name
 from aot.verify import random_inputs
 
@@ -96,7 +96,8 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     macs = model_stats(graph).macs
     ours = HostModel.build(package, opt=opt, threads=threads)
     inputs = random_inputs(package, seed)
-    feeds = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
+    # Both sides get the same cache-line-aligned arrays (see HostModel.runner_for).
+    feeds = {k: aligned_array(np.asarray(v)) for k, v in inputs.items()}
 
     rss_before = _reset_peak_rss()
     options = ort.SessionOptions()

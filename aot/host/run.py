@@ -110,8 +110,11 @@ class HostModel:
 
     def runner_for(self, inputs: Mapping[str, Any] | Sequence[Any]) -> Callable[[], None]:
         """A call with everything prepared (pointers, output buffers), for timing the model alone."""
-        arrays = prepare_inputs(self.package.inputs, inputs)
-        outputs = [np.empty(o["shape"], dtype=np.dtype(o["dtype"])) for o in self.package.outputs]
+        # Inputs and outputs on cache-line boundaries, as a C program's static buffers or the
+        # runner's are: numpy's own are only 16-byte aligned, so every 64-byte vector access
+        # would straddle two lines (measured 17% on a conv with a residual input).
+        arrays = [aligned_array(a) for a in prepare_inputs(self.package.inputs, inputs)]
+        outputs = [aligned_array(np.empty(o["shape"], dtype=np.dtype(o["dtype"]))) for o in self.package.outputs]
         in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * len(outputs))(*[o.ctypes.data for o in outputs])
         run, arena, executor = self._run, self._arena.ctypes.data, self._executor
@@ -136,6 +139,15 @@ def host_variant(package: Package) -> tuple[str, str | None]:
             if runs_on_host(entry["triple"], entry["cpu"], entry["features"]):
                 return "llvm", entry["name"]
     return "c", None
+
+
+def aligned_array(values: np.ndarray, alignment: int = 64) -> np.ndarray:
+    """A C-contiguous copy of `values` whose data starts on an `alignment`-byte boundary."""
+    raw = np.empty(values.nbytes + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    out = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
 
 
 def prepare_inputs(specs: list[dict[str, Any]], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:

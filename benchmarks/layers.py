@@ -1,0 +1,110 @@
+"""Layer by layer, ours against onnxruntime: each Conv/Gemm/MatMul's time and GFLOP/s on both
+sides, in our kernels' order, matched to onnxruntime's nodes by their multiply-accumulates (the
+two sides name and fuse nodes differently). Our times are perf shares of the package's runner
+(benchmarks/profile_kernels.sh) times its median run; onnxruntime's are its profiler's per-node
+medians (benchmarks/ort_profile.py). Needs perf, make and a C compiler.
+
+    python -m benchmarks.layers MODEL.onnx [REPEAT]
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from aot.analysis import node_macs
+from aot.compiler import load
+
+
+def onnxruntime_nodes(model: str, runs: int) -> list[tuple[str, str, float, int]]:
+    """(name, op, median us, MACs) per node, in execution order."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.enable_profiling = True
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
+             for i in session.get_inputs()}
+    for _ in range(runs):
+        session.run(None, feeds)
+    path = session.end_profiling()
+    events = json.loads(Path(path).read_text())
+    os.remove(path)
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    info: dict[str, tuple[str, int, int]] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        name = e["name"][: -len("_kernel_time")]
+        times[name].append(e["dur"])
+        if name not in info:
+            args = e["args"]
+            shapes = [next(iter(s.values())) for s in args.get("input_type_shape", [])]
+            outs = [next(iter(s.values())) for s in args.get("output_type_shape", [])]
+            op = args.get("op_name", "")
+            macs = 0
+            if ("Conv" in op or "Gemm" in op or "MatMul" in op) and len(shapes) > 1 and outs:
+                out = int(np.prod(outs[0]))
+                macs = out * (int(np.prod(shapes[1][1:])) if "Conv" in op else
+                              (shapes[0][-1] if "MatMul" in op else int(np.prod(shapes[1])) // max(1, outs[0][-1])))
+            info[name] = (op, macs, e["ts"])
+    order = sorted(info, key=lambda n: info[n][2])
+    return [(n, info[n][0], statistics.median(times[n]), info[n][1]) for n in order]
+
+
+def our_kernels(model: str, repeat: int) -> list[tuple[str, str, float, int]]:
+    """(kernel, description, us per run, MACs) for each kernel with samples, in kernel order."""
+    script = Path(__file__).with_name("profile_kernels.sh")
+    out = subprocess.run(["bash", str(script), model, str(repeat), "100000"], check=True, capture_output=True,
+                         text=True).stdout
+    median = float(re.search(r"median_us ([0-9.]+)", out).group(1))
+    graph, _ = load(model)
+    macs = {n.name: node_macs(n) for n in graph.nodes}
+    rows = []
+    for line in out.splitlines():
+        m = re.match(r"([0-9.]+)% (k\d+): (.*)", line)
+        if m:
+            names = re.findall(r"'([^']*)'", m.group(3))
+            rows.append((m.group(2), m.group(3), float(m.group(1)) * median / 100, sum(macs.get(n, 0) for n in names)))
+    return sorted(rows, key=lambda r: int(r[0][1:]))
+
+
+def main(argv: list[str]) -> int:
+    model, repeat = argv[0], int(argv[1]) if len(argv) > 1 else 200
+    theirs = onnxruntime_nodes(model, max(20, repeat // 4))
+    ours = our_kernels(model, repeat)
+    unmatched = [t for t in theirs if t[3] > 0]
+    print(f"{'kernel':6s} {'MMAC':>8s} {'ours us':>9s} {'ort us':>9s} {'ratio':>6s} {'ours GF/s':>9s} {'ort GF/s':>9s}  ours")
+    total_ours = total_theirs = 0.0
+    for kernel, desc, us, macs in ours:
+        if macs == 0:
+            continue
+        match = next((t for t in unmatched if t[3] == macs), None)
+        if match is not None:
+            unmatched.remove(match)
+        ort_us = match[2] if match else float("nan")
+        total_ours += us
+        total_theirs += ort_us if match else 0.0
+        print(f"{kernel:6s} {macs / 1e6:8.1f} {us:9.1f} {ort_us:9.1f} {us / ort_us:6.2f} {2 * macs / us / 1e3:9.1f} "
+              f"{2 * macs / ort_us / 1e3:9.1f}  {desc[:60]}")
+    print(f"matched layers: ours {total_ours:.0f} us, onnxruntime {total_theirs:.0f} us")
+    rest_ours = sum(us for _, _, us, macs in ours if macs == 0)
+    rest_theirs = sum(t[2] for t in theirs if t[3] == 0)
+    print(f"everything else: ours {rest_ours:.0f} us, onnxruntime {rest_theirs:.0f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
