@@ -86,7 +86,8 @@ def main(argv: list[str]) -> int:
     theirs = onnxruntime_nodes(model, max(20, repeat // 4))
     ours = our_kernels(model, repeat)
     unmatched = [t for t in theirs if t[3] > 0]
-    print(f"{'kernel':6s} {'MMAC':>8s} {'ours us':>9s} {'ort us':>9s} {'ratio':>6s} {'ours GF/s':>9s} {'ort GF/s':>9s}  ours")
+    print(f"{'kernel':6s} {'MMAC':>8s} {'ours us':>9s} {'ort us':>9s} {'ratio':>6s} {'ours GF/s':>9s} "
+          f"{'ort GF/s':>9s}  ours")
     total_ours = total_theirs = 0.0
     for kernel, desc, us, macs in ours:
         if macs == 0:

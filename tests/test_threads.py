@@ -99,7 +99,8 @@ def mixed() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[str, str]]:
 def parallel_sources(c_source: str) -> set[str]:
     """The ONNX node names of kernels that have a parallel segment in a package's <name>.c."""
     names = set()
-    for match in re.finditer(r"/\* \w+: [^<]*<- ONNX ([^*]*) \*/\nstatic void \w+\([^)]*int32_t first", c_source):
+    kernel = r"/\* \w+: [^<]*<- ONNX ([^*]*) \*/\n(?:AOT_LONG_FMA_BODY )?static void \w+\([^)]*int32_t first"
+    for match in re.finditer(kernel, c_source):
         names |= set(re.findall(r"'([^']*)'", match.group(1)))
     return names
 
