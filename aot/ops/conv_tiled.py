@@ -307,7 +307,7 @@ class TiledConv:
             self.rows = tile.rows_for(width, spec.per_group)
             weights = np.asarray(w.data)
             if rows_first:  # the reduction runs over (kernel row, channel, kernel column)
-                weights = weights.transpose(0, 2, 1, 3)
+                weights = weights.reshape(spec.out_channels, spec.group_in, spec.k_h, spec.k_w).transpose(0, 2, 1, 3)
             packed = pack_weights(weights, spec.groups, self.rows)
             self.wbuf: Buffer = kb.input(ctx.constant(packed, w.name)).buffer
         # Side inputs of a fused epilogue that are whole tensors of the output's shape (or
