@@ -140,6 +140,13 @@ typedef struct aot_executor {
     int32_t threads;  /* threads parallel_for uses (1: it would run serially anyway) */
 } aot_executor;
 
+/* Whether a run has no threads to share its kernels with: the model's code then calls each
+ * kernel's serial form (constant loop bounds) instead of its parallel segments. */
+static inline int aot_runs_serially(const aot_executor *executor)
+{
+    return executor == NULL || executor->parallel_for == NULL || executor->threads <= 1;
+}
+
 /* Runs fn over [0, count): through the executor when it has several threads, else in one call. */
 static inline void aot_parallel_for(const aot_executor *executor, aot_task_fn fn, void *context, int32_t count)
 {

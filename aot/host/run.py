@@ -122,7 +122,8 @@ class HostModel:
         def call() -> None:
             run(in_ptrs, out_ptrs, arena, executor)
 
-        call.keep_alive = (arrays, outputs)  # type: ignore[attr-defined]
+        # The model too: its arena and library must outlive the call even if the caller drops it.
+        call.keep_alive = (self, arrays, outputs)  # type: ignore[attr-defined]
         return call
 
 

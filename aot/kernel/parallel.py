@@ -18,6 +18,7 @@ A kernel without parallel loops is one serial segment: the kernel itself, unchan
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from aot.kernel.ir import (
@@ -51,6 +52,13 @@ class Segment:
 
 def has_parallel(kernel: Kernel) -> bool:
     return any(isinstance(s, Loop) and s.parallel for s in kernel.body)
+
+
+def serial_copy(kernel: Kernel) -> Kernel:
+    """The kernel named `<name>s`, with its parallel loops as ordinary ones: what a backend runs
+    when there are no threads, with every loop bound a constant."""
+    body = [dataclasses.replace(s, parallel=False) if isinstance(s, Loop) and s.parallel else s for s in kernel.body]
+    return Kernel(f"{kernel.name}s", kernel.params, body, kernel.sources, kernel.op)
 
 
 def segments(kernel: Kernel) -> list[Segment]:
