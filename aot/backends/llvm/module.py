@@ -24,7 +24,7 @@ from llvmlite import ir
 from aot.backends.llvm import types as t
 from aot.backends.llvm.kernel_emitter import KernelEmitter, MathLibrary, ParamInfo
 from aot.backends.llvm.target import LlvmTarget
-from aot.kernel.parallel import Segment, segments
+from aot.kernel.parallel import Segment, has_parallel, segments, serial_copy
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.package.c_sources import WEIGHT_ALIGN, WeightSlot, layout_weights
 from aot.planner.memory import MemoryPlan
@@ -108,6 +108,7 @@ class ModelModule:
         math = MathLibrary(self.module)
         emitter = KernelEmitter(self.module, math)
         kernels: list[list[tuple[Segment, ir.Function]]] = []
+        serial_forms: list[ir.Function | None] = []
         for i, k in enumerate(self.program.kernels):
             facts = self._param_facts(i)
             parts = []
@@ -116,8 +117,16 @@ class ModelModule:
                 self._function_attributes(fn)
                 parts.append((seg, fn))
             kernels.append(parts)
+            # A split kernel also as one function with constant loop bounds, for runs without
+            # threads (as in the C backend, aot/package/c_sources.py).
+            serial_fn = None
+            if has_parallel(k):
+                serial = serial_copy(k)
+                serial_fn = emitter.emit(serial, f"{self.name}_{serial.name}", facts)
+                self._function_attributes(serial_fn)
+            serial_forms.append(serial_fn)
         info = self._info_tables()
-        impl = self._run_impl(kernels)
+        impl = self._run_impl(kernels, serial_forms)
         self._api(impl, info)
         return self.module
 
@@ -230,7 +239,8 @@ class ModelModule:
             ir.Constant(self.size_t, weights_bytes)]))
 
     # -- run ---------------------------------------------------------------------------------
-    def _run_impl(self, kernels: list[list[tuple[Segment, ir.Function]]]) -> ir.Function:
+    def _run_impl(self, kernels: list[list[tuple[Segment, ir.Function]]],
+                  serial_forms: list[ir.Function | None]) -> ir.Function:
         """`aot_status impl(const void *const *inputs, void *const *outputs, void *arena,
         const aot_executor *executor)`.
 
@@ -281,7 +291,21 @@ class ModelModule:
             for field, value in enumerate((inputs, outputs, arena)):
                 b.store(value, b.gep(context, [ir.Constant(t.I32, field)], inbounds=True, source_etype=t.PTR))
         parallel_for = self._parallel_for() if context is not None else None
+        runs_serially = b.call(self._runs_serially(), [executor]) if context is not None else None
         for i, parts in enumerate(kernels):
+            serial_fn = serial_forms[i]
+            done = None
+            if serial_fn is not None:
+                assert runs_serially is not None
+                serial_block = fn.append_basic_block(f"k{i}_serial")
+                threaded_block = fn.append_basic_block(f"k{i}_threaded")
+                done = fn.append_basic_block(f"k{i}_done")
+                b.cbranch(runs_serially, serial_block, threaded_block)
+                b.position_at_end(serial_block)
+                b.call(serial_fn, [self._argument(b, i, j, in_ptrs, out_ptrs, arena)
+                                   for j in range(len(self.program.kernels[i].params))])
+                b.branch(done)
+                b.position_at_end(threaded_block)
             for seg, kernel_fn in parts:
                 if seg.parallel:
                     assert parallel_for is not None and context is not None and seg.extent is not None
@@ -290,6 +314,9 @@ class ModelModule:
                 else:
                     args = [self._argument(b, i, j, in_ptrs, out_ptrs, arena) for j in seg.params]
                     b.call(kernel_fn, args)
+            if done is not None:
+                b.branch(done)
+                b.position_at_end(done)
         b.ret(ir.Constant(t.I32, AOT_OK))
 
         ir.IRBuilder(null_block).ret(ir.Constant(t.I32, AOT_ERROR_NULL_POINTER))
@@ -321,6 +348,27 @@ class ModelModule:
         args = [self._argument(b, kernel_index, j, in_ptrs, out_ptrs, arena) for j in seg.params]
         b.call(kernel_fn, [*args, first, last])
         b.ret_void()
+        return fn
+
+    def _runs_serially(self) -> ir.Function:
+        """aot_runtime.h's aot_runs_serially: no executor, no parallel_for, or one thread."""
+        fn = ir.Function(self.module, ir.FunctionType(t.I1, [t.PTR]), f"{self.name}_runs_serially")
+        fn.linkage = "internal"
+        self._function_attributes(fn)
+        executor = fn.args[0]
+        executor.name = "executor"
+        entry, check = fn.append_basic_block("entry"), fn.append_basic_block("check")
+        b = ir.IRBuilder(entry)
+        null = ir.Constant(t.PTR, None)
+        yes = ir.Constant(t.I1, 1)
+        b.cbranch(b.icmp_unsigned("==", executor, null), fn.append_basic_block("none"), check)
+        ir.IRBuilder(fn.blocks[-1]).ret(yes)
+        b.position_at_end(check)
+        # Its two pointers, then the int32 (at twice the pointer size on every target).
+        method = b.load(executor, typ=t.PTR, name="method")
+        threads = b.load(b.gep(executor, [ir.Constant(t.I32, 2)], inbounds=True, source_etype=t.PTR), typ=t.I32,
+                         name="threads")
+        b.ret(b.or_(b.icmp_unsigned("==", method, null), b.icmp_signed("<=", threads, ir.Constant(t.I32, 1))))
         return fn
 
     def _parallel_for(self) -> ir.Function:
