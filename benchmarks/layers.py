@@ -67,8 +67,9 @@ def onnxruntime_nodes(model: str, runs: int) -> list[tuple[str, str, float, int]
 def our_kernels(model: str, repeat: int) -> list[tuple[str, str, float, int]]:
     """(kernel, description, us per run, MACs) for each kernel with samples, in kernel order."""
     script = Path(__file__).with_name("profile_kernels.sh")
+    env = {**os.environ, "PROFILE_WIDTH": "1000000"}  # whole descriptions: every ONNX node name
     out = subprocess.run(["bash", str(script), model, str(repeat), "100000"], check=True, capture_output=True,
-                         text=True).stdout
+                         text=True, env=env).stdout
     median = float(re.search(r"median_us ([0-9.]+)", out).group(1))
     graph, _ = load(model)
     macs = {n.name: node_macs(n) for n in graph.nodes}

@@ -27,5 +27,5 @@ perf record -q -o perf.data "$runner" -o . -r "$repeat" in*.npy >/dev/null 2>&1
 perf report -i perf.data --stdio 2>/dev/null | grep -v "^#" | grep "_k[0-9]" | head -"$top" |
   while read -r share _ _ _ symbol; do
     kernel=$(echo "$symbol" | sed 's/.*_\(k[0-9]*\).*/\1/')
-    echo "$share $(grep -m1 "/\* $kernel: " "$src" | sed 's/^\/\* //; s/ \*\/$//' | cut -c1-110)"
+    echo "$share $(grep -m1 "/\* $kernel: " "$src" | sed 's/^\/\* //; s/ \*\/$//' | cut -c1-"${PROFILE_WIDTH:-110}")"
   done
