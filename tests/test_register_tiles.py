@@ -142,6 +142,28 @@ def test_max_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs: di
     np.testing.assert_array_equal(ours[~np.isnan(ours)], reference[~np.isinf(reference)])
 
 
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1, "count_include_pad": 1},
+    {"kernel_shape": [2, 3], "strides": [2, 3], "dilations": [2, 1], "pads": [0, 1, 1, 0]},
+    {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [2, 1, 2, 1]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "size": (70, 90)},
+], ids=["s1_padded", "s1_padded_include_pad", "s2_ceil", "s2_ceil_include_pad", "dilated_strided", "wide_padding",
+        "row_by_row"])
+def test_average_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs: dict) -> None:
+    """AveragePool in the same two vector passes as MaxPool (sums, zero padding), each output
+    divided by its window's count: the counted rows times the counted columns, with and without
+    count_include_pad, ceil_mode windows passing even the padding."""
+    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    attrs = dict(attrs)
+    x = rand(1, 3, *attrs.pop("size", (19, 37)))
+    model = make_model([helper.make_node("AveragePool", ["x"], ["y"], **attrs)], {"x": x}, ["y"], opset=19)
+    assert_matches_onnxruntime(model, {"x": x})
+
+
 @pytest.mark.parametrize("shape", ["avx512", "sse-neon"])
 def test_flat_depthwise_keeps_inf_out_of_the_padding(monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
     """The flat depthwise conv reads across row ends into cells its shifted copies zero: an
