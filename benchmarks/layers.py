@@ -10,7 +10,6 @@ medians (benchmarks/ort_profile.py). Needs perf, make and a C compiler.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import re
 import statistics
@@ -22,26 +21,12 @@ import numpy as np
 
 from aot.analysis import node_macs
 from aot.compiler import load
+from benchmarks.ort_profile import profiled_events
 
 
 def onnxruntime_nodes(model: str, runs: int) -> list[tuple[str, str, float, int]]:
     """(name, op, median us, MACs) per node, in execution order."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.enable_profiling = True
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    feeds = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
-             for i in session.get_inputs()}
-    for _ in range(runs):
-        session.run(None, feeds)
-    path = session.end_profiling()
-    events = json.loads(Path(path).read_text())
-    os.remove(path)
+    events = profiled_events(model, runs)
     times: dict[str, list[float]] = collections.defaultdict(list)
     info: dict[str, tuple[str, int, int]] = {}
     for e in events:

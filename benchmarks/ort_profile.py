@@ -15,10 +15,11 @@ import sys
 import numpy as np
 
 
-def main(argv: list[str]) -> int:
+def profiled_events(model: str, runs: int) -> list[dict]:
+    """onnxruntime's profiler events for `runs` runs of the model on random inputs (one thread,
+    all graph optimisations)."""
     import onnxruntime as ort
 
-    model, runs, top = argv[0], int(argv[1]) if len(argv) > 1 else 50, int(argv[2]) if len(argv) > 2 else 25
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -34,6 +35,12 @@ def main(argv: list[str]) -> int:
     with open(path) as f:
         events = json.load(f)
     os.remove(path)
+    return events
+
+
+def main(argv: list[str]) -> int:
+    model, runs, top = argv[0], int(argv[1]) if len(argv) > 1 else 50, int(argv[2]) if len(argv) > 2 else 25
+    events = profiled_events(model, runs)
     times: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
