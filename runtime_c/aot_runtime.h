@@ -150,7 +150,7 @@ static inline int aot_runs_serially(const aot_executor *executor)
 /* Runs fn over [0, count): through the executor when it has several threads, else in one call. */
 static inline void aot_parallel_for(const aot_executor *executor, aot_task_fn fn, void *context, int32_t count)
 {
-    if (executor != NULL && executor->parallel_for != NULL && executor->threads > 1 && count > 1) {
+    if (!aot_runs_serially(executor) && count > 1) {
         executor->parallel_for(executor, fn, context, count);
     } else {
         fn(context, 0, count);

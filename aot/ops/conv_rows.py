@@ -114,9 +114,10 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     unpadded = conv_spec(in_h, in_w, pad_begin)
     padded_h, padded_w = in_h + pad_begin[0] + pad_end[0], in_w + pad_begin[1] + pad_end[1]
     mode = tile_mode(conv_spec(padded_h, padded_w, [0, 0]), ctx.tiles, y.dtype.name, channel_tiles) if tiled else ""
+    rows_first = False  # whether the scratch copy of the input is row-interleaved
     if tiled and not channel_tiles and flat_depthwise_fits(unpadded, ctx.tiles, y.dtype.name):
         # Depthwise with 'same' padding: TiledConv makes its own shifted copies (no padded image).
-        copy, xv, mode = [], View(kb.input(x).buffer, (batch, channels, in_h, in_w)), "flat"
+        copy, xv = [], View(kb.input(x).buffer, (batch, channels, in_h, in_w))
     elif phase_split:
         rows_first = interleave_rows(unpadded, mode)
         copy, xv, in_h, in_w = strided_copy(node, ctx, kb, x, (in_h, in_w), pad_begin, pad_end, strides[1],
@@ -138,7 +139,7 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, groups: int, kernel: list[
     bv = kb.input(bias) if bias is not None else None
     if tiled:
         tiled = TiledConv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, y.dtype.name, ctx.tiles, channel_tiles,
-                          parallel=split_blocks, rows_first=bool(copy) and interleave_rows(spec, mode))
+                          parallel=split_blocks, rows_first=rows_first)
         body = kb.loops([batch], lambda idx: tiled.emit_image(idx[0]))
         ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and tiled.shares_nothing else body))
         return True

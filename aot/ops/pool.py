@@ -254,9 +254,10 @@ def _vector_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: list
         lo, hi = (-begin, size + end) if include_pad else (0, size)
         return sum(1 for t in range(k) if lo <= o * s + t * d - begin < hi)
 
-    column_counts = [counted(ow, k_w, s_w, d_w, left, in_w, pad_end[1]) for ow in range(out_w)]
-    count_buffer = None if is_max else kb.input(ctx.constant(np.array(column_counts, np.float32),
-                                                             f"{node.name}_counts")).buffer
+    count_buffer = None
+    if not is_max:
+        column_counts = [counted(ow, k_w, s_w, d_w, left, in_w, pad_end[1]) for ow in range(out_w)]
+        count_buffer = kb.input(ctx.constant(np.array(column_counts, np.float32), f"{node.name}_counts")).buffer
 
     in_lanes = ctx.tiles.width_for(in_w)
     out_lanes = ctx.tiles.width_for(out_w)

@@ -351,7 +351,11 @@ class ModelModule:
         return fn
 
     def _runs_serially(self) -> ir.Function:
-        """aot_runtime.h's aot_runs_serially: no executor, no parallel_for, or one thread."""
+        """aot_runtime.h's aot_runs_serially: no executor, no parallel_for, or one thread (one
+        function per module, shared by the run function and _parallel_for)."""
+        existing = self.module.globals.get(f"{self.name}_runs_serially")
+        if isinstance(existing, ir.Function):
+            return existing
         fn = ir.Function(self.module, ir.FunctionType(t.I1, [t.PTR]), f"{self.name}_runs_serially")
         fn.linkage = "internal"
         self._function_attributes(fn)
@@ -382,22 +386,13 @@ class ModelModule:
         executor, task, context, count = fn.args
         executor.name, task.name, context.name, count.name = "executor", "task", "context", "count"
         entry = fn.append_basic_block("entry")
-        check = fn.append_basic_block("check")
         split = fn.append_basic_block("split")
         serial = fn.append_basic_block("serial")
         b = ir.IRBuilder(entry)
-        null = ir.Constant(t.PTR, None)
-        b.cbranch(b.icmp_unsigned("==", executor, null), serial, check)
-        b.position_at_end(check)
-        # Its two pointers, then the int32 (at twice the pointer size on every target).
-        method = b.load(executor, typ=t.PTR, name="method")
-        threads = b.load(b.gep(executor, [ir.Constant(t.I32, 2)], inbounds=True, source_etype=t.PTR), typ=t.I32,
-                         name="threads")
-        ok = b.and_(b.icmp_unsigned("!=", method, null),
-                    b.and_(b.icmp_signed(">", threads, ir.Constant(t.I32, 1)),
-                           b.icmp_signed(">", count, ir.Constant(t.I32, 1))))
-        b.cbranch(ok, split, serial)
+        threaded = b.not_(b.call(self._runs_serially(), [executor]))
+        b.cbranch(b.and_(threaded, b.icmp_signed(">", count, ir.Constant(t.I32, 1))), split, serial)
         b.position_at_end(split)
+        method = b.load(executor, typ=t.PTR, name="method")
         method_type = ir.FunctionType(t.VOID, [t.PTR, t.PTR, t.PTR, t.I32])
         _indirect_call(b, method, method_type, [executor, task, context, count])
         b.ret_void()
