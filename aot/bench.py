@@ -88,20 +88,28 @@ def _peak_rss() -> int:
 _MEMORY_SCRIPT = """
 import sys
 import numpy as np
-import onnxruntime as ort
-from aot.bench import _peak_rss, _reset_peak_rss
+import onnxruntime  # loaded before the measurement starts: its code is not the session's memory
+from aot.bench import _peak_rss, _reset_peak_rss, onnxruntime_session
 model, feeds_path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
 feeds = dict(np.load(feeds_path))
 start = _reset_peak_rss()
-options = ort.SessionOptions()
-options.intra_op_num_threads = threads
-options.inter_op_num_threads = 1
-options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-options.log_severity_level = 3
-session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-session.run(None, feeds)
+onnxruntime_session(model, threads).run(None, feeds)
 print(max(0, _peak_rss() - start))
 """
+
+
+def onnxruntime_session(model_path: str, threads: int, profile: bool = False):  # noqa: ANN201
+    """The onnxruntime side of every comparison: CPU provider, all graph optimisations, `threads`
+    intra-op threads and one inter-op thread (`profile`: with its per-node profiler on)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.enable_profiling = profile
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
 
 
 def _onnxruntime_peak_memory(model_path: str, feeds: Mapping[str, np.ndarray], threads: int) -> int:
@@ -127,7 +135,6 @@ def _onnxruntime_peak_memory(model_path: str, feeds: Mapping[str, np.ndarray], t
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
           opt: str = "-O3 -march=native") -> BenchResult:
-    import onnxruntime as ort
 
     # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
     package = compile_model(model_path, input_shapes, target=host_preset_name(), parallel=threads > 1)
@@ -138,13 +145,8 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     # Both sides get the same cache-line-aligned arrays (see HostModel.runner_for).
     feeds = {k: aligned_array(np.asarray(v)) for k, v in inputs.items()}
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(os.fspath(model_path), options, providers=["CPUExecutionProvider"])
+        session = onnxruntime_session(os.fspath(model_path), threads)
         session.run(None, feeds)
     except Exception as e:  # onnxruntime's own exception types are not part of its public API
         ours.close()

@@ -14,18 +14,13 @@ import sys
 
 import numpy as np
 
+from aot.bench import onnxruntime_session
+
 
 def profiled_events(model: str, runs: int) -> list[dict]:
     """onnxruntime's profiler events for `runs` runs of the model on random inputs (one thread,
     all graph optimisations)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.enable_profiling = True
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    session = onnxruntime_session(model, threads=1, profile=True)
     rng = np.random.default_rng(0)
     feeds = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
              for i in session.get_inputs()}
