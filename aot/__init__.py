@@ -10,19 +10,20 @@ __version__ = "0.1.0"
 
 
 def compile(model, input_shapes=None, name=None, backend="c", target=None,  # noqa: A001, ANN001, ANN201
-            weights_format="auto", progress=None):  # noqa: ANN001
+            weights_format="auto", progress=None, conv_algorithm="auto"):  # noqa: ANN001
     """Compile an ONNX model (path or ModelProto) into an aot.package.package.Package.
 
     backend="llvm" also puts an object file for each `target` into the package: a preset name
     (`aot targets`) or a target .toml path, or a list of them; default: this machine.
     weights_format: "c" (C text), "binary" (raw bytes + a .incbin assembler file) or "auto"
     (binary above 16 MiB of weights). `progress` (an aot.progress.Progress) hears of each stage;
-    by default nothing is reported.
+    by default nothing is reported. conv_algorithm: "auto" (Winograd for the 3x3 convolutions
+    where it pays) or "direct".
     """
     from aot.compiler import compile as _compile
 
     return _compile(model, input_shapes=input_shapes, name=name, backend=backend, target=target,
-                    weights_format=weights_format, progress=progress)
+                    weights_format=weights_format, progress=progress, conv_algorithm=conv_algorithm)
 
 
 __all__ = ["__version__", "compile"]

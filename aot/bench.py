@@ -134,10 +134,11 @@ def _onnxruntime_peak_memory(model_path: str, feeds: Mapping[str, np.ndarray], t
 
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
-          opt: str = "-O3 -march=native") -> BenchResult:
+          opt: str = "-O3 -march=native", conv_algorithm: str = "auto") -> BenchResult:
 
     # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
-    package = compile_model(model_path, input_shapes, target=host_preset_name(), parallel=threads > 1)
+    package = compile_model(model_path, input_shapes, target=host_preset_name(), parallel=threads > 1,
+                            conv_algorithm=conv_algorithm)
     graph, _ = load(model_path, input_shapes)
     macs = model_stats(graph).macs
     ours = HostModel.build(package, opt=opt, threads=threads)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the LLVM backend (llvmlite) is imported only when it is use
     from aot.backends.llvm import LlvmTarget
 
 BACKENDS = ("c", "llvm")
+CONV_ALGORITHMS = ("auto", "direct")
 DEFAULT_ALIGNMENT = 64
 
 
@@ -59,6 +60,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     weights_format: str = "auto",
     progress: Progress | None = None,
     parallel: bool = False,
+    conv_algorithm: str = "auto",
 ) -> Package:
     """Compile an ONNX model (path or ModelProto) into an in-memory Package.
 
@@ -73,10 +75,16 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     parallel=True marks the loops of large kernels that <name>_run_parallel may split over the
     threads of an executor (the package's pthread pool on Linux targets); without it the package
     still has <name>_run_parallel, which then runs serially.
+
+    conv_algorithm="auto" (default) computes the 3x3 unit-stride convolutions with enough channels
+    as Winograd F(2x2, 3x3) (aot/ops/conv_winograd.py: 2.25x fewer multiply-adds, results within
+    rounding of a direct sum); "direct" sums every convolution's taps directly.
     """
     progress = progress or SILENT
     if backend not in BACKENDS:
         raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
+    if conv_algorithm not in CONV_ALGORITHMS:
+        raise AotError(f"--conv-algorithm {conv_algorithm!r}: use {' or '.join(CONV_ALGORITHMS)}")
     check_weights_format(weights_format)  # before the compile, which can take minutes
     llvm_targets = _llvm_targets(backend, target)
     presets = _presets(backend, target)
@@ -94,7 +102,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     # Parallel loops only when asked for (their segments cost 2-3% of a single-thread run:
     # runtime loop bounds, per-slot scratch) and never for bare-metal targets (no threads).
     threads = parallel and not any(p.bare_metal for p in presets)
-    program = lower_graph(graph, tiles=_tiles(presets), parallel=threads)
+    program = lower_graph(graph, tiles=_tiles(presets), parallel=threads, conv_algorithm=conv_algorithm)
     progress.start("memory planning")
     # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
     memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
@@ -117,6 +125,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "name": ident,
         "source_model": Path(source).name,
         "backend": backend,
+        "conv_algorithm": conv_algorithm,
         "compiler": {"name": "aot", "version": __version__},
         "inputs": [_io_entry(t) for t in info["inputs"]],
         "outputs": [_io_entry(t) for t in info["outputs"]],

@@ -55,8 +55,12 @@ class Epilogue:
 
 
 class LoweringContext:
-    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = True) -> None:
+    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = True,
+                 conv_algorithm: str = "auto") -> None:
         self.graph = graph
+        # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv_winograd.py);
+        # "direct": every convolution sums its taps directly.
+        self.conv_algorithm = conv_algorithm
         self.tiles = tiles  # register-tile shape for the target's vector registers
         self.parallel = parallel  # whether lowerings may mark parallel loops (threads exist)
         self.kernels: list[Kernel] = []

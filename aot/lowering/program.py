@@ -63,10 +63,10 @@ class Program:
 
 
 def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES,
-                parallel: bool = True) -> Program:
+                parallel: bool = True, conv_algorithm: str = "auto") -> Program:
     """`parallel`: lowerings may mark loops that pay for splitting over threads (aot/lowering/
     parallel.py); False for targets without threads, whose kernels then have none."""
-    ctx = LoweringContext(graph, tiles, parallel)
+    ctx = LoweringContext(graph, tiles, parallel, conv_algorithm)
     ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
     if fuse:
         for part, whole, offset in plan_concat_in_place(graph):

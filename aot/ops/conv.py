@@ -11,6 +11,7 @@ from aot.kernel.ir import INDEX, Assign, Const, Declare, Expr, If, Stmt, const, 
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import conv_operands, fail, spatial_padding
 from aot.ops.conv_rows import lower_conv_rows
+from aot.ops.conv_winograd import lower_conv_winograd, winograd_fits
 from aot.ops.registry import register
 
 
@@ -39,6 +40,11 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
     if bias is not None and bias.shape != (out_channels,):
         raise fail(node, f"bias shape {list(bias.shape)} should be [{out_channels}]")
 
+    if (nd == 2 and w.is_constant and ctx.conv_algorithm != "direct" and min(pad_begin + pad_end) >= 0
+            and winograd_fits(groups, in_channels, out_channels, kernel, strides, dilations, out_spatial, ctx.tiles,
+                              y.dtype.name)
+            and lower_conv_winograd(node, ctx, x, w, bias, pad_begin, pad_end)):
+        return
     if nd <= 2 and lower_conv_rows(node, ctx, groups, kernel, strides, dilations, pad_begin, pad_end):
         return
     kb = ctx.builder(node)
