@@ -105,11 +105,16 @@ def parallel_sources(c_source: str) -> set[str]:
     return names
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "auto"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
-def test_threaded_run_is_bitwise_the_serial_run(mixed, backend: str, tmp_path: Path) -> None:
+def test_threaded_run_is_bitwise_the_serial_run(mixed, backend: str, algorithm: str, tmp_path: Path) -> None:
+    """With conv_algorithm="auto" the 3x3 convolutions "rows", "grid" and "big" run as Winograd:
+    split by output channels (one block of tile rows) or by blocks of tile rows ("big")."""
     model, inputs, kinds = mixed
-    package = compile_model(model, backend=backend, parallel=True)
+    package = compile_model(model, backend=backend, parallel=True, conv_algorithm=algorithm)
     source = package.files[f"{package.name}.c"].decode()
+    winograd = {"rows", "grid", "big"} if algorithm == "auto" else set()
+    assert {name for name in kinds.values() if f"Conv/winograd+Relu <- ONNX '{name}'" in source} == winograd
     split = parallel_sources(source)
     assert set(kinds.values()) <= split, f"not split over threads: {set(kinds.values()) - split}"
     # Without threads each split kernel runs as one function with constant loop bounds (the

@@ -119,6 +119,8 @@ def lower_conv_winograd(node: Node, ctx: LoweringContext, x: Tensor, w: Tensor, 
     """Emit the Conv `node` as Winograd F(2x2, 3x3); False when its output buffer cannot hold it
     (a fused epilogue that changes the type), and the caller lowers it directly."""
     kb = ctx.builder(node)
+    # Named in the kernel's C comment and in `aot report`: which convolutions run as Winograd.
+    kb.op = "Conv/winograd" + kb.op[len(node.op_type):]
     final, epilogue = ctx.epilogue(node, kb)
     y = node.outputs[0]
     assert y is not None and w.data is not None
@@ -267,7 +269,7 @@ class _Winograd:
         xi = kb.var("xi")
         m_base = m_slot * self.m_size
 
-        def m_at(x: Expr | int, i: int, j: Expr) -> Expr:
+        def m_at(x: Expr | int, i: Expr | int, j: Expr) -> Expr:
             return m_base + x * (self.rows * self.run_cols) + i * self.run_cols + j
 
         product = register_tile(
@@ -277,18 +279,20 @@ class _Winograd:
             b_base=lambda k: (self.vbuf, self._v_at(v_slot, xi, k[0], first_tile)),
             init=[const(0.0, self.dt)] * rows, out=self.mbuf, out_at=lambda i, j: m_at(xi, i, j))
         stmts: list[Stmt] = [Loop(xi, alpha2, product)]
-        for i in range(rows):
-            stmts += self._output_transform(n, ty0 + r0, oc0, i, run_rows, tx0, width, last_column,
-                                            lambda x, j, i=i: m_at(x, i, j))
+        # A loop over the channels, not one copy each: the kernel stays small enough for the
+        # compilers (written out, UBSan builds of a conv took half a minute in clang's register
+        # allocator).
+        channel = kb.var("oi")
+        stmts.append(Loop(channel, rows, self._output_transform(
+            n, ty0 + r0, oc0 + channel, run_rows, tx0, width, last_column, lambda x, j: m_at(x, channel, j))))
         return stmts
 
-    def _output_transform(self, n: Expr, ty: Expr, oc0: Expr, i: int, run_rows: int, tx0: Expr, width: int,
+    def _output_transform(self, n: Expr, ty: Expr, oc: Expr, run_rows: int, tx0: Expr, width: int,
                           last_column: bool, m_at: Callable[[int, Expr], Expr]) -> list[Stmt]:
-        """Y = A^T M A (+ bias, the epilogue) for channel oc0 + i of the run's tiles, storing only
-        the outputs inside the image (the last tile row and column may be partial)."""
+        """Y = A^T M A (+ bias, the epilogue) for output channel oc of the run's tiles, storing
+        only the outputs inside the image (the last tile row and column may be partial)."""
         tf, kb = self.tf, self.kb
         m, alpha = tf.m, tf.alpha
-        oc = oc0 + i
         rows_in_last = self.out_h - m * (self.tiles_h - 1)
         cols_in_last = self.out_w - m * (self.tiles_w - 1)
         partial_cols = last_column and cols_in_last < m

@@ -1,0 +1,123 @@
+"""Winograd F(2x2, 3x3) convolutions (aot/ops/conv_winograd.py): the transforms, which
+convolutions take it, and its results against onnxruntime through every vector register shape,
+every way its tiles are cut (partial last tile row and column, runs of whole tile rows, rows in
+pieces, several blocks of tile rows), padding, fused epilogues and batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import aot.compiler
+from aot.compiler import compile as compile_model
+from aot.errors import AotError
+from aot.lowering.tiles import TileConfig
+from aot.ops.conv_winograd import F2X2_3X3
+from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot
+
+SHAPES = {"sse-neon": TileConfig(4, 12), "avx2": TileConfig(8, 12), "avx512": TileConfig(16, 24)}
+
+
+def test_transforms_compute_a_correlation() -> None:
+    """A^T [(G g G^T) * (B^T d B)] A is the 2x2 'valid' correlation of a 4x4 patch with a 3x3
+    filter: the matrices are right."""
+    rng = np.random.default_rng(0)
+    bt, g, at = (np.array(m, dtype=np.float64) for m in (F2X2_3X3.bt, F2X2_3X3.g, F2X2_3X3.at))
+    for _ in range(5):
+        d, f = rng.standard_normal((4, 4)), rng.standard_normal((3, 3))
+        direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * f) for j in range(2)] for i in range(2)])
+        winograd = at @ ((g @ f @ g.T) * (bt @ d @ bt.T)) @ at.T
+        np.testing.assert_allclose(winograd, direct, rtol=1e-12, atol=1e-12)
+    u = F2X2_3X3.filter_transform(rng.standard_normal((5, 3, 3, 3)).astype(np.float32))
+    assert u.shape == (16, 5, 3) and u.dtype == np.float32
+
+
+def _conv_model(shape: tuple[int, ...], out_channels: int, pads: list[int], bias: bool = True,
+                residual: bool = False, relu: bool = True, seed: int = 0):
+    x = rand(*shape, seed=seed)
+    inits = {"w": rand(out_channels, shape[1], 3, 3, seed=seed + 1) * np.float32(1.0 / np.sqrt(9 * shape[1]))}
+    inputs = ["x", "w"]
+    if bias:
+        inits["b"] = rand(out_channels, seed=seed + 2)
+        inputs.append("b")
+    nodes = [helper.make_node("Conv", inputs, ["c"], kernel_shape=[3, 3], pads=pads)]
+    feeds = {"x": x}
+    last = "c"
+    out_h, out_w = shape[2] + pads[0] + pads[2] - 2, shape[3] + pads[1] + pads[3] - 2
+    if residual:
+        feeds["r"] = rand(shape[0], out_channels, out_h, out_w, seed=seed + 3)
+        nodes.append(helper.make_node("Add", [last, "r"], ["s"]))
+        last = "s"
+    if relu:
+        nodes.append(helper.make_node("Relu", [last], ["y"]))
+        last = "y"
+    return make_model(nodes, feeds, [last], initializers=inits), feeds
+
+
+CASES = {
+    # even output, 'same' padding; runs of whole tile rows (4 tiles per row)
+    "8x8_same": lambda: _conv_model((1, 8, 8, 8), 16, [1, 1, 1, 1]),
+    # odd output: the last tile row and column are partial
+    "13x13_same": lambda: _conv_model((1, 16, 13, 13), 24, [1, 1, 1, 1]),
+    # no padding, odd channels, no bias, no epilogue
+    "valid_odd": lambda: _conv_model((1, 9, 12, 17), 11, [0, 0, 0, 0], bias=False, relu=False),
+    # asymmetric padding, a residual Add and Relu fused
+    "asymmetric_residual": lambda: _conv_model((1, 12, 10, 15), 20, [0, 1, 2, 1], residual=True),
+    # rows of 35 tiles: each tile row in pieces, the last one ragged and partial
+    "wide_rows": lambda: _conv_model((1, 8, 6, 70), 8, [1, 1, 1, 0]),
+    # 64 channels x 40x40: the transformed input exceeds a block, several blocks of tile rows
+    "several_blocks": lambda: _conv_model((1, 64, 40, 41), 16, [1, 1, 1, 1], residual=True),
+    # two images
+    "batch_of_two": lambda: _conv_model((2, 8, 9, 9), 12, [1, 1, 1, 1]),
+    # the smallest: a 2x2 output
+    "2x2_output": lambda: _conv_model((1, 8, 4, 4), 8, [0, 0, 0, 0]),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_winograd_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch, shape: str, case: str) -> None:
+    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    model, feeds = CASES[case]()
+    source = compile_model(model).files["test_graph.c"].decode()
+    assert "Conv/winograd" in source, "expected this convolution to run as Winograd"
+    assert_matches_onnxruntime(model, feeds)
+
+
+def test_winograd_with_threads_matches_the_serial_run() -> None:
+    """Both ways of splitting over threads (blocks of tile rows; output channels of an image of
+    one block) give the serial run's bytes: the split changes no summation order."""
+    for shape, out_channels in (((1, 64, 40, 40), 24), ((1, 16, 12, 12), 40)):
+        model, feeds = _conv_model(shape, out_channels, [1, 1, 1, 1], residual=True)
+        serial = run_aot(model, feeds)
+        threaded = run_aot(model, feeds, parallel=True)
+        np.testing.assert_array_equal(threaded["y"], serial["y"])
+
+
+@pytest.mark.parametrize("attrs,channels", [
+    ({"strides": [2, 2]}, 16),          # strided
+    ({"dilations": [2, 2]}, 16),        # dilated
+    ({"group": 2}, 16),                 # grouped
+    ({}, 4),                            # too few channels: the transforms would not pay
+], ids=["strided", "dilated", "grouped", "few_channels"])
+def test_other_convolutions_stay_direct(attrs: dict, channels: int) -> None:
+    x = rand(1, channels, 12, 12)
+    w = rand(16, channels // attrs.get("group", 1), 3, 3, seed=1)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], **attrs)], {"x": x}, ["y"],
+                       initializers={"w": w})
+    assert "Conv/winograd" not in compile_model(model).files["test_graph.c"].decode()
+    assert_matches_onnxruntime(model, {"x": x})
+
+
+def test_direct_algorithm_is_a_direct_sum() -> None:
+    """conv_algorithm="direct" turns Winograd off (and says so in the manifest); a bad value is
+    an error naming the option."""
+    model, feeds = _conv_model((1, 16, 10, 10), 16, [1, 1, 1, 1])
+    direct = compile_model(model, conv_algorithm="direct")
+    assert "Conv/winograd" not in direct.files["test_graph.c"].decode()
+    assert direct.manifest["conv_algorithm"] == "direct"
+    assert compile_model(model).manifest["conv_algorithm"] == "auto"
+    assert_matches_onnxruntime(model, feeds, conv_algorithm="direct")
+    with pytest.raises(AotError, match="--conv-algorithm 'fast'"):
+        compile_model(model, conv_algorithm="fast")
