@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--light", action="store_true", help="add the onnx package's light models")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--conv-algorithm", default="auto", choices=["auto", "direct"])
     args = parser.parse_args(argv)
     models = list(args.models) + (light_models() if args.light else [])
     peak = peak_gflops()
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | aot ms | onnxruntime ms | ratio | aot GFLOP/s | % of peak | arena KB | onnxruntime peak RSS KB |")
     print("|---|---|---|---|---|---|---|---|")
     for path in models:
-        r = bench(str(path), threads=args.threads)
+        r = bench(str(path), threads=args.threads, conv_algorithm=args.conv_algorithm)
         print(f"| {path.stem} | {r.ours_ms:.3f} | {r.onnxruntime_ms:.3f} | {r.ratio:.2f} | {r.ours_gflops:.1f} | "
               f"{100 * r.ours_gflops / peak:.0f}% | {r.arena_bytes / 1024:.0f} | "
               f"{r.onnxruntime_peak_rss_delta_bytes / 1024:.0f} |", flush=True)

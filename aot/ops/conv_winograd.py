@@ -80,9 +80,11 @@ F2X2_3X3 = WinogradTransforms(
     at=((1, 1, 1, 0), (0, 1, -1, -1)),
 )
 
-# Transformed input of one block of tile rows: (m+2)^2 x C x tiles floats, to stay in L2 while
-# every block of output channels reads it.
-V_BLOCK_BYTES = 256 * 1024
+# Transformed input of one block of tile rows ((m+2)^2 x C x tiles floats, at least one run of
+# tiles), which every block of output channels reads: 32 KiB ran as fast as 256 KiB (SqueezeNet,
+# ResNet-8, 14x14 to 56x56 convs, measured 8 KiB to 256 KiB) and keeps the arena small (ResNet-8:
+# 536 KiB with 256 KiB blocks, 312 KiB with these; 264 KiB without Winograd).
+V_BLOCK_BYTES = 32 * 1024
 
 
 def combine(coefficients: Sequence[float], terms: Sequence[Expr]) -> Expr:
