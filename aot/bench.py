@@ -132,6 +132,10 @@ def _onnxruntime_peak_memory(model_path: str, feeds: Mapping[str, np.ndarray], t
     return int(result.stdout.split()[-1])
 
 
+# Pause before each round of a multi-threaded comparison (see bench).
+SETTLE_SECONDS = 0.2
+
+
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
           opt: str = "-O3 -march=native", conv_algorithm: str = "auto") -> BenchResult:
@@ -174,6 +178,11 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     for r in range(rounds):
         order = (("ours", run_ours), ("ort", run_ort)) if r % 2 == 0 else (("ort", run_ort), ("ours", run_ours))
         for label, fn in order:
+            if threads > 1:
+                # Let the other side's idle workers stop spinning first: onnxruntime's keep a core
+                # busy for tens of milliseconds after a run, which halved our 2-thread speed when
+                # our round followed right after its one (measured on SqueezeNet: 6.2 -> 3.7 ms).
+                time.sleep(SETTLE_SECONDS)
             for _ in range(per_round[label]):
                 t0 = time.perf_counter_ns()
                 fn()

@@ -214,7 +214,7 @@ def verify_cmd(
         raise AotError("--target: verify checks one target at a time")
     if per_layer:
         _verify_per_layer(model, _shapes(input_shape), backend, target[0] if target else None, inputs,
-                          tolerance, seed, as_json)
+                          tolerance, seed, as_json, conv_algorithm)
         return
     package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None,
                             progress=_progress(), conv_algorithm=conv_algorithm)
@@ -245,14 +245,14 @@ def verify_cmd(
 
 
 def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: str, target: str | None,
-                      inputs: Path | None, tolerance: float, seed: int, as_json: bool) -> None:
+                      inputs: Path | None, tolerance: float, seed: int, as_json: bool, conv_algorithm: str) -> None:
     from aot.per_layer import compare_layers
     from aot.verify import load_npz
 
     given = load_npz(inputs, "--inputs") if inputs is not None else None
     _progress().start("per-layer comparison (compile, build and run with every node's output exposed)")
     results, culprit = compare_layers(model, shapes, lambda pkg: _build_to_run(pkg, target, backend), given,
-                                      tolerance, seed, backend, target)
+                                      tolerance, seed, backend, target, conv_algorithm)
     _progress().finish()
     if as_json:
         print(json.dumps({

@@ -52,7 +52,7 @@ def with_every_tensor_as_output(model: onnx.ModelProto,
 
 def compare_layers(model_path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None,
                    build: Any, inputs: dict[str, np.ndarray] | None = None, tolerance: float = 1e-4,
-                   seed: int = 0, backend: str = "c", target: str | None = None
+                   seed: int = 0, backend: str = "c", target: str | None = None, conv_algorithm: str = "auto"
                    ) -> tuple[list[LayerResult], LayerResult | None]:
     """`build(package)` returns something with .run(inputs) (the host or a target under qemu)."""
     import tempfile
@@ -62,7 +62,7 @@ def compare_layers(model_path: str | os.PathLike[str], input_shapes: Mapping[str
     model = load_onnx(model_path)
     debug = with_every_tensor_as_output(model, input_shapes)
     package = compile_model(debug, input_shapes, name=f"{os.path.basename(str(model_path)).split('.')[0]}_debug",
-                            backend=backend, target=target)
+                            backend=backend, target=target, conv_algorithm=conv_algorithm)
     inputs = inputs if inputs is not None else random_inputs(package, seed)
     ours = build(package).run(inputs)
     with tempfile.TemporaryDirectory(prefix="aot-per-layer-") as tmp:

@@ -226,6 +226,22 @@ def test_unknown_backend(tmp_path: Path) -> None:
     assert not (tmp_path / "pkg").exists()
 
 
+def test_conv_algorithm_option(tmp_path: Path) -> None:
+    """--conv-algorithm direct compiles every conv as a direct sum (the example's 16 -> 32 3x3
+    conv is Winograd by default); a bad value is a one-line error naming the option, no output."""
+    result = aot("compile", str(EXAMPLE), "-o", str(tmp_path / "bad"), "--conv-algorithm", "fast")
+    assert_user_error(result, "--conv-algorithm 'fast'", "auto or direct")
+    assert not (tmp_path / "bad").exists()
+    for algorithm, winograd in (("auto", True), ("direct", False)):
+        out = tmp_path / algorithm
+        result = aot("compile", str(EXAMPLE), "-o", str(out), "--conv-algorithm", algorithm, "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["conv_algorithm"] == algorithm
+        assert ("Conv/winograd" in (out / "tiny_cnn.c").read_text()) is winograd
+    result = aot("verify", str(EXAMPLE), "--conv-algorithm", "direct", "--json")
+    assert result.returncode == 0 and json.loads(result.stdout)["passed"], result.stdout + result.stderr
+
+
 def test_compile_writes_the_package(tmp_path: Path) -> None:
     out = tmp_path / "pkg"
     result = aot("compile", str(EXAMPLE), "-o", str(out), "--json")
