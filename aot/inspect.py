@@ -49,7 +49,7 @@ def inspect_model(path: str | os.PathLike[str],
         progress.start("graph passes")
         run_passes(graph)
         progress.start("lowering to kernels")
-        program = lower_graph(graph)
+        program = lower_graph(graph, parallel=False)  # as `aot compile` without --parallel
         progress.start("memory planning")
         memory = plan(program)
         report.update({
@@ -65,28 +65,46 @@ def inspect_model(path: str | os.PathLike[str],
                           "tensors": list(memory.peak_keys)},
         })
         progress.start("footprint per target")
-        report["footprint"] = footprint_per_target(program, memory)
+        report["footprint"] = footprint_per_target(program, memory, lambda: _lowered(path, input_shapes))
     progress.finish()
     return report
 
 
-def footprint_per_target(program: Program, memory: MemoryPlan) -> list[dict[str, Any]]:
-    """An estimate of each target preset's flash and RAM for the model, from the compiled program:
-    flash = the weights struct (64-byte aligned members; the model code is not counted), RAM =
-    the arena planned with the target's alignment + the caller's input and output buffers (the
-    stack is not counted)."""
-    from aot.compiler import plan
+def _lowered(path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None):  # noqa: ANN202
+    """A fresh graph of the model after the graph passes (each lowering adds its own tensors)."""
+    from aot.passes.pipeline import run_passes
+
+    graph = load_graph(path, input_shapes, allow_unsupported=True)
+    run_passes(graph)
+    return graph
+
+
+def footprint_per_target(program: Program, memory: MemoryPlan, fresh_graph: Any = None) -> list[dict[str, Any]]:
+    """An estimate of each target preset's flash and RAM for the model, from the program compiled
+    for that target's register tiles (they decide how the weights are packed and which
+    convolutions run as Winograd, whose weights and scratch are larger; `fresh_graph()` gives a
+    graph to lower again, `program` is the one for the default tiles): flash = the weights struct
+    (64-byte aligned members; the model code is not counted), RAM = the arena planned with the
+    target's alignment + the caller's input and output buffers (the stack is not counted)."""
+    from aot.compiler import _tiles, plan
+    from aot.lowering.program import lower_graph
+    from aot.lowering.tiles import DEFAULT_TILES
     from aot.package.c_sources import layout_weights
     from aot.targets import list_targets
 
-    _, weights_struct = layout_weights(program.weights)
     io_bytes = sum(t.nbytes for t in (*program.graph.inputs, *program.graph.outputs))
-    arenas = {memory.alignment: memory.arena_bytes}
+    programs = {DEFAULT_TILES: program}
+    arenas = {(DEFAULT_TILES, memory.alignment): memory.arena_bytes}
     rows = []
     for target in list_targets():
-        if target.alignment not in arenas:
-            arenas[target.alignment] = plan(program, target.alignment).arena_bytes
-        arena = arenas[target.alignment]
+        tiles = _tiles([target]) if fresh_graph is not None else DEFAULT_TILES
+        if tiles not in programs:
+            programs[tiles] = lower_graph(fresh_graph(), tiles=tiles, parallel=False)
+        lowered = programs[tiles]
+        if (tiles, target.alignment) not in arenas:
+            arenas[tiles, target.alignment] = plan(lowered, target.alignment).arena_bytes
+        arena = arenas[tiles, target.alignment]
+        _, weights_struct = layout_weights(lowered.weights)
         rows.append({"target": target.name, "alignment": target.alignment, "weights_bytes": weights_struct,
                      "flash_bytes": weights_struct, "arena_bytes": arena, "io_bytes": io_bytes,
                      "ram_bytes": arena + io_bytes})
