@@ -121,3 +121,18 @@ def test_direct_algorithm_is_a_direct_sum() -> None:
     assert_matches_onnxruntime(model, feeds, conv_algorithm="direct")
     with pytest.raises(AotError, match="--conv-algorithm 'fast'"):
         compile_model(model, conv_algorithm="fast")
+
+
+def test_nan_reaches_the_outputs_it_reaches_in_a_direct_sum() -> None:
+    """A NaN input spoils exactly the outputs whose 3x3 window holds it, as in a direct sum (the
+    transforms of F(2x2, 3x3) only mix a patch element into the outputs that read it)."""
+    model, feeds = _conv_model((1, 8, 9, 10), 8, [1, 1, 1, 1], relu=False)
+    x = feeds["x"].copy()
+    for position in ((0, 0, 0, 0), (0, 3, 4, 5), (0, 7, 8, 9), (0, 2, 3, 0), (0, 5, 1, 7)):
+        x[position] = np.nan
+    winograd = run_aot(model, {"x": x})["c"]
+    direct = run_aot(model, {"x": x}, conv_algorithm="direct")["c"]
+    assert np.isnan(direct).any() and not np.isnan(direct).all()
+    np.testing.assert_array_equal(np.isnan(winograd), np.isnan(direct))
+    finite = ~np.isnan(direct)
+    np.testing.assert_allclose(winograd[finite], direct[finite], rtol=1e-4, atol=1e-5)
