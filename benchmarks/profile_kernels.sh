@@ -12,7 +12,7 @@ trap 'rm -rf "$dir"' EXIT
 aot compile "$model" -o "$dir/pkg" --target "$(python -c 'from aot.targets import host_preset_name as h; print(h())')" >/dev/null
 cd "$dir/pkg"
 src=$(ls ./*.c | grep -v -e _runner -e _weights)
-sed -i -E 's/^(AOT_LONG_FMA_BODY )?static void /\1__attribute__((noinline)) static void /' "$src"
+sed -i -E 's/^((AOT_[A-Z_]+ )*)static void /\1__attribute__((noinline)) static void /' "$src"
 make -s OPT="-O3 -march=native -fno-ipa-icf" TARGET_CFLAGS= "$(basename "${src%.c}")_runner" >/dev/null
 python - <<'PY'
 import json

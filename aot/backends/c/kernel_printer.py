@@ -117,10 +117,11 @@ class KernelPrinter:
             const = "" if b.writable else "const "
             restrict = "" if i in may_alias else "restrict "
             params.append(f"{const}{c_type(b.dtype)} *{restrict}{b.name}")
+        hint = "AOT_LONG_FMA_BODY " if long_fma_body(kernel) else ""
         if has_parallel(kernel):
             # A parallel segment (aot/kernel/parallel.py): runs iterations [first, last).
             params += ["int32_t first", "int32_t last"]
-        hint = "AOT_LONG_FMA_BODY " if long_fma_body(kernel) else ""
+            hint += "AOT_PARALLEL_SEGMENT "
         return f"{hint}static void {self.function_name(kernel)}({', '.join(params) or 'void'})"
 
     def kernel(self, kernel: Kernel, may_alias: set[int] | frozenset[int] = frozenset()) -> str:
