@@ -44,6 +44,8 @@ _CPU_NEEDS = {
     "x86-64": (), "generic": (),
     "x86-64-v2": ("sse4.2", "popcnt"),
     "x86-64-v3": ("avx", "avx2", "fma", "bmi", "bmi2", "f16c", "lzcnt", "movbe"),
+    "x86-64-v4": ("avx", "avx2", "fma", "bmi", "bmi2", "f16c", "lzcnt", "movbe", "avx512f", "avx512bw", "avx512cd",
+                  "avx512dq", "avx512vl"),
     "cortex-a53": (), "cortex-a72": ("crc",),
     "cortex-a76": ("crc", "lse", "rdm", "dotprod", "fullfp16", "rcpc"),
 }
