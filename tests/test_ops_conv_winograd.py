@@ -70,8 +70,8 @@ CASES = {
     "several_blocks": lambda: _conv_model((1, 64, 40, 41), 16, [1, 1, 1, 1], residual=True),
     # two images
     "batch_of_two": lambda: _conv_model((2, 8, 9, 9), 12, [1, 1, 1, 1]),
-    # the smallest: a 2x2 output
-    "2x2_output": lambda: _conv_model((1, 8, 4, 4), 8, [0, 0, 0, 0]),
+    # 16 tiles of a 7x7 output: one AVX-512 vector of tiles, the last tile row and column partial
+    "7x7_output": lambda: _conv_model((1, 16, 7, 7), 24, [1, 1, 1, 1], residual=True),
 }
 
 
@@ -100,9 +100,12 @@ def test_winograd_with_threads_matches_the_serial_run() -> None:
     ({"dilations": [2, 2]}, 16),        # dilated
     ({"group": 2}, 16),                 # grouped
     ({}, 4),                            # too few channels: the transforms would not pay
-], ids=["strided", "dilated", "grouped", "few_channels"])
+    ({"size": 4}, 16),                  # 4 tiles, fewer than a vector's 8 lanes
+], ids=["strided", "dilated", "grouped", "few_channels", "few_tiles"])
 def test_other_convolutions_stay_direct(attrs: dict, channels: int) -> None:
-    x = rand(1, channels, 12, 12)
+    attrs = dict(attrs)
+    size = attrs.pop("size", 12)
+    x = rand(1, channels, size, size)
     w = rand(16, channels // attrs.get("group", 1), 3, 3, seed=1)
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], **attrs)], {"x": x}, ["y"],
                        initializers={"w": w})
