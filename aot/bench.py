@@ -139,7 +139,6 @@ SETTLE_SECONDS = 0.2
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
           opt: str = "-O3 -march=native", conv_algorithm: str = "auto") -> BenchResult:
-
     # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
     package = compile_model(model_path, input_shapes, target=host_preset_name(), parallel=threads > 1,
                             conv_algorithm=conv_algorithm)

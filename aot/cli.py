@@ -53,11 +53,12 @@ WeightsFormatOpt = Annotated[str, typer.Option(
     "(<name>_weights.bin + <name>_weights.S, assembled with .incbin) or auto (binary above 16 MiB).")]
 ParallelOpt = Annotated[bool, typer.Option(
     "--parallel", help="Split large kernels into parallel loops for <name>_run_parallel and the package's "
-    "thread pool (Linux targets; costs about 2-3% when run on one thread, so off by default).")]
+    "thread pool (Linux targets; split kernels are also kept whole for single-thread runs, so the "
+    "code grows, which is why it is off by default).")]
 ConvAlgorithmOpt = Annotated[str, typer.Option(
-    "--conv-algorithm", help="auto: 3x3 unit-stride convolutions with 8+ channels as Winograd F(2x2, 3x3) "
-    "(2.25x fewer multiply-adds; results within rounding of a direct sum); direct: every convolution "
-    "sums its taps directly.")]
+    "--conv-algorithm", help="auto: 3x3 unit-stride convolutions with 8+ channels and a vector's width of "
+    "2x2 output tiles as Winograd F(2x2, 3x3) (2.25x fewer multiply-adds; results within rounding of a "
+    "direct sum); direct: every convolution sums its taps directly.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show step timings on stderr, and details "
                                                                   "(the exception chain) on errors.")]

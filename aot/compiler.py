@@ -99,8 +99,9 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     progress.start("graph passes")
     run_passes(graph)
     progress.start("lowering to kernels")
-    # Parallel loops only when asked for (their segments cost 2-3% of a single-thread run:
-    # runtime loop bounds, per-slot scratch) and never for bare-metal targets (no threads).
+    # Parallel loops only when asked for (each split kernel is also kept whole for runs without
+    # threads, so the code grows; per-slot scratch grows the arena) and never for bare-metal
+    # targets (no threads).
     threads = parallel and not any(p.bare_metal for p in presets)
     program = lower_graph(graph, tiles=_tiles(presets), parallel=threads, conv_algorithm=conv_algorithm)
     progress.start("memory planning")

@@ -79,7 +79,7 @@ def _lowered(path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int,
     return graph
 
 
-def footprint_per_target(program: Program, memory: MemoryPlan, fresh_graph: Any = None) -> list[dict[str, Any]]:
+def footprint_per_target(program: Program, memory: MemoryPlan, fresh_graph: Any) -> list[dict[str, Any]]:
     """An estimate of each target preset's flash and RAM for the model, from the program compiled
     for that target's register tiles (they decide how the weights are packed and which
     convolutions run as Winograd, whose weights and scratch are larger; `fresh_graph()` gives a
@@ -97,7 +97,7 @@ def footprint_per_target(program: Program, memory: MemoryPlan, fresh_graph: Any 
     arenas = {(DEFAULT_TILES, memory.alignment): memory.arena_bytes}
     rows = []
     for target in list_targets():
-        tiles = _tiles([target]) if fresh_graph is not None else DEFAULT_TILES
+        tiles = _tiles([target])
         if tiles not in programs:
             programs[tiles] = lower_graph(fresh_graph(), tiles=tiles, parallel=False)
         lowered = programs[tiles]
