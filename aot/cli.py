@@ -144,6 +144,18 @@ def _shapes(options: list[str] | None) -> dict[str, tuple[int, ...]]:
     return parse_input_shapes(options or [])
 
 
+def _files_read(model: Path, output: Path, force: bool, targets: list[str]) -> list[Path]:
+    """The files a command reads (the model, its external data, a --target .toml): an existing
+    -o that holds one is never replaced. Listed only when -o exists and may be replaced, as
+    listing external data parses the model once more."""
+    if not (force and os.path.lexists(output)):
+        return []
+    from aot.frontend.loader import external_data_files
+
+    tomls = [Path(t) for t in targets if t.endswith(".toml") or os.sep in t]
+    return [model, *external_data_files(model), *tomls]
+
+
 @app.command("compile")
 @_report_errors
 def compile_cmd(
@@ -162,15 +174,15 @@ def compile_cmd(
 ) -> None:
     """Compile MODEL into a C package (header, sources, weights, runtime, Makefile, CMakeLists)."""
     from aot.compiler import compile as compile_model
-    from aot.errors import OutputError
+    from aot.package.output_dir import check_output_folder
 
-    if output.exists() and not force:
-        raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
+    read = _files_read(model, output, force, target or [])
+    check_output_folder(output, force, read)  # before compiling: a refusal costs nothing
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None,
                             weights_format=weights_format, parallel=parallel, progress=_progress(),
                             conv_algorithm=conv_algorithm)
     with _progress().step("writing the package"):
-        written = package.write(output, force=force)
+        written = package.write(output, force=force, inputs=read)
     m = package.manifest
     if as_json:
         print(json.dumps({"package": str(written), **{k: v for k, v in m.items() if k != "files"}}, sort_keys=True))
@@ -316,7 +328,7 @@ def build_cmd(
     import tempfile
 
     from aot.compiler import compile as compile_model
-    from aot.errors import OutputError
+    from aot.package.output_dir import check_output_folder
     from aot.targets import load_target
     from aot.toolchain.discovery import find_toolchain
     from aot.toolchain.elf import read_elf
@@ -324,16 +336,16 @@ def build_cmd(
 
     if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
         raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
-    if output.exists() and not force:
-        raise OutputError(f"{output}: already exists; choose another -o folder or pass --force to replace it")
+    read = _files_read(model, output, force, [target])
+    check_output_folder(output, force, read)  # before compiling and building: a refusal costs nothing
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target,
                             weights_format=weights_format, parallel=parallel, progress=_progress(),
                             conv_algorithm=conv_algorithm)
-    # Build in a staging copy, then publish package and artefacts together: no half-built folder.
-    output.resolve().parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".aot-build-", dir=output.resolve().parent) as tmp:
+    # Build in a staging copy, then publish package and artefacts together: no half-built folder,
+    # and nothing made next to -o (not even its parent folders) if the build fails.
+    with tempfile.TemporaryDirectory(prefix="aot-build-") as tmp:
         staging = package.write(Path(tmp) / "pkg")
         _progress().start(f"cross build for {preset.name} ({tools.kind}: {tools.cc_text})")
         built = build_package_dir(staging, package.name, preset, tools, static=not dynamic,
@@ -345,7 +357,7 @@ def build_cmd(
                      for p in built]
     from aot.package.writer import write_tree_atomically
 
-    written = write_tree_atomically(files, output, force=force)
+    written = write_tree_atomically(files, output, force=force, inputs=read)
     for artefact, _, _ in artefacts:
         if not artefact.endswith(".a"):
             (written / artefact).chmod(0o755)
@@ -401,12 +413,15 @@ def report_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Write one self-contained HTML page: memory plan chart, kernels with their ONNX nodes and MACs, sizes."""
+    from aot.package.output_dir import check_output_file
     from aot.package.writer import write_file_atomically
     from aot.report import build_report, render_report
 
+    read = _files_read(model, output, True, [])
+    check_output_file(output, read)  # before the analysis: a refusal costs nothing
     with _progress().step("analysis and rendering"):
         page = render_report(build_report(model, _shapes(input_shape)))
-    write_file_atomically(output, page.encode())
+    write_file_atomically(output, page.encode(), inputs=read)
     print(f"wrote {output}")
 
 

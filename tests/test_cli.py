@@ -215,9 +215,16 @@ def test_existing_output_folder_needs_force(tmp_path: Path) -> None:
     result = aot("compile", str(EXAMPLE), "-o", str(out))
     assert_user_error(result, "already exists", "--force")
     assert (out / "keep.txt").read_text() == "mine"
-    forced = aot("compile", str(EXAMPLE), "-o", str(out), "--force")
+    # --force replaces only a folder aot wrote: this one is the user's.
+    refused = aot("compile", str(EXAMPLE), "-o", str(out), "--force")
+    assert_user_error(refused, "not a package aot wrote")
+    assert (out / "keep.txt").read_text() == "mine"
+    ours = tmp_path / "ours"
+    assert aot("compile", str(EXAMPLE), "-o", str(ours)).returncode == 0
+    (ours / "tiny_cnn.o").write_text("built by make")
+    forced = aot("compile", str(EXAMPLE), "-o", str(ours), "--force")
     assert forced.returncode == 0, forced.stderr
-    assert not (out / "keep.txt").exists() and (out / "tiny_cnn.h").exists()
+    assert not (ours / "tiny_cnn.o").exists() and (ours / "tiny_cnn.h").exists()
 
 
 def test_unknown_backend(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@ model's own folder all become one-line errors naming the file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from pathlib import Path
 
 import onnx
@@ -15,6 +17,11 @@ from aot.errors import ModelLoadError
 # Below this opset the model is first upgraded by onnx's version converter; the ops are
 # written against opsets 7 and later.
 MIN_OPSET = 7
+# protobuf's hard limit on a serialized message: 2 GiB - 1
+PROTOBUF_LIMIT = 2**31 - 1
+# Linux's PATH_MAX and NAME_MAX: a longer location cannot name a file.
+MAX_LOCATION_BYTES, MAX_NAME_BYTES = 4096, 255
+_PACKED_4BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
 
 
 def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
@@ -25,10 +32,7 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise ModelLoadError(f"{p}: is a directory, expected an .onnx file")
     if not p.is_file():
         raise ModelLoadError(f"{p}: not a regular file")
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ModelLoadError(f"{p}: cannot read: {e.strerror}") from e
+    raw = _read_capped(p)
     if not raw:
         raise ModelLoadError(f"{p}: empty file, not an ONNX model")
     model = onnx.ModelProto()
@@ -77,46 +81,132 @@ def upgrade_opset(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
         ) from e
 
 
-def _load_external_data(model: onnx.ModelProto, p: Path) -> None:
-    """Resolve external weights, refusing any path that leaves the model's folder."""
+def _read_capped(p: Path) -> bytes:
+    """The file's bytes, refused by its size before reading: a protobuf cannot exceed 2 GiB, so a
+    bigger file is not a model (its weights belong in external data files)."""
+    try:
+        size = p.stat().st_size
+        if size > PROTOBUF_LIMIT:
+            raise ModelLoadError(f"{p}: {size} bytes, more than the 2 GiB an ONNX protobuf can hold (keep the "
+                                 "weights in external data files: onnx.save(..., save_as_external_data=True))")
+        with open(p, "rb") as f:
+            return f.read(PROTOBUF_LIMIT + 1)
+    except OSError as e:
+        raise ModelLoadError(f"{p}: cannot read: {e.strerror or e}") from e
+
+
+def external_data_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The external data files the model at `path` names (those inside its folder), without
+    reading them: the files a command reads besides the model itself."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(_read_capped(p))
+    except (DecodeError, RuntimeError, ValueError, ModelLoadError):
+        return []
     base = p.parent.resolve()
+    files = []
     for tensor in external_data_helper._get_all_tensors(model):
-        if not external_data_helper.uses_external_data(tensor):
-            continue
-        info = external_data_helper.ExternalDataInfo(tensor)
-        location = info.location
-        where = f"{p}: initializer {tensor.name!r} external data {location!r}"
-        if not location or os.path.isabs(location) or location.startswith(("/", "\\")):
-            raise ModelLoadError(f"{where}: absolute paths are not allowed")
-        target = (base / location).resolve()
-        if base != target and base not in target.parents:
-            raise ModelLoadError(f"{where}: path leaves the model's folder")
-        if not target.is_file():
-            raise ModelLoadError(f"{where}: file not found")
-        offset = int(info.offset or 0)
-        length = info.length
-        available = target.stat().st_size - offset
-        if length is not None and int(length) > available or available < 0:
-            raise ModelLoadError(f"{where}: file is shorter than the tensor's data")
+        if external_data_helper.uses_external_data(tensor):
+            with contextlib.suppress(ModelLoadError):
+                files.append(_external_file(base, _external_entries(tensor), ""))
+    return files
+
+
+def _load_external_data(model: onnx.ModelProto, p: Path) -> None:
+    """Resolve external weights, refusing any path that leaves the model's folder and any
+    declared size that does not fit the file, before reading a byte of it."""
+    base = p.parent.resolve()
+    tensors = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
+    pieces = []
+    for tensor in tensors:
+        entries = _external_entries(tensor)
+        where = f"{p}: initializer {tensor.name!r} external data {entries.get('location', '')[:200]!r}"
+        target = _external_file(base, entries, where)
+        offset = _entry_int(entries, "offset", where)
+        length = _entry_int(entries, "length", where)
+        expected = _expected_nbytes(tensor, where)
+        if length is not None and length != expected:
+            raise ModelLoadError(f"{where}: length {length} bytes, the tensor's dims {list(tensor.dims)} "
+                                 f"need {expected}")
+        available = target.stat().st_size - (offset or 0)
+        if available < expected:
+            raise ModelLoadError(f"{where}: file is shorter than the tensor's data ({max(available, 0)} bytes from "
+                                 f"offset {offset or 0}, the tensor needs {expected})")
+        pieces.append((tensor, target, offset or 0, expected, where))
+    total = sum(piece[3] for piece in pieces)
+    memory = _physical_memory()
+    if memory and total > memory:
+        raise ModelLoadError(f"{p}: external data of {total} bytes, more than this machine's {memory} bytes of memory")
+    for tensor, target, offset, expected, where in pieces:
         with open(target, "rb") as f:
             f.seek(offset)
-            data = f.read(int(length)) if length is not None else f.read()
+            data = f.read(expected)
+        if len(data) != expected:  # the file shrank since it was measured
+            raise ModelLoadError(f"{where}: holds {len(data)} bytes, the tensor needs {expected}")
         tensor.raw_data = data
         del tensor.external_data[:]
         tensor.data_location = onnx.TensorProto.DEFAULT
-        expected = _expected_nbytes(tensor)
-        if expected is not None and len(data) != expected:
-            raise ModelLoadError(
-                f"{where}: holds {len(data)} bytes, the tensor needs {expected}"
-            )
 
 
-def _expected_nbytes(tensor: onnx.TensorProto) -> int | None:
+def _external_entries(tensor: onnx.TensorProto) -> dict[str, str]:
+    return {entry.key: entry.value for entry in tensor.external_data}
+
+
+def _external_file(base: Path, entries: dict[str, str], where: str) -> Path:
+    """The file a tensor's `location` names, which must be a file inside the model's folder."""
+    if "location" not in entries or not entries["location"]:
+        raise ModelLoadError(f"{where}: the external data has no location (the file holding the tensor)")
+    location = entries["location"]
+    if "\0" in location:
+        raise ModelLoadError(f"{where}: location contains a NUL byte")
+    if len(location.encode("utf-8", "surrogateescape")) > MAX_LOCATION_BYTES or any(
+            len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in re.split(r"[/\\]", location)):
+        raise ModelLoadError(f"{where}: location is too long ({len(location)} characters) to be a file name")
+    if os.path.isabs(location) or location.startswith(("/", "\\")):
+        raise ModelLoadError(f"{where}: absolute paths are not allowed")
     try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    except Exception:
+        target = (base / location).resolve()
+    except (OSError, RuntimeError, ValueError) as e:
+        raise ModelLoadError(f"{where}: cannot resolve the location: {e}") from e
+    if base != target and base not in target.parents:
+        raise ModelLoadError(f"{where}: path leaves the model's folder")
+    if not target.is_file():
+        raise ModelLoadError(f"{where}: file not found" if not target.exists() else f"{where}: not a regular file")
+    return target
+
+
+def _entry_int(entries: dict[str, str], key: str, where: str) -> int | None:
+    """`offset` and `length` are decimal strings in the protobuf: anything else is refused."""
+    if key not in entries or entries[key] == "":
         return None
+    text = entries[key]
+    if not re.fullmatch(r"[0-9]{1,19}", text.strip()):
+        raise ModelLoadError(f"{where}: {key} {text[:40]!r} is not a non-negative integer")
+    return int(text)
+
+
+def _expected_nbytes(tensor: onnx.TensorProto, where: str) -> int:
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    except Exception:
+        dtype = None
+    if dtype is None or dtype.kind in "OSU":
+        raise ModelLoadError(f"{where}: data type {tensor.data_type} cannot be stored as external data")
+    if any(int(d) < 0 for d in tensor.dims):
+        raise ModelLoadError(f"{where}: negative dimension in dims {list(tensor.dims)}")
     n = 1
     for d in tensor.dims:
         n *= int(d)
-    return n * itemsize
+    if tensor.data_type in _PACKED_4BIT:  # two elements to a byte
+        return (n + 1) // 2
+    return n * dtype.itemsize
+
+
+def _physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,11 @@ class Package:
     def outputs(self) -> list[dict[str, Any]]:
         return list(self.manifest["outputs"])
 
-    def write(self, out_dir: str | os.PathLike[str], force: bool = False) -> Path:
-        return write_tree_atomically(self.files, out_dir, force=force)
+    def write(self, out_dir: str | os.PathLike[str], force: bool = False,
+              inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
+        """Write the package folder; `force` replaces only a folder aot wrote, never one holding
+        `inputs` (see aot/package/output_dir.py)."""
+        return write_tree_atomically(self.files, out_dir, force=force, inputs=inputs)
 
     def run(self, inputs: dict[str, Any] | list[Any],
             build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
