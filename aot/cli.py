@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
+import math
 import os
 import sys
 import traceback
@@ -138,6 +139,23 @@ def _print_detail(error: BaseException) -> None:
     traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
 
 
+def _check_tolerance(tolerance: float) -> None:
+    if not math.isfinite(tolerance) or tolerance <= 0:
+        raise AotError(f"--tolerance {tolerance}: must be a positive finite number, e.g. 1e-4")
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**64:
+        raise AotError(f"--seed {seed}: must be an integer from 0 to 2**64 - 1")
+
+
+def _check_name(name: str | None) -> None:
+    from aot.frontend.input_shapes import is_utf8
+
+    if name is not None and not is_utf8(name):
+        raise AotError(f"--name {name!r}: not valid UTF-8")
+
+
 def _shapes(options: list[str] | None) -> dict[str, tuple[int, ...]]:
     from aot.frontend.input_shapes import parse_input_shapes
 
@@ -176,6 +194,7 @@ def compile_cmd(
     from aot.compiler import compile as compile_model
     from aot.package.output_dir import check_output_folder
 
+    _check_name(name)
     read = _files_read(model, output, force, target or [])
     check_output_folder(output, force, read)  # before compiling: a refusal costs nothing
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None,
@@ -218,11 +237,11 @@ def verify_cmd(
 ) -> None:
     """Compile MODEL, build it for this machine, run it and compare every output with onnxruntime."""
     from aot.compiler import compile as compile_model
-    from aot.host.run import prepare_inputs
-    from aot.verify import load_npz, match_by_name_or_order, verify_package
+    from aot.npz import load_npz
+    from aot.verify import verify_package
 
-    if tolerance <= 0:
-        raise AotError(f"--tolerance {tolerance}: must be positive")
+    _check_tolerance(tolerance)
+    _check_seed(seed)
     if target and len(target) > 1:
         raise AotError("--target: verify checks one target at a time")
     if per_layer:
@@ -231,14 +250,11 @@ def verify_cmd(
         return
     package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None,
                             progress=_progress(), conv_algorithm=conv_algorithm)
+    # Each array's header is checked against the model before its data is read, and before building.
+    given = load_npz(inputs, "--inputs", package.inputs) if inputs is not None else None
+    want = (load_npz(expected, "--expected", package.outputs, role="output", exact_dtype=False)
+            if expected is not None else None)
     built = _build_to_run(package, target[0] if target else None, backend)
-    given = None
-    if inputs is not None:
-        given = match_by_name_or_order(load_npz(inputs, "--inputs"), package.inputs, "inputs", str(inputs))
-        prepare_inputs(package.inputs, given)  # shape and dtype checked before building
-    want = None
-    if expected is not None:
-        want = match_by_name_or_order(load_npz(expected, "--expected"), package.outputs, "outputs", str(expected))
     result = verify_package(package, str(model), given, want, tolerance, seed, built=built, progress=_progress())
     where = getattr(built, "where", "host")
     if as_json:
@@ -259,10 +275,11 @@ def verify_cmd(
 
 def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: str, target: str | None,
                       inputs: Path | None, tolerance: float, seed: int, as_json: bool, conv_algorithm: str) -> None:
+    from aot.npz import load_npz
     from aot.per_layer import compare_layers
-    from aot.verify import load_npz
 
-    given = load_npz(inputs, "--inputs") if inputs is not None else None
+    # Read once the debug package's inputs are known, so each header is checked before its data.
+    given = (lambda specs: load_npz(inputs, "--inputs", specs)) if inputs is not None else None
     _progress().start("per-layer comparison (compile, build and run with every node's output exposed)")
     results, culprit = compare_layers(model, shapes, lambda pkg: _build_to_run(pkg, target, backend), given,
                                       tolerance, seed, backend, target, conv_algorithm)
@@ -336,6 +353,7 @@ def build_cmd(
 
     if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
         raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
+    _check_name(name)
     read = _files_read(model, output, force, [target])
     check_output_folder(output, force, read)  # before compiling and building: a refusal costs nothing
     preset = load_target(target)
@@ -388,6 +406,8 @@ def bench_cmd(
 
     if threads < 1 or rounds < 1:
         raise AotError("--threads and --rounds must be at least 1")
+    if threads > 1024:
+        raise AotError(f"--threads {threads}: give at most 1024, as the runner's -t")
     with _progress().step(f"bench ({rounds} rounds)"):
         result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds,
                        conv_algorithm=conv_algorithm)

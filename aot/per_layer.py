@@ -10,7 +10,7 @@ the culprit. Works on the host and, for a --target, under qemu-user.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +51,12 @@ def with_every_tensor_as_output(model: onnx.ModelProto,
 
 
 def compare_layers(model_path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None,
-                   build: Any, inputs: dict[str, np.ndarray] | None = None, tolerance: float = 1e-4,
+                   build: Any, inputs: dict[str, np.ndarray] | Callable[[list[dict[str, Any]]], dict[str, np.ndarray]]
+                   | None = None, tolerance: float = 1e-4,
                    seed: int = 0, backend: str = "c", target: str | None = None, conv_algorithm: str = "auto"
                    ) -> tuple[list[LayerResult], LayerResult | None]:
-    """`build(package)` returns something with .run(inputs) (the host or a target under qemu)."""
+    """`build(package)` returns something with .run(inputs) (the host or a target under qemu).
+    `inputs` may be a function of the compiled package's input specs (a checked .npz reader)."""
     import tempfile
 
     from aot.compiler import compile as compile_model
@@ -63,6 +65,8 @@ def compare_layers(model_path: str | os.PathLike[str], input_shapes: Mapping[str
     debug = with_every_tensor_as_output(model, input_shapes)
     package = compile_model(debug, input_shapes, name=f"{os.path.basename(str(model_path)).split('.')[0]}_debug",
                             backend=backend, target=target, conv_algorithm=conv_algorithm)
+    if callable(inputs):
+        inputs = inputs(package.inputs)
     inputs = inputs if inputs is not None else random_inputs(package, seed)
     ours = build(package).run(inputs)
     with tempfile.TemporaryDirectory(prefix="aot-per-layer-") as tmp:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -64,18 +63,11 @@ def random_inputs(package: Package, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def load_npz(path: str | os.PathLike[str], what: str) -> dict[str, np.ndarray]:
-    p = Path(path)
-    if not p.is_file():
-        raise VerifyError(f"{what} {p}: no such file")
-    try:
-        with np.load(p, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise VerifyError(f"{what} {p}: expected an .npz archive of named arrays")
-            return {k: np.asarray(data[k]) for k in data.files}
-    except VerifyError:
-        raise
-    except Exception as e:
-        raise VerifyError(f"{what} {p}: not a readable .npz file ({e})") from e
+    """All arrays of a user's .npz, unchecked against any model (see aot/npz.py, which checks
+    each header before reading, and is what the CLI uses)."""
+    from aot.npz import load_npz as load_checked
+
+    return load_checked(path, what)
 
 
 def match_by_name_or_order(given: dict[str, np.ndarray], specs: list[dict[str, Any]], what: str,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 import onnx
 
 from aot.errors import InputShapeError
+
+# ONNX stores a dimension as an int64.
+MAX_DIMENSION = 2**63 - 1
 
 
 def parse_input_shapes(options: Iterable[str]) -> dict[str, tuple[int, ...]]:
@@ -16,19 +20,42 @@ def parse_input_shapes(options: Iterable[str]) -> dict[str, tuple[int, ...]]:
         name, sep, dims_text = opt.rpartition("=")
         if not sep or not name:
             raise InputShapeError(f"--input-shape {opt!r}: expected NAME=D0xD1x..., e.g. input=1x3x224x224")
-        dims: list[int] = []
-        for part in filter(None, dims_text.lower().replace(",", "x").split("x")):
-            try:
-                d = int(part)
-            except ValueError:
-                raise InputShapeError(f"--input-shape {opt!r}: {part!r} is not an integer dimension") from None
-            if d <= 0:
-                raise InputShapeError(f"--input-shape {opt!r}: dimension {d} must be positive")
-            dims.append(d)
+        if not is_utf8(name):
+            raise InputShapeError(f"--input-shape {opt!r}: the input name is not valid UTF-8 (ONNX names are)")
+        dims = _parse_dims(opt, dims_text)
         if name in shapes:
             raise InputShapeError(f"--input-shape {opt!r}: input {name!r} is given twice")
-        shapes[name] = tuple(dims)
+        shapes[name] = dims
     return shapes
+
+
+def is_utf8(text: str) -> bool:
+    """False for command-line text holding bytes that are not UTF-8 (Python keeps them as lone
+    surrogates, which no name read from an ONNX file can contain)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _parse_dims(opt: str, dims_text: str) -> tuple[int, ...]:
+    if not dims_text:
+        return ()  # a scalar
+    dims: list[int] = []
+    for part in dims_text.lower().replace(",", "x").split("x"):
+        if not part:
+            raise InputShapeError(f"--input-shape {opt!r}: empty dimension (write NAME=D0xD1x..., e.g. "
+                                  "input=1x3x224x224)")
+        if not re.fullmatch(r"[0-9]+", part):
+            raise InputShapeError(f"--input-shape {opt!r}: {part!r} is not an integer dimension")
+        if len(part) > 19 or int(part) > MAX_DIMENSION:
+            raise InputShapeError(f"--input-shape {opt!r}: dimension {part[:24]} is too large (at most 2**63 - 1)")
+        d = int(part)
+        if d <= 0:
+            raise InputShapeError(f"--input-shape {opt!r}: dimension {d} must be positive")
+        dims.append(d)
+    return tuple(dims)
 
 
 def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
