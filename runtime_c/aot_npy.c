@@ -1,9 +1,15 @@
 /* .npy (format 1.0/2.0/3.0, little-endian, C order) reading and writing for the runner. */
 #include "aot_npy.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* numpy writes headers of a few hundred bytes (and reads at most 10000 by default): a longer
+ * one is not an array we wrote or need, and is refused before it is allocated. */
+#define AOT_NPY_MAX_HEADER 65536u
 
 static const char *descr_for(aot_dtype dtype)
 {
@@ -77,6 +83,22 @@ static const char *find_key(const char *header, const char *key)
     return NULL;
 }
 
+/* Whether `bytes` more bytes follow the current position: a shape that promises more data than
+ * the file holds is refused before its buffer is allocated. Where the size cannot be measured
+ * (ftell's long too small), the read itself finds a short file. */
+static int data_fits(FILE *f, size_t bytes)
+{
+    long here = ftell(f), end;
+    if (here < 0 || fseek(f, 0, SEEK_END) != 0) {
+        return 1;
+    }
+    end = ftell(f);
+    if (fseek(f, here, SEEK_SET) != 0) {
+        return 0;
+    }
+    return end < 0 || (uint64_t)(end - here) >= (uint64_t)bytes;
+}
+
 int aot_npy_read(const char *path, aot_npy_array *out, char *err, size_t err_len)
 {
     unsigned char preamble[12];
@@ -106,6 +128,11 @@ int aot_npy_read(const char *path, aot_npy_array *out, char *err, size_t err_len
         }
         header_len = (size_t)preamble[8] | ((size_t)preamble[9] << 8) | ((size_t)preamble[10] << 16) |
                      ((size_t)preamble[11] << 24);
+    }
+    if (header_len > AOT_NPY_MAX_HEADER) {
+        set_err(err, err_len, path, "header too long");
+        fclose(f);
+        return -1;
     }
     header = (char *)malloc(header_len + 1);
     if (header == NULL || fread(header, 1, header_len, f) != header_len) {
@@ -141,7 +168,8 @@ int aot_npy_read(const char *path, aot_npy_array *out, char *err, size_t err_len
     }
     ++p;
     out->rank = 0;
-    while (*p != ')' && *p != '\0') {
+    elem = aot_dtype_size(out->dtype);
+    while (*p != ')') {
         char *end;
         long long d;
         while (*p == ' ' || *p == ',') {
@@ -150,17 +178,30 @@ int aot_npy_read(const char *path, aot_npy_array *out, char *err, size_t err_len
         if (*p == ')') {
             break;
         }
-        d = strtoll(p, &end, 10);
-        if (end == p || d < 0 || out->rank >= AOT_NPY_MAX_RANK) {
+        if (*p < '0' || *p > '9') { /* also the header's end: a shape never closed */
             set_err(err, err_len, path, "bad shape");
+            goto fail;
+        }
+        errno = 0;
+        d = strtoll(p, &end, 10);
+        if (end == p || errno == ERANGE || d < 0 || out->rank >= AOT_NPY_MAX_RANK) {
+            set_err(err, err_len, path, "bad shape");
+            goto fail;
+        }
+        /* the element count times the element size must fit a size_t: checked before multiplying */
+        if (count > 0 && d > 0 && (uint64_t)d > (uint64_t)SIZE_MAX / elem / count) {
+            set_err(err, err_len, path, "shape too large");
             goto fail;
         }
         out->dims[out->rank++] = (int64_t)d;
         count *= (size_t)d;
         p = end;
     }
-    elem = aot_dtype_size(out->dtype);
     out->bytes = count * elem;
+    if (!data_fits(f, out->bytes)) {
+        set_err(err, err_len, path, "file shorter than its shape says");
+        goto fail;
+    }
     out->data = malloc(out->bytes > 0 ? out->bytes : 1);
     if (out->data == NULL) {
         set_err(err, err_len, path, "out of memory");
@@ -195,18 +236,27 @@ int aot_npy_write(const char *path, aot_dtype dtype, int32_t rank, const int64_t
     }
     shape[0] = '\0';
     for (i = 0; i < rank; ++i) {
-        used += (size_t)snprintf(shape + used, sizeof shape - used, "%lld,%s", (long long)dims[i],
-                                 (i + 1 < rank) ? " " : "");
-        if (used >= sizeof shape) {
+        int n = snprintf(shape + used, sizeof shape - used, "%lld,%s", (long long)dims[i],
+                         (i + 1 < rank) ? " " : "");
+        if (n < 0 || (size_t)n >= sizeof shape - used) {
             set_err(err, err_len, path, "shape too long");
             return -1;
         }
+        used += (size_t)n;
     }
     if (rank > 1) {
         shape[used - 1] = '\0'; /* drop the trailing comma numpy omits for rank > 1 */
     }
-    used = (size_t)snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
-                            descr, shape);
+    {
+        int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+                         descr, shape);
+        /* room is left for the padding to 64 bytes and the newline below */
+        if (n < 0 || (size_t)n + 64 >= sizeof header) {
+            set_err(err, err_len, path, "shape too long");
+            return -1;
+        }
+        used = (size_t)n;
+    }
     total = 10 + used + 1;
     while (total % 64 != 0) {
         header[used++] = ' ';

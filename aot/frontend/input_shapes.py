@@ -47,9 +47,9 @@ def _parse_dims(opt: str, dims_text: str) -> tuple[int, ...]:
         if not part:
             raise InputShapeError(f"--input-shape {opt!r}: empty dimension (write NAME=D0xD1x..., e.g. "
                                   "input=1x3x224x224)")
-        if not re.fullmatch(r"[0-9]+", part):
+        if not re.fullmatch(r"-?[0-9]+", part):  # ASCII digits only: int() also takes "+1", "1_0", "١"
             raise InputShapeError(f"--input-shape {opt!r}: {part!r} is not an integer dimension")
-        if len(part) > 19 or int(part) > MAX_DIMENSION:
+        if len(part.lstrip("-")) > 19 or int(part) > MAX_DIMENSION:
             raise InputShapeError(f"--input-shape {opt!r}: dimension {part[:24]} is too large (at most 2**63 - 1)")
         d = int(part)
         if d <= 0:
