@@ -25,7 +25,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (images.dtype != AOT_DTYPE_FLOAT32 || images.rank != 2 || images.dims[1] != DIGITS_INPUT0_SIZE ||
-        labels.dtype != AOT_DTYPE_INT64 || labels.dims[0] != images.dims[0]) {
+        labels.dtype != AOT_DTYPE_INT64 || labels.rank != 1 || labels.dims[0] != images.dims[0]) {
         fprintf(stderr, "unexpected test data layout\n");
         return 1;
     }
