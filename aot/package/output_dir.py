@@ -112,7 +112,7 @@ def check_output_file(path: str | os.PathLike[str], inputs: Iterable[os.PathLike
     """An -o file (the report page) may be created, or may replace a page aot wrote or an empty
     file; nothing else."""
     target = Path(path)
-    for item in inputs:
+    for item in list(inputs):
         if os.path.lexists(target) and _resolved(Path(item)) == _resolved(target):
             raise OutputError(f"{target}: is the input {item}; choose another -o file")
     if not os.path.lexists(target):

@@ -21,6 +21,7 @@ def write_tree_atomically(files: dict[str, FileData], out_dir: str | os.PathLike
     are never inside what is replaced. On failure nothing is left behind: no staging folder, no
     parent folder made for it."""
     target = Path(out_dir)
+    inputs = list(inputs)  # checked twice below
     check_output_folder(target, force, inputs)
     parent = Path(os.path.abspath(target)).parent
     made = _make_parents(target, parent)
