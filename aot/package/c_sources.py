@@ -12,6 +12,7 @@ import numpy as np
 
 from aot import __version__
 from aot.backends.c.kernel_printer import HELPER_DEFINITIONS, KernelPrinter, c_type, float_literal, int_literal
+from aot.codegen.build_text import FILTERS as BUILD_FILE_FILTERS
 from aot.codegen.c_names import UniqueNames, c_comment, c_string
 from aot.errors import AotError
 from aot.ir.graph import Tensor
@@ -59,12 +60,14 @@ def layout_weights(weights: list[Tensor]) -> tuple[list[WeightSlot], int]:
 def _environment() -> jinja2.Environment:
     """One per process: jinja2 caches the compiled templates in it (recompiling them took about
     0.1 s of every compile, half of a small model's compile time)."""
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters.update(BUILD_FILE_FILTERS)  # |make_comment, |make_value, |cmake_comment, |cmake_quoted
+    return env
 
 
 def _io_descriptors(program: Program) -> tuple[list[dict], list[dict]]:
