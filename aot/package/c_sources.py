@@ -70,10 +70,12 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _io_descriptors(program: Program) -> tuple[list[dict], list[dict]]:
+def _io_descriptors(program: Program, name: str) -> tuple[list[dict], list[dict]]:
     described = []
     for kind, tensors in (("input", program.graph.inputs), ("output", program.graph.outputs)):
-        fields = UniqueNames()
+        # The fields are the package's API: no keyword of C or C++, no standard macro (see
+        # aot/codegen/reserved_names.py), not the name of one of the header's own NAME_... macros.
+        fields = UniqueNames(public=True, own_macro_prefix=f"{name.upper()}_")
         items = []
         for index, t in enumerate(tensors):
             if t.dtype.name not in DTYPE_ENUM:
@@ -223,7 +225,7 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
     and the runner (Linux targets; not for bare metal).
     """
     env = _environment()
-    inputs, outputs = _io_descriptors(program)
+    inputs, outputs = _io_descriptors(program, name)
     slot_list, weights_struct_bytes = layout_weights(program.weights)
     slots = {id(s.tensor): s for s in slot_list}
     weights_format = resolve_weights_format(weights_format, weights_struct_bytes)
