@@ -21,7 +21,7 @@ import typer
 from aot import __version__
 from aot.errors import AotError
 from aot.progress import SILENT, Progress, StepReporter
-from aot.terminal import printable
+from aot.terminal import printable, printable_lines
 
 EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_INTERNAL = 1, 2, 3
 
@@ -97,7 +97,7 @@ def _report_errors(fn: F) -> F:
             reporter.stop()
             if as_json:
                 print(json.dumps({"passed": False, "error": str(e)}))
-            print(f"aot: error: {printable(e)}", file=sys.stderr)  # one line, whatever names it quotes
+            print(f"aot: error: {printable_lines(e)}", file=sys.stderr)  # control characters of names escaped
             if verbose:
                 _print_detail(e)
             reporter.close(failed=True)

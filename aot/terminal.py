@@ -26,3 +26,9 @@ def printable(text: object) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def printable_lines(text: object) -> str:
+    """`printable` line by line, keeping the line breaks: for messages that quote a compiler's
+    output over several lines (its own escape sequences and CRs are escaped all the same)."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
