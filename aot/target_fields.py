@@ -16,7 +16,7 @@ from typing import Any
 MAX_ALIGNMENT = 4096   # a page: more than any cache line or vector load needs
 MAX_TEXT = 200         # characters of a description
 MAX_WORD = 64          # characters of a triple, a CPU name, a compiler flag
-MAX_LIST = 512         # characters of a feature list or a program path
+MAX_LIST = 512         # characters of a feature list or a compiler flag
 MAX_CFLAGS = 64
 
 # arch-vendor-os[-environment], each part a plain word: no "/" and no "..", it names a file.
@@ -24,8 +24,10 @@ TRIPLE = re.compile(r"[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+){2,3}")
 _CPU = re.compile(r"[A-Za-z0-9_.+-]+")
 _FEATURES = re.compile(r"([+-][A-Za-z0-9_.-]+(,[+-][A-Za-z0-9_.-]+)*)?")
 _ZIG_TARGET = re.compile(r"([A-Za-z0-9_.]+(-[A-Za-z0-9_.]+){1,3})?")
-# A program name or path (gcc_prefix is prepended to "gcc", "ar": "/opt/arm/bin/arm-none-eabi-").
-_PROGRAM = re.compile(r"[A-Za-z0-9_.+/-]*")
+# Programs are looked up on the user's PATH, never named by path: a board file may pick which
+# cross GCC ("arm-none-eabi-" + "gcc") or which qemu-user runs, not any program on the disk.
+_GCC_PREFIX = re.compile(r"([A-Za-z0-9_.+]+-)*")
+_QEMU = re.compile(r"(qemu-[A-Za-z0-9_.+-]+)?")
 # One compiler flag: no blanks, quotes, `$`, `#`, `;`, backslash, backtick, brackets or globs, so
 # it means the same to make, CMake, a shell and an argument list.
 _CFLAG = re.compile(r"-[A-Za-z0-9_.,=+:/-]+")
@@ -114,10 +116,10 @@ REQUIRED_FIELDS: dict[str, tuple[type, Check]] = {
     "cflags": (list, _cflags),
 }
 OPTIONAL_FIELDS: dict[str, tuple[type, Check]] = {
-    "gcc_prefix": (str, _word(_PROGRAM, "a compiler name prefix of letters, digits and _ . + / -",
-                                 MAX_LIST)),
+    "gcc_prefix": (str, _word(_GCC_PREFIX, "a cross compiler's name prefix ending in '-' (letters, digits, _ . + -; "
+                                           "no path: the compiler is found on PATH)")),
     "zig_target": (str, _word(_ZIG_TARGET, "a zig target (arch-os[-abi])")),
-    "qemu": (str, _word(_PROGRAM, "a program name of letters, digits and _ . + / -", MAX_LIST)),
+    "qemu": (str, _word(_QEMU, "a qemu-user program name, qemu-<arch> (no path: it is found on PATH)")),
     "vector_bits": (int, _one_of(_VECTOR_BITS)),
     "vector_registers": (int, _vector_registers),
 }
