@@ -154,6 +154,32 @@ def test_odd_but_valid_target_gives_a_package_whose_make_and_cmake_run_nothing(t
     assert not list(tmp_path.rglob(MARKER)), "an injected command ran"
 
 
+def test_build_files_stay_inert_even_for_fields_validation_would_refuse(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defence in depth: with the field checks switched off, hostile text in every target field
+    that reaches the Makefile and the CMake files still runs nothing when make reads the Makefile
+    (`make -n` expands $(shell) in assignments) or CMake reads the toolchain file."""
+    import aot
+    import aot.targets
+
+    marker = tmp_path / MARKER
+    injected = f"\n_ := $(shell touch {marker})\nexecute_process(COMMAND touch {marker})\n"
+    board = board_file(tmp_path, description=f"x{injected}#[[", triple=f"x86_64-unknown-linux-gnu{injected}",
+                       cflags=[f"-O2 $(shell touch {marker}) \" ${{X}}) execute_process(COMMAND touch {marker}) #"],
+                       gcc_prefix=f"x-$(shell touch {marker})\") execute_process(COMMAND touch {marker}) #",
+                       zig_target=f"z{injected}")
+    monkeypatch.setattr(aot.targets, "field_problem", lambda key, value: None)
+    pkg = aot.compile(EXAMPLE, target=str(board)).write(tmp_path / "pkg")
+    monkeypatch.undo()
+    makefile = (pkg / "Makefile").read_text()
+    assert "\n_ := $(shell" not in makefile and "\nexecute_process" not in (pkg / "toolchain.cmake").read_text()
+    if shutil.which("make"):
+        subprocess.run(["make", "-n", "-C", str(pkg)], capture_output=True, cwd=tmp_path)
+    if shutil.which("cmake"):
+        subprocess.run(["cmake", "-P", str(pkg / "toolchain.cmake")], capture_output=True, cwd=tmp_path)
+    assert not marker.exists(), "an injected command ran"
+
+
 def test_build_file_filters_keep_hostile_text_inert() -> None:
     """Defence in depth: even text validation would refuse stays one comment line / one value."""
     hostile = "a\nall:\r\n\ttouch X $(shell touch X) ${X} $ENV{HOME} \"q\" #c \x1b[2J\\"
