@@ -22,6 +22,7 @@ import typer
 from aot import __version__
 from aot.errors import AotError
 from aot.progress import SILENT, Progress, StepReporter
+from aot.terminal import printable, printable_lines
 
 EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_INTERNAL = 1, 2, 3
 
@@ -97,7 +98,7 @@ def _report_errors(fn: F) -> F:
             reporter.stop()
             if as_json:
                 print(json.dumps({"passed": False, "error": str(e)}))
-            print(f"aot: error: {e}", file=sys.stderr)
+            print(f"aot: error: {printable_lines(e)}", file=sys.stderr)  # control characters of names escaped
             if verbose:
                 _print_detail(e)
             reporter.close(failed=True)
@@ -114,7 +115,7 @@ def _report_errors(fn: F) -> F:
             reporter.stop()
             if as_json:
                 print(json.dumps({"passed": False, "error": f"internal error: {type(e).__name__}: {e}"}))
-            first = str(e).splitlines()[0] if str(e) else ""
+            first = printable(str(e).splitlines()[0]) if str(e) else ""
             print(f"aot: internal error: {type(e).__name__}: {first} (rerun with --verbose for the traceback; "
                   "please report it)", file=sys.stderr)
             if verbose:
@@ -133,7 +134,7 @@ def _print_detail(error: BaseException) -> None:
     cause = error.__cause__ or error.__context__
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        text = str(cause).splitlines()[0] if str(cause) else ""
+        text = printable(str(cause).splitlines()[0]) if str(cause) else ""
         print(f"aot: caused by {type(cause).__name__}: {text}", file=sys.stderr)
         cause = cause.__cause__ or cause.__context__
     traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
@@ -206,13 +207,14 @@ def compile_cmd(
     if as_json:
         print(json.dumps({"package": str(written), **{k: v for k, v in m.items() if k != "files"}}, sort_keys=True))
         return
-    print(f"compiled {model} -> {written}/")
+    print(f"compiled {printable(model)} -> {printable(written)}/")
     print(f"  {m['onnx_nodes']} ONNX nodes -> {m['kernels']} kernels")
     print(f"  arena {m['arena_bytes']} bytes (lower bound {m['arena_lower_bound_bytes']}, "
           f"unshared {m['arena_unshared_bytes']}), weights {m['weights_bytes']} bytes")
-    print(f"  C API: {package.name}.h  build: make -C {written}")
+    print(f"  C API: {package.name}.h  build: make -C {printable(written)}")
     for entry in m.get("targets", []):
-        print(f"  LLVM object for {entry['name']} ({entry['triple']}, cpu {entry['cpu']}): {entry['object']}")
+        print(printable(f"  LLVM object for {entry['name']} ({entry['triple']}, cpu {entry['cpu']}): "
+                        f"{entry['object']}"))
 
 
 @app.command("verify")
@@ -263,11 +265,13 @@ def verify_cmd(
                         "target": package.manifest.get("target", "host"), "ran_on": where})
         print(json.dumps(payload, sort_keys=True))
     else:
-        print(f"verify {model} (backend {backend}, {where}) against {result.reference}, tolerance {tolerance:g}")
+        print(f"verify {printable(model)} (backend {backend}, {printable(where)}) against {result.reference}, "
+              f"tolerance {tolerance:g}")
         for o in result.outputs:
             status = "ok  " if o.passed else "FAIL"
             extra = f"  ({o.detail})" if o.detail else ""
-            print(f"  {status} {o.name}: max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}{extra}")
+            print(f"  {status} {printable(o.name)}: max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}"
+                  f"{printable(extra)}")
         print("PASSED" if result.passed else "FAILED")
     if not result.passed:
         raise typer.Exit(EXIT_MISMATCH)
@@ -291,12 +295,13 @@ def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: 
                         "max_rel_err": r.comparison.max_rel_err, "passed": r.comparison.passed} for r in results],
         }, sort_keys=True))
     else:
-        width = max((len(r.node) for r in results), default=4)
-        print(f"per-layer comparison of {model} with onnxruntime, tolerance {tolerance:g}")
+        width = max((len(printable(r.node)) for r in results), default=4)
+        print(f"per-layer comparison of {printable(model)} with onnxruntime, tolerance {tolerance:g}")
         for r in results:
             mark = "ok  " if r.comparison.passed else "FAIL"
-            print(f"  {mark} {r.node:{width}} {r.op:18} max abs err {r.comparison.max_abs_err:.3g}")
-        print(f"first failing node: {culprit.node!r} ({culprit.op}), tensor {culprit.tensor!r}" if culprit
+            print(f"  {mark} {printable(r.node):{width}} {printable(r.op):18} "
+                  f"max abs err {r.comparison.max_abs_err:.3g}")
+        print(printable(f"first failing node: {culprit.node!r} ({culprit.op}), tensor {culprit.tensor!r}") if culprit
               else "PASSED: every layer within tolerance")
     if culprit is not None:
         raise typer.Exit(EXIT_MISMATCH)
@@ -385,9 +390,9 @@ def build_cmd(
                           "artefacts": [{"file": a, "kind": k, "bytes": b} for a, k, b in artefacts]},
                          sort_keys=True))
         return
-    print(f"built {model} for {preset.name} ({preset.triple}) with {tools.kind}: {tools.cc_text}")
+    print(printable(f"built {model} for {preset.name} ({preset.triple}) with {tools.kind}: {tools.cc_text}"))
     for artefact, kind, size in artefacts:
-        print(f"  {written / artefact}: {kind}, {size} bytes")
+        print(printable(f"  {written / artefact}: {kind}, {size} bytes"))
 
 
 @app.command("bench")
@@ -414,7 +419,7 @@ def bench_cmd(
     if as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
         return
-    print(f"bench {model}: {result.runs} runs each, {threads} thread(s) each, medians")
+    print(f"bench {printable(model)}: {result.runs} runs each, {threads} thread(s) each, medians")
     print(f"  aot          {result.ours_ms:9.4f} ms  {result.ours_gflops:7.2f} GFLOP/s  "
           f"memory {result.ours_memory_bytes / 1024:.1f} KiB (arena {result.arena_bytes / 1024:.1f} KiB)")
     print(f"  onnxruntime  {result.onnxruntime_ms:9.4f} ms  {result.onnxruntime_gflops:7.2f} GFLOP/s  "
@@ -442,7 +447,7 @@ def report_cmd(
     with _progress().step("analysis and rendering"):
         page = render_report(build_report(model, _shapes(input_shape)))
     write_file_atomically(output, page.encode(), inputs=read)
-    print(f"wrote {output}")
+    print(f"wrote {printable(output)}")
 
 
 @app.command("inspect")
@@ -475,7 +480,7 @@ def targets_cmd(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
         return
     width = max(len(t.name) for t in targets)
     for t in targets:
-        print(f"{t.name:{width}}  {t.triple:32} {t.description}")
+        print(printable(f"{t.name:{width}}  {t.triple:32} {t.description}"))
 
 
 @app.command("version")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from aot.analysis import model_stats
 from aot.frontend.importer import load_graph
 from aot.progress import SILENT, Progress
+from aot.terminal import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -137,10 +138,15 @@ def render(r: dict[str, Any], console: Console) -> None:
     from rich.text import Text
 
     class PlainTable(Table):
-        """Cells are text, never rich markup: node names like '[x]' print as they are."""
+        """Cells are text, never rich markup: node names like '[x]' print as they are, and their
+        control characters as escapes (an ESC in a tensor name must not reach the terminal)."""
 
         def add_row(self, *cells: Any, **kwargs: Any) -> None:
-            super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+            super().add_row(*(Text(printable(c)) if isinstance(c, str) else c for c in cells), **kwargs)
+
+    def say(text: str = "") -> None:
+        """One line of plain text: no markup, no highlighting, names' control characters escaped."""
+        console.print(printable(text), markup=False, highlight=False)
 
     def table(title: str, *columns: str, right: tuple[str, ...] = ()) -> Table:
         t = PlainTable(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
@@ -151,8 +157,8 @@ def render(r: dict[str, Any], console: Console) -> None:
 
     supported = r["supported"]
     kernels = f", {r['kernels']} kernels" if supported else ""
-    console.print(f"model {Path(r['model']).name}: {r['onnx_nodes']} ONNX nodes, "
-                  f"{r['nodes_after_folding']} after folding{kernels}", markup=False, highlight=False)
+    say(f"model {Path(r['model']).name}: {r['onnx_nodes']} ONNX nodes, "
+        f"{r['nodes_after_folding']} after folding{kernels}")
     console.print()
     io = table("Inputs and outputs", "kind", "name", "type")
     for kind in ("inputs", "outputs"):
@@ -166,14 +172,14 @@ def render(r: dict[str, Any], console: Console) -> None:
     for op, n in r["op_counts"].items():
         if op in unsupported:
             names = ", ".join(repr(name) for name in unsupported[op])
-            ops.add_row(op, str(n), Text.assemble(("UNSUPPORTED", "bold red"), f" ({names})"))
+            ops.add_row(op, str(n), Text.assemble(("UNSUPPORTED", "bold red"), printable(f" ({names})")))
         else:
             ops.add_row(op, str(n), "supported")
     console.print(ops)
     console.print()
     if unsupported:
-        console.print(f"{len(unsupported)} unsupported op type(s): aot compile will refuse this model "
-                      "(memory plan and footprint need every op supported)", markup=False, highlight=False)
+        say(f"{len(unsupported)} unsupported op type(s): aot compile will refuse this model "
+            "(memory plan and footprint need every op supported)")
         console.print()
 
     totals = table("Size and compute", "quantity", "value", right=("value",))
@@ -201,13 +207,12 @@ def render(r: dict[str, Any], console: Console) -> None:
     memory.add_row("unshared (every tensor its own buffer)", _bytes(r["arena_unshared_bytes"]))
     memory.add_row("alignment", str(r["arena_alignment"]))
     console.print(memory)
-    console.print(f"kernel order: {r['schedule']}; {len(r['in_place_kernels'])} kernel(s) write over their input",
-                  markup=False, highlight=False)
+    say(f"kernel order: {r['schedule']}; {len(r['in_place_kernels'])} kernel(s) write over their input")
     console.print()
     peak = r["peak_live"]
     if peak["tensors"]:
-        console.print(f"largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "
-                      + ", ".join(peak["tensors"]), markup=False, highlight=False)
+        say(f"largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "
+            + ", ".join(peak["tensors"]))
         console.print()
     footprint = table("Estimated footprint per target", "target", "alignment", "flash bytes", "RAM bytes",
                       right=("alignment", "flash bytes", "RAM bytes"))
@@ -215,8 +220,8 @@ def render(r: dict[str, Any], console: Console) -> None:
         footprint.add_row(row["target"], str(row["alignment"]), _bytes(row["flash_bytes"]), _bytes(row["ram_bytes"]))
     console.print(footprint)
     console.print()
-    console.print("flash: the compiled weights (model code not counted); RAM: the arena planned with the target's "
-                  "alignment + input and output buffers (stack not counted)", markup=False, highlight=False)
+    say("flash: the compiled weights (model code not counted); RAM: the arena planned with the target's "
+        "alignment + input and output buffers (stack not counted)")
 
 
 def render_text(r: dict[str, Any], width: int = 200) -> str:

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from aot.terminal import printable
+
 
 class Progress:
     """The hook library code calls. This base class is silent."""
@@ -60,16 +62,21 @@ class StepReporter(Progress):
 
     def start(self, step: str) -> None:
         self._end_step()
+        # Steps name targets and files, which may hold terminal control characters.
+        step = printable(step)
         self.current = step
         self._started = time.perf_counter()
         if self.live:
+            from rich.text import Text
+
             if self._status is None:
                 from rich.console import Console
 
-                self._status = Console(file=self.stream).status(f"{step} ...", spinner="dots")
+                # A Text, not a str: rich would read "[bold]" in a target's name as markup.
+                self._status = Console(file=self.stream).status(Text(f"{step} ..."), spinner="dots")
                 self._status.start()
             else:
-                self._status.update(f"{step} ...")
+                self._status.update(Text(f"{step} ..."))
 
     def finish(self) -> None:
         # The spinner stops between steps, so that what the command prints next is not interleaved
@@ -113,6 +120,7 @@ class StepReporter(Progress):
             self._status = None
 
     def _line(self, text: str) -> None:
+        text = printable(text)
         if self._status is not None:
             self._status.console.print(text, markup=False, highlight=False)
         else:

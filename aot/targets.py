@@ -14,20 +14,12 @@ from typing import Any
 
 from aot.errors import AotError
 from aot.resources import resource_dir
+from aot.target_fields import OPTIONAL_FIELDS, REQUIRED_FIELDS, field_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
-
-_REQUIRED: dict[str, type] = {
-    "description": str, "triple": str, "cpu": str, "features": str, "float_abi": str, "os": str,
-    "alignment": int, "cflags": list,
-}
-_OPTIONAL: dict[str, type] = {"gcc_prefix": str, "zig_target": str, "qemu": str, "vector_bits": int,
-                              "vector_registers": int}
-_FLOAT_ABIS = {"hard", "soft", "softfp"}
-_OSES = {"linux", "none"}
 
 
 @dataclass(frozen=True)
@@ -76,42 +68,35 @@ class Target:
 
 
 def _validate(name: str, data: dict[str, Any], source: str) -> Target:
+    """The Target a TOML file describes, once every field has the type and the values that a
+    build file, a command line or a file name can safely hold (aot/target_fields.py)."""
     where = f"target {source}"
-    for key, kind in _REQUIRED.items():
+    for key in REQUIRED_FIELDS:
         if key not in data:
             raise AotError(f"{where}: missing key {key!r}")
-        if not isinstance(data[key], kind):
-            raise AotError(f"{where}: {key!r} must be a {kind.__name__}")
-    unknown = sorted(set(data) - set(_REQUIRED) - set(_OPTIONAL))
+    unknown = sorted(set(data) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS))
     if unknown:
         raise AotError(f"{where}: unknown key(s) {unknown}")
-    for key, kind in _OPTIONAL.items():
-        if key in data and not isinstance(data[key], kind):
-            raise AotError(f"{where}: {key!r} must be a {kind.__name__}")
-    if data["float_abi"] not in _FLOAT_ABIS:
-        raise AotError(f"{where}: float_abi {data['float_abi']!r} must be one of {sorted(_FLOAT_ABIS)}")
-    if data["os"] not in _OSES:
-        raise AotError(f"{where}: os {data['os']!r} must be one of {sorted(_OSES)}")
-    align = data["alignment"]
-    if align <= 0 or align & (align - 1):
-        raise AotError(f"{where}: alignment {align} must be a power of two")
-    if not all(isinstance(f, str) for f in data["cflags"]):
-        raise AotError(f"{where}: cflags must be a list of strings")
-    if data.get("vector_bits", 128) not in (0, 128, 256, 512):
-        raise AotError(f"{where}: vector_bits {data['vector_bits']} must be 0, 128, 256 or 512")
-    if not 1 <= data.get("vector_registers", 16) <= 64:
-        raise AotError(f"{where}: vector_registers {data['vector_registers']} must be between 1 and 64")
-    if len(data["triple"].split("-")) < 3:
-        raise AotError(f"{where}: triple {data['triple']!r} is not arch-vendor-os[-abi]")
+    for key, value in data.items():
+        problem = field_problem(key, value)
+        if problem:
+            raise AotError(f"{where}: {key!r} {problem}")
     return Target(name=name, cflags=tuple(data["cflags"]), source=source,
                   **{k: v for k, v in data.items() if k != "cflags"})
 
 
 def _read(path: Path, name: str) -> Target:
     try:
-        data = tomllib.loads(path.read_text())
+        raw = path.read_bytes()
     except OSError as e:
         raise AotError(f"target {path}: cannot read: {e.strerror}") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise AotError(f"target {path}: not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start}); "
+                       "TOML files are UTF-8") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise AotError(f"target {path}: not valid TOML: {e}") from e
     return _validate(name, data, str(path))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from aot.codegen.reserved_names import is_reserved_public, needs_prefix
+
 C_KEYWORDS = frozenset([
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
     "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
@@ -18,8 +20,14 @@ C_KEYWORDS = frozenset([
 ])
 
 
-def c_identifier(name: str, fallback: str = "t") -> str:
-    """A valid C identifier resembling `name` (not yet unique)."""
+def c_identifier(name: str, fallback: str = "t", public: bool = False, own_macro_prefix: str = "") -> str:
+    """A valid C identifier resembling `name` (not yet unique).
+
+    `public`: the identifier is part of the package's API (a field of <name>_inputs), so it also
+    avoids every name a C or C++ program including the header might see as something else
+    (aot/codegen/reserved_names.py): "class" becomes "class_", "INT32_MAX" "INT32_MAX_". A name
+    reserved by its start ("AOT_...", "__...") gets `fallback` in front. `own_macro_prefix`: the
+    model's macro prefix ("TINY_CNN_"), whose macros (TINY_CNN_ARENA_SIZE ...) are reserved too."""
     ident = re.sub(r"[^0-9A-Za-z_]", "_", name)
     ident = re.sub(r"_+", "_", ident).strip("_")
     if not ident:
@@ -28,20 +36,30 @@ def c_identifier(name: str, fallback: str = "t") -> str:
         ident = f"{fallback}_{ident}"
     if ident in C_KEYWORDS:
         ident = f"{ident}_"
+    if public and needs_prefix(ident):
+        ident = f"{fallback}_{ident}"
+    if public and is_reserved_public(ident, own_macro_prefix):
+        ident = f"{ident}_"
     return ident
 
 
 class UniqueNames:
-    """Hands out distinct identifiers; a name that collides after sanitising gets a suffix."""
+    """Hands out distinct identifiers; a name that collides after sanitising gets a suffix.
 
-    def __init__(self, reserved: set[str] | None = None) -> None:
+    `public`: the names are public identifiers (see `c_identifier`, also for `own_macro_prefix`)."""
+
+    def __init__(self, reserved: set[str] | None = None, public: bool = False, own_macro_prefix: str = "") -> None:
         self._used: set[str] = set(reserved or ())
+        self._public = public
+        self._own_macro_prefix = own_macro_prefix
 
     def make(self, name: str, fallback: str = "t") -> str:
-        base = c_identifier(name, fallback)
+        base = c_identifier(name, fallback, self._public, self._own_macro_prefix)
         ident, n = base, 1
         while ident in self._used:
             ident = f"{base}_{n}"
+            if self._public and is_reserved_public(ident, self._own_macro_prefix):
+                ident += "_"  # M_PI_1 is a <math.h>-style name; M_PI_1_ is not (see reserved_names)
             n += 1
         self._used.add(ident)
         return ident

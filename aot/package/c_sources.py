@@ -12,6 +12,7 @@ import numpy as np
 
 from aot import __version__
 from aot.backends.c.kernel_printer import HELPER_DEFINITIONS, KernelPrinter, c_type, float_literal, int_literal
+from aot.codegen.build_text import FILTERS as BUILD_FILE_FILTERS
 from aot.codegen.c_names import UniqueNames, c_comment, c_string
 from aot.errors import AotError
 from aot.ir.graph import Tensor
@@ -59,18 +60,22 @@ def layout_weights(weights: list[Tensor]) -> tuple[list[WeightSlot], int]:
 def _environment() -> jinja2.Environment:
     """One per process: jinja2 caches the compiled templates in it (recompiling them took about
     0.1 s of every compile, half of a small model's compile time)."""
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters.update(BUILD_FILE_FILTERS)  # |make_comment, |make_value, |cmake_comment, |cmake_quoted
+    return env
 
 
-def _io_descriptors(program: Program) -> tuple[list[dict], list[dict]]:
+def _io_descriptors(program: Program, name: str) -> tuple[list[dict], list[dict]]:
     described = []
     for kind, tensors in (("input", program.graph.inputs), ("output", program.graph.outputs)):
-        fields = UniqueNames()
+        # The fields are the package's API: no keyword of C or C++, no standard macro (see
+        # aot/codegen/reserved_names.py), not the name of one of the header's own NAME_... macros.
+        fields = UniqueNames(public=True, own_macro_prefix=f"{name.upper()}_")
         items = []
         for index, t in enumerate(tensors):
             if t.dtype.name not in DTYPE_ENUM:
@@ -220,7 +225,7 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
     and the runner (Linux targets; not for bare metal).
     """
     env = _environment()
-    inputs, outputs = _io_descriptors(program)
+    inputs, outputs = _io_descriptors(program, name)
     slot_list, weights_struct_bytes = layout_weights(program.weights)
     slots = {id(s.tensor): s for s in slot_list}
     weights_format = resolve_weights_format(weights_format, weights_struct_bytes)

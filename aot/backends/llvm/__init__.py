@@ -16,11 +16,16 @@ from aot.backends.llvm.target import LlvmTarget, emit_object, get_target, host_t
 from aot.errors import AotError
 from aot.lowering.program import Program
 from aot.planner.memory import MemoryPlan
+from aot.target_fields import TRIPLE
 
 _BUILD_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 def object_name(model: str, spec: LlvmTarget) -> str:
+    # The triple is validated when the target file is read; checked again because it becomes
+    # part of a file name inside the package (a "/" or ".." would leave the -o folder).
+    if not TRIPLE.fullmatch(spec.triple) or ".." in spec.triple:
+        raise AotError(f"target {spec.name}: triple {spec.triple!r} cannot be part of a file name")
     return f"{model}.{spec.triple}.o"
 
 
