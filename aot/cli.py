@@ -46,8 +46,11 @@ BackendOpt = Annotated[str, typer.Option("--backend", help="Code generator: c (C
                                                         "files for --target, plus the C sources).")]
 TargetOpt = Annotated[
     list[str] | None,
-    typer.Option("--target", help="With --backend llvm: target to build an object for, a preset name (see "
-                                  "`aot targets`) or a .toml file (repeatable; default: this machine).",
+    typer.Option("--target", help="The CPU the package is for: a preset name (see `aot targets`) or a .toml "
+                                  "file. It sizes the register tiles, and the build files cross-compile with its "
+                                  "toolchain and flags. Without it the package is for the machine that builds it "
+                                  "(8-float tiles; its Makefile and CMakeLists pass -march=native). With --backend "
+                                  "llvm: repeatable, one object per target (default: this machine).",
                  show_default=False),
 ]
 WeightsFormatOpt = Annotated[str, typer.Option(

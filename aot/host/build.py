@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from aot.errors import BuildError
+from aot.targets import host_preset_name
 
 STRICT_CFLAGS = "-std=c99 -Wall -Wextra -Werror"
 
@@ -20,7 +21,17 @@ def host_cc() -> str:
     return cc
 
 
-def run_make(package_dir: Path, targets: list[str], opt: str = "-O2", extra_cflags: str = "",
+def host_target_cflags() -> str:
+    """TARGET_CFLAGS for a package built to run on this machine, whatever its --target: the vector
+    ISA this CPU has (-march=native: a package for x86_64-v3 runs with AVX2 here, as it would on
+    its target), and no stop where the package's tiles are wider than this CPU's registers (an
+    AVX-512 package checked on an AVX2 machine runs, slower; see aot/package/isa_check.py)."""
+    if host_preset_name() == "x86_64-v4":
+        return "-march=native"
+    return "-march=native -DAOT_ALLOW_SLOW_VECTORS"
+
+
+def run_make(package_dir: Path, targets: list[str], opt: str = "-O3", extra_cflags: str = "",
              variables: Mapping[str, str] | None = None) -> None:
     """`variables` are extra make variables, e.g. BACKEND=llvm TARGET=x86_64 for an LLVM package."""
     if not shutil.which("make"):
@@ -28,9 +39,9 @@ def run_make(package_dir: Path, targets: list[str], opt: str = "-O2", extra_cfla
     cflags = f"{opt} {STRICT_CFLAGS} {extra_cflags}".strip()
     extra = [f"{k}={v}" for k, v in (variables or {}).items()]
     # CC, AR and TARGET_CFLAGS are set explicitly: a package compiled for a --target defaults to
-    # that target's cross compiler and flags, and this builds it to run here.
-    cmd = ["make", "-s", "-C", str(package_dir), f"CC={host_cc()}", "AR=ar", "TARGET_CFLAGS=", f"CFLAGS={cflags}",
-           *extra, *targets]
+    # that target's cross compiler and flags, and this builds it to run here, with this CPU's.
+    cmd = ["make", "-s", "-C", str(package_dir), f"CC={host_cc()}", "AR=ar",
+           f"TARGET_CFLAGS={host_target_cflags()}", f"CFLAGS={cflags}", *extra, *targets]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()

@@ -59,6 +59,16 @@ class HostModel:
         self._arena_raw = np.zeros(package.arena_bytes + align, dtype=np.uint8)
         start = (-self._arena_raw.ctypes.data) % align
         self._arena = self._arena_raw[start:start + max(package.arena_bytes, 1)]
+        # run()'s inputs and outputs live in cache-line-aligned buffers made once, as a C
+        # program's static buffers would (see runner_for): building arrays and pointer tables on
+        # every call cost 18 us, more than the example model takes to run.
+        self._specs = package.inputs
+        self._in_buffers = [_aligned_empty(s["shape"], s["dtype"]) for s in self._specs]
+        self._out_buffers = [_aligned_empty(o["shape"], o["dtype"]) for o in package.outputs]
+        self._out_names = [o["name"] for o in package.outputs]
+        self._in_ptrs = _pointer_table(self._in_buffers)
+        self._out_ptrs = _pointer_table(self._out_buffers)
+        self._arena_ptr = self._arena.ctypes.data
 
     def close(self) -> None:
         """Stops the thread pool (if any). The model cannot run afterwards."""
@@ -83,7 +93,7 @@ class HostModel:
 
     @classmethod
     def build(cls, package: Package, build_dir: str | os.PathLike[str] | None = None,
-              opt: str = "-O2", extra_cflags: str = "", threads: int = 1) -> HostModel:
+              opt: str = "-O3", extra_cflags: str = "", threads: int = 1) -> HostModel:
         keep = None
         if build_dir is None:
             keep = tempfile.TemporaryDirectory(prefix=f"aot-{package.name}-")
@@ -98,15 +108,23 @@ class HostModel:
         return cls(package, directory, keep, threads=threads)
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
-        specs = self.package.inputs
-        arrays = prepare_inputs(specs, inputs)
-        outputs = [np.empty(o["shape"], dtype=np.dtype(o["dtype"])) for o in self.package.outputs]
-        in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
-        out_ptrs = (ctypes.c_void_p * len(outputs))(*[o.ctypes.data for o in outputs])
-        status = self._run(in_ptrs, out_ptrs, self._arena.ctypes.data, self._executor)
+        for buffer, array in zip(self._in_buffers, self._checked(inputs)):
+            buffer[...] = array
+        status = self._run(self._in_ptrs, self._out_ptrs, self._arena_ptr, self._executor)
         if status != 0:
             raise AotError(f"{self.package.name}_run failed: {_STATUS.get(status, status)}")
-        return {o["name"]: arr for o, arr in zip(self.package.outputs, outputs)}
+        # Copies: the caller keeps the results while later runs reuse the buffers.
+        return {name: buffer.copy() for name, buffer in zip(self._out_names, self._out_buffers)}
+
+    def _checked(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+        """The inputs in model order; arrays of exactly the right shape and dtype by name pass
+        without prepare_inputs' general checks (2.8 us a call on the example model)."""
+        if isinstance(inputs, dict) and len(inputs) == len(self._specs):
+            values = [inputs.get(s["name"]) for s in self._specs]
+            if all(type(v) is np.ndarray and v.shape == buffer.shape and v.dtype == buffer.dtype
+                   for v, buffer in zip(values, self._in_buffers)):
+                return values  # type: ignore[return-value]
+        return prepare_inputs(self._specs, inputs)
 
     def runner_for(self, inputs: Mapping[str, Any] | Sequence[Any]) -> Callable[[], None]:
         """A call with everything prepared (pointers, output buffers), for timing the model alone."""
@@ -140,6 +158,18 @@ def host_variant(package: Package) -> tuple[str, str | None]:
             if runs_on_host(entry["triple"], entry["cpu"], entry["features"]):
                 return "llvm", entry["name"]
     return "c", None
+
+
+def _aligned_empty(shape: Sequence[int], dtype: str, alignment: int = 64) -> np.ndarray:
+    dtype_ = np.dtype(dtype)
+    nbytes = max(int(np.prod(shape, dtype=object)) * dtype_.itemsize, 1)
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes][: nbytes - nbytes % dtype_.itemsize].view(dtype_).reshape(shape)
+
+
+def _pointer_table(arrays: Sequence[np.ndarray]) -> ctypes.Array:
+    return (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
 
 
 def aligned_array(values: np.ndarray, alignment: int = 64) -> np.ndarray:

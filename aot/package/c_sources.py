@@ -19,6 +19,7 @@ from aot.ir.graph import Tensor
 from aot.kernel.parallel import Segment, has_parallel, segments, serial_copy
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.package.blob import FileData, WeightsBlob
+from aot.package.isa_check import vector_isa_check, widest_vector
 from aot.planner.memory import MemoryPlan, align_up
 from aot.resources import resource_dir
 from aot.targets import Target
@@ -240,6 +241,7 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
         "arena_bytes": plan.arena_bytes, "arena_align": plan.alignment, "weights_bytes": weights_bytes,
         "kernels": kernels_text, "calls": calls, "tasks": tasks, "threads": threads,
         "helpers": [HELPER_DEFINITIONS[h] for h in sorted(printer.helpers)],
+        "isa_check": vector_isa_check(f"{name}.c", widest_vector(printer.helpers)),
         "onnx_nodes": program.graph.source_node_count,
         "llvm_targets": list(llvm_targets),
         "target": target,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def build_package_dir(package_dir: Path, name: str, target: Target, toolchain: Toolchain,
-                      opt: str = "-O2", static: bool = True, extra_cflags: str = "",
+                      opt: str = "-O3", static: bool = True, extra_cflags: str = "",
                       llvm: bool = False) -> list[Path]:
     """Run the package's Makefile for `target`; returns the artefacts built (library, runner).
     With `llvm`, the model code comes from the package's LLVM object for the target."""
@@ -56,7 +56,7 @@ class TargetModel:
 
     @classmethod
     def build(cls, package: Package, target: Target, toolchain: Toolchain | None = None,
-              build_dir: Path | None = None, opt: str = "-O2", progress: Progress | None = None,
+              build_dir: Path | None = None, opt: str = "-O3", progress: Progress | None = None,
               extra_cflags: str = "") -> TargetModel:
         if target.bare_metal:
             raise AotError(f"--target {target.name}: bare-metal targets build a library only; nothing to run here")
