@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
+from aot.ir.sizes import element_count
 from aot.kernel.ir import INDEX, Declare, Expr, Stmt, cast, const, ge, le, lt, maximum, minimum, select
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
@@ -21,7 +22,7 @@ from aot.ops.registry import register
 
 
 def _prod(values: Sequence[int]) -> int:
-    return int(np.prod(values, dtype=np.int64)) if len(values) else 1
+    return element_count(values)
 
 
 def _first_output(node: Node) -> Tensor:
