@@ -14,7 +14,13 @@ from onnx import numpy_helper
 from aot.errors import ModelLoadError, NodeError, UnsupportedError
 from aot.frontend.input_shapes import apply_input_shapes, runtime_inputs
 from aot.frontend.loader import default_opset, load_onnx, upgrade_opset
-from aot.frontend.shape_folding import fold_static_subgraphs, forget_stale_shapes, infer_shapes, node_label
+from aot.frontend.shape_folding import (
+    check_declared_outputs,
+    fold_static_subgraphs,
+    forget_stale_shapes,
+    infer_shapes,
+    node_label,
+)
 from aot.ir.graph import Graph, Node, Tensor
 from aot.ir.sizes import too_many_elements
 from aot.ops.registry import is_supported
@@ -46,6 +52,7 @@ def import_model(
     apply_input_shapes(model_copy, input_shapes or {})
     forget_stale_shapes(model_copy)
     folded = fold_static_subgraphs(model_copy, source)
+    check_declared_outputs(folded, source)
     unsupported = find_unsupported(folded)
     if unsupported and not allow_unsupported:
         raise UnsupportedError(f"{source}: {describe_unsupported(unsupported, default_opset(folded))}",

@@ -92,16 +92,40 @@ def check_sizes(model: onnx.ModelProto, source: str) -> None:
 
 
 def forget_stale_shapes(model: onnx.ModelProto) -> None:
-    """Drop the shapes stored for intermediate tensors and the negative dimensions of declared
-    outputs: shape inference recomputes them, and onnx stops at any stored shape that disagrees
+    """Drop the shapes stored for intermediate tensors and the negative dimensions of graph
+    outputs: shape inference recomputes them, and onnx stops at a stored shape that disagrees
     with its own (Paddle exports write -1 for a dynamic dimension; onnxruntime runs those models).
-    Graph inputs keep their declared shapes: they are what the caller feeds."""
+    Graph inputs keep their declared shapes, which are what the caller feeds, and outputs their
+    concrete dimensions, which check_declared_outputs compares with the graph's."""
     del model.graph.value_info[:]
     for vi in model.graph.output:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             for dim in vi.type.tensor_type.shape.dim:
                 if dim.HasField("dim_value") and dim.dim_value < 0:
                     dim.Clear()
+
+
+def check_declared_outputs(model: onnx.ModelProto, source: str) -> None:
+    """Refuse a graph output whose declared shape is not the one its node computes. onnx keeps a
+    wrong concrete output shape without a word, so each producing node is inferred again on its
+    own; where that cannot tell (a shape fed at run time) the declared shape stands."""
+    state = _FoldState(model, source)
+    index_of = {out: i for i, n in enumerate(model.graph.node) for out in n.output if out}
+    for vi in model.graph.output:
+        declared = _static_shape(vi.type)
+        if declared is None or vi.name not in index_of:
+            continue
+        node = model.graph.node[index_of[vi.name]]
+        inputs = [name for name in node.input if name]
+        if node.domain not in ("", "ai.onnx") or not all(name in state.types for name in inputs):
+            continue
+        found = _infer_one_node(model, node, inputs, state.types, state.constants).get(vi.name)
+        computed = _static_shape(found) if found is not None else None
+        if computed is not None and computed != declared:
+            label = node_label(node, index_of[vi.name])
+            raise ModelLoadError(
+                f"{source}: node {label!r} ({node.op_type}): graph output {vi.name!r} is declared "
+                f"{list(declared)} but the node computes {list(computed)}")
 
 
 def fold_static_subgraphs(model: onnx.ModelProto, source: str, keep_nodes: bool = False) -> onnx.ModelProto:
