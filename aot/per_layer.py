@@ -40,8 +40,8 @@ def with_every_tensor_as_output(model: onnx.ModelProto, input_shapes: Mapping[st
     # on a copy: the debug model keeps every node.
     probe = onnx.ModelProto()
     probe.CopyFrom(debug)
-    forget_stale_shapes(probe)
-    inferred = fold_static_subgraphs(probe, source, keep_nodes=True)
+    stored = forget_stale_shapes(probe)
+    inferred = fold_static_subgraphs(probe, source, keep_nodes=True, stored=stored)
     types = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
     present = {o.name for o in debug.graph.output}
     for node in debug.graph.node:

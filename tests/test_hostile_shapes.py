@@ -150,6 +150,17 @@ def test_stale_intermediate_value_info_is_recomputed(tmp_path: Path) -> None:
     assert "PASSED" in verified.stdout
 
 
+def test_stored_shape_stands_where_inference_cannot_size_a_tensor(tmp_path: Path) -> None:
+    """A Reshape to a shape fed at run time: only the stored value_info sizes its output, and it
+    is taken back (it agrees with the rank onnx infers)."""
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    model = save(tmp_path / "m.onnx", nodes, [vec("x", [12]), vec("s", [2], I64)], [vec("y", [3, 4])],
+                 value_info=[vec("r", [3, 4])])
+    np.savez(tmp_path / "in.npz", x=np.arange(-6, 6, dtype=np.float32), s=np.array([3, 4], np.int64))
+    result = aot("verify", str(model), "--inputs", str(tmp_path / "in.npz"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_declared_output_shape_is_still_checked(tmp_path: Path) -> None:
     """Only intermediate shapes are dropped: a declared output that contradicts the graph still
     fails, naming the node."""

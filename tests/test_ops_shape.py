@@ -23,7 +23,8 @@ from tests.helpers import assert_matches_onnxruntime, make_model, rand
 def no_folding(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep every node: the lowering, not onnx's reference evaluator, computes the values."""
     monkeypatch.setattr(importer, "fold_static_subgraphs",
-                        lambda model, source: fold_static_subgraphs(model, source, keep_nodes=True))
+                        lambda model, source, **options: fold_static_subgraphs(model, source, **options,
+                                                                               keep_nodes=True))
 
 
 def node(op: str, inputs: list[str], outputs: list[str] | None = None, **attrs: object) -> onnx.NodeProto:

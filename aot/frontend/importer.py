@@ -50,8 +50,8 @@ def import_model(
         model_copy = onnx.ModelProto()
         model_copy.CopyFrom(model)
     apply_input_shapes(model_copy, input_shapes or {})
-    forget_stale_shapes(model_copy)
-    folded = fold_static_subgraphs(model_copy, source)
+    stored_shapes = forget_stale_shapes(model_copy)
+    folded = fold_static_subgraphs(model_copy, source, stored=stored_shapes)
     check_declared_outputs(folded, source)
     unsupported = find_unsupported(folded)
     if unsupported and not allow_unsupported:

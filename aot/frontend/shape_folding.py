@@ -91,18 +91,57 @@ def check_sizes(model: onnx.ModelProto, source: str) -> None:
         raise ModelLoadError(f"{source}: input {vi.name!r}: {why}")
 
 
-def forget_stale_shapes(model: onnx.ModelProto) -> None:
+def forget_stale_shapes(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """Drop the shapes stored for intermediate tensors and the negative dimensions of graph
-    outputs: shape inference recomputes them, and onnx stops at a stored shape that disagrees
-    with its own (Paddle exports write -1 for a dynamic dimension; onnxruntime runs those models).
-    Graph inputs keep their declared shapes, which are what the caller feeds, and outputs their
-    concrete dimensions, which check_declared_outputs compares with the graph's."""
+    outputs, and return the dropped intermediate ones. Shape inference recomputes them, and onnx
+    stops at a stored shape that disagrees with its own (Paddle exports write -1 for a dynamic
+    dimension; onnxruntime runs those models); fold_static_subgraphs takes back a stored static
+    shape only for a tensor onnx cannot size (an op fed a shape at run time). Graph inputs keep
+    their declared shapes, which are what the caller feeds, and outputs their concrete
+    dimensions, which check_declared_outputs compares with the graph's."""
+    stored = list(model.graph.value_info)
     del model.graph.value_info[:]
     for vi in model.graph.output:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             for dim in vi.type.tensor_type.shape.dim:
                 if dim.HasField("dim_value") and dim.dim_value < 0:
                     dim.Clear()
+    return stored
+
+
+def _restore_stored_shapes(model: onnx.ModelProto, stored: list[onnx.ValueInfoProto]) -> bool:
+    """Give back the stored static shape of each tensor onnx could not size, where it agrees
+    with what onnx did infer (rank, known dimensions, element type); True if any came back."""
+    types = _known_types(model)
+    restored = []
+    for vi in stored:
+        shape = _static_shape(vi.type)
+        known = types.get(vi.name)
+        if shape is None or (known is not None and _static_shape(known) is not None):
+            continue
+        if known is not None and not _compatible(known, vi.type, shape):
+            continue
+        restored.append(vi)
+    if not restored:
+        return False
+    names = {vi.name for vi in restored}
+    infos = [vi for vi in model.graph.value_info if vi.name not in names] + restored
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(infos)
+    return True
+
+
+def _compatible(inferred: onnx.TypeProto, stored: onnx.TypeProto, shape: tuple[int, ...]) -> bool:
+    if not inferred.HasField("tensor_type"):
+        return False
+    tt = inferred.tensor_type
+    if tt.elem_type and tt.elem_type != stored.tensor_type.elem_type:
+        return False
+    if not tt.HasField("shape"):
+        return True
+    dims = tt.shape.dim
+    return len(dims) == len(shape) and all(not d.HasField("dim_value") or d.dim_value == s
+                                           for d, s in zip(dims, shape))
 
 
 def check_declared_outputs(model: onnx.ModelProto, source: str) -> None:
@@ -128,12 +167,16 @@ def check_declared_outputs(model: onnx.ModelProto, source: str) -> None:
                 f"{list(declared)} but the node computes {list(computed)}")
 
 
-def fold_static_subgraphs(model: onnx.ModelProto, source: str, keep_nodes: bool = False) -> onnx.ModelProto:
+def fold_static_subgraphs(model: onnx.ModelProto, source: str, keep_nodes: bool = False,
+                          stored: list[onnx.ValueInfoProto] | None = None) -> onnx.ModelProto:
     """The model with every constant-computable node folded into an initializer and every shape
     inferred. With `keep_nodes` nothing is folded: the values are only used to infer shapes (for
-    tests of the ops' own lowerings, and for outputs of every tensor)."""
+    tests of the ops' own lowerings, and for outputs of every tensor). `stored`: the value_info
+    forget_stale_shapes dropped, taken back where inference cannot size a tensor."""
     for _ in range(_MAX_ROUNDS):
         model = infer_shapes(model, source)
+        if stored and _restore_stored_shapes(model, stored):
+            model = infer_shapes(model, source)
         if not _fold_once(model, source, keep_nodes):
             return model
     return infer_shapes(model, source)
