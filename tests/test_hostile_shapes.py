@@ -110,6 +110,15 @@ def test_huge_shape_computed_from_shapes_is_refused(tmp_path: Path) -> None:
     compile_fails(tmp_path, model, "node 'fill' (ConstantOfShape)", "3000000000 elements")
 
 
+def test_resize_to_a_huge_axis_is_refused(tmp_path: Path) -> None:
+    """Resize's per-axis tables are computed at compile time: an output axis of 2^30 asked numpy
+    for 8 GiB (an internal MemoryError)."""
+    nodes = [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", name="up")]
+    model = save(tmp_path / "m.onnx", nodes, [vec("x", [1, 1, 1, 4])], [vec("y", [1, 1, 1, 2**30])],
+                 {"sizes": np.array([1, 1, 1, 2**30], np.int64)}, opset=13)
+    compile_fails(tmp_path, model, "node 'up' (Resize)", "axis 3", "1073741824 output positions")
+
+
 def test_long_1d_tensors_compile_in_little_memory(tmp_path: Path) -> None:
     """A 1-D input of 16M floats through Add and Cast: onnx's data propagation took ~140 bytes an
     element of such tensors (2.2 GB here); shapes are inferred without it."""
