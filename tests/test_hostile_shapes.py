@@ -17,6 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.compiler import load
+from aot.frontend import shape_folding
 from aot.frontend.shape_folding import FOLD_MAX_ELEMENTS
 from tests.test_cli import REPO, aot, assert_user_error
 
@@ -73,6 +75,16 @@ def test_element_count_that_wraps_int64_is_refused(tmp_path: Path) -> None:
     model = save(tmp_path / "m.onnx", [helper.make_node("Relu", ["x"], ["y"], name="relu")],
                  [vec("x", dims)], [vec("y", dims)])
     compile_fails(tmp_path, model, "input 'x'", "36893488147419103232 elements", "2147483647")
+
+
+def test_input_shape_option_that_wraps_int64_is_refused(tmp_path: Path) -> None:
+    model = save(tmp_path / "m.onnx", [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                 [vec("x", ["a", "b", "c"])], [vec("y", ["a", "b", "c"])])
+    out = tmp_path / "pkg"
+    result, peak = aot_peak("compile", str(model), "-o", str(out), "--input-shape", "x=2147483648x2147483648x8")
+    assert_user_error(result, "input 'x'", "36893488147419103232 elements")
+    assert not out.exists()
+    assert peak < PEAK_LIMIT_MB, f"peak {peak:.0f} MB"
 
 
 def _generator(op: str) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
@@ -144,6 +156,22 @@ def test_constant_above_the_folding_budget_is_computed_at_run_time(tmp_path: Pat
     manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
     assert manifest["weights_bytes"] < 1024
     assert aot("verify", str(model)).returncode == 0
+
+
+def test_folding_budget_keeps_growth_and_folds_what_the_file_holds(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """With a budget of 16 elements: an Expand growing a constant past it stays a node, a
+    Transpose of a 30-element weight folds (no larger than what the file already holds)."""
+    monkeypatch.setattr(shape_folding, "FOLD_MAX_ELEMENTS", 16)
+    monkeypatch.setattr(shape_folding, "FOLD_MAX_BYTES", 64)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("Expand", ["one", "count"], ["big"]),
+             helper.make_node("MatMul", ["x", "wt"], ["m"]), helper.make_node("Add", ["m", "big"], ["y"])]
+    model = save(tmp_path / "m.onnx", nodes, [vec("x", [1, 5])], [vec("y", [20, 6])],
+                 {"w": np.ones((6, 5), np.float32), "one": np.ones((1, 1), np.float32),
+                  "count": np.array([20, 6], np.int64)})
+    graph, _ = load(str(model))
+    assert sorted(n.op_type for n in graph.nodes) == ["Add", "Expand", "MatMul"]
 
 
 def test_stale_intermediate_value_info_is_recomputed(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ What remains is a static graph of tensor ops.
 Sizes are checked before anything is allocated: every shape onnx infers is counted in Python
 integers against MAX_ELEMENTS, and a node is folded only when its outputs' shapes are known
 (onnx infers them from the constant inputs without computing anything) and fit the folding
-budget, FOLD_MAX_ELEMENTS elements and FOLD_MAX_BYTES bytes per output. Larger constant
-results stay nodes and are computed at run time: a 100M-element Expand of a scalar costs a loop
-in the package, not 400 MB of weights.
+budget: FOLD_MAX_ELEMENTS elements and FOLD_MAX_BYTES bytes per output, or no more than the
+node's constant inputs hold. Larger constant results stay nodes and are computed at run time:
+a 100M-element Expand of a scalar costs a loop in the package, not 400 MB of weights.
 
 onnx's shape inference runs without data propagation: with it, onnx keeps one protobuf entry
 per element of every 1-D tensor that reaches Add, Cast, Concat, Gather, Slice or the like,
@@ -338,22 +338,32 @@ def _try_fold(node: onnx.NodeProto, label: str, state: _FoldState) -> list[np.nd
 
 
 def _within_budget(node: onnx.NodeProto, inputs: list[str], state: _FoldState) -> bool:
-    """Whether folding `node` stays within the folding budget, known before computing anything:
-    from its outputs' inferred shapes. Where onnx cannot infer them (NonZero, Unique: sizes that
-    depend on the values, but no larger than the inputs) the inputs' total size is the bound."""
+    """Whether folding `node` stays within the folding budget, known before computing anything
+    from its outputs' inferred shapes: each output within FOLD_MAX_ELEMENTS and FOLD_MAX_BYTES,
+    or no larger than the node's constant inputs together (a Transpose or Cast of a big weight
+    folds: the file already holds that much). Where onnx cannot infer the shapes (NonZero,
+    Unique: sizes that depend on the values, but no larger than the inputs) the inputs' total
+    size is the bound."""
+    in_elements = sum(element_count(state.constants[name].dims) for name in inputs)
+    in_bytes = sum(element_count(state.constants[name].dims) * _itemsize(state.constants[name].data_type)
+                   for name in inputs)
     outputs = [name for name in node.output if name]
     shapes = [state.shape(name) for name in outputs]
     if any(shape is None for shape in shapes):
-        if node.op_type in VALUE_SIZED:
-            return False
-        return sum(element_count(state.constants[name].dims) for name in inputs) <= FOLD_MAX_ELEMENTS
+        return node.op_type not in VALUE_SIZED and in_elements <= FOLD_MAX_ELEMENTS
     for name, shape in zip(outputs, shapes):
         count = element_count(shape or ())
-        elem_type = state.types[name].tensor_type.elem_type
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize if elem_type else 8
-        if count > FOLD_MAX_ELEMENTS or count * itemsize > FOLD_MAX_BYTES:
+        nbytes = count * _itemsize(state.types[name].tensor_type.elem_type)
+        if count > max(FOLD_MAX_ELEMENTS, in_elements) or nbytes > max(FOLD_MAX_BYTES, in_bytes):
             return False
     return True
+
+
+def _itemsize(elem_type: int) -> int:
+    try:
+        return int(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
+    except Exception:  # undefined or string types: count 8 bytes an element
+        return 8
 
 
 def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray]:
