@@ -99,7 +99,9 @@ def forget_stale_shapes(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     shape only for a tensor onnx cannot size (an op fed a shape at run time). Graph inputs keep
     their declared shapes, which are what the caller feeds, and outputs their concrete
     dimensions, which check_declared_outputs compares with the graph's."""
-    stored = list(model.graph.value_info)
+    stored = [onnx.ValueInfoProto() for _ in model.graph.value_info]
+    for copy, vi in zip(stored, model.graph.value_info):
+        copy.CopyFrom(vi)
     del model.graph.value_info[:]
     for vi in model.graph.output:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
