@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from aot.ir.graph import Graph, Node
+from aot.ir.sizes import element_count
 
 
 def node_macs(node: Node) -> int:
@@ -18,7 +17,7 @@ def node_macs(node: Node) -> int:
     if node.op_type == "Conv" and node.input(1) is not None:
         w = node.inputs[1]
         assert w is not None
-        return out.size * int(np.prod(w.shape[1:], dtype=np.int64))
+        return out.size * element_count(w.shape[1:])
     if node.op_type == "Gemm" and node.input(0) is not None:
         a = node.inputs[0]
         assert a is not None

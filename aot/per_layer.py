@@ -19,6 +19,7 @@ import onnx
 
 from aot.frontend.input_shapes import apply_input_shapes
 from aot.frontend.loader import load_onnx
+from aot.frontend.shape_folding import fold_static_subgraphs, forget_stale_shapes
 from aot.verify import OutputComparison, compare, onnxruntime_outputs, random_inputs
 
 
@@ -30,12 +31,17 @@ class LayerResult:
     comparison: OutputComparison
 
 
-def with_every_tensor_as_output(model: onnx.ModelProto,
-                                input_shapes: Mapping[str, tuple[int, ...]] | None) -> onnx.ModelProto:
+def with_every_tensor_as_output(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None,
+                                source: str = "<model>") -> onnx.ModelProto:
     debug = onnx.ModelProto()
     debug.CopyFrom(model)
     apply_input_shapes(debug, input_shapes or {})
-    inferred = onnx.shape_inference.infer_shapes(debug, data_prop=True)
+    # The compiler's own inference (sizes checked, no onnx data propagation: see shape_folding),
+    # on a copy: the debug model keeps every node.
+    probe = onnx.ModelProto()
+    probe.CopyFrom(debug)
+    stored = forget_stale_shapes(probe)
+    inferred = fold_static_subgraphs(probe, source, keep_nodes=True, stored=stored)
     types = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
     present = {o.name for o in debug.graph.output}
     for node in debug.graph.node:
@@ -62,7 +68,7 @@ def compare_layers(model_path: str | os.PathLike[str], input_shapes: Mapping[str
     from aot.compiler import compile as compile_model
 
     model = load_onnx(model_path)
-    debug = with_every_tensor_as_output(model, input_shapes)
+    debug = with_every_tensor_as_output(model, input_shapes, str(model_path))
     package = compile_model(debug, input_shapes, name=f"{os.path.basename(str(model_path)).split('.')[0]}_debug",
                             backend=backend, target=target, conv_algorithm=conv_algorithm)
     if callable(inputs):

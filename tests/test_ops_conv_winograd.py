@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import aot.compiler
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
 from aot.lowering.tiles import TileConfig
 from aot.ops.conv_winograd import F2X2_3X3
-from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot
+from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 SHAPES = {"sse-neon": TileConfig(4, 12), "avx2": TileConfig(8, 12), "avx512": TileConfig(16, 24)}
 
@@ -139,3 +139,26 @@ def test_nan_reaches_the_outputs_it_reaches_in_a_direct_sum() -> None:
     np.testing.assert_array_equal(np.isnan(winograd), np.isnan(direct))
     finite = ~np.isnan(direct)
     np.testing.assert_allclose(winograd[finite], direct[finite], rtol=1e-4, atol=1e-5)
+
+
+def test_non_finite_weight_keeps_the_conv_direct() -> None:
+    """An Inf or a NaN weight: G g G^T mixes every tap of a filter into all 16 transformed taps,
+    so Winograd made the whole output channel NaN. Weights are known at compile time; such a Conv
+    runs direct, and its output is the direct sum's, NaN for NaN, and onnxruntime's. (Unpadded:
+    at a padded border a direct sum multiplies the padding's zeros, and 0 * Inf is NaN, where
+    onnxruntime skips the padded taps.)"""
+    model, feeds = _conv_model((1, 8, 12, 12), 8, [0, 0, 0, 0], relu=False)
+    w = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    w[0, 0, 1, 1] = np.inf
+    w[3, 2, 0, 0] = np.nan
+    w[5, 7, 2, 1] = -np.inf
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
+    assert "Conv/winograd" not in compile_model(model).files["test_graph.c"].decode()
+    ours = run_aot(model, feeds)["c"]
+    np.testing.assert_array_equal(ours, run_aot(model, feeds, conv_algorithm="direct")["c"])
+    reference = run_onnxruntime(model, feeds)["c"]
+    assert np.isnan(reference).any() and not np.isnan(reference).all()
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(reference))
+    np.testing.assert_array_equal(np.isinf(ours), np.isinf(reference))
+    finite = np.isfinite(reference)
+    np.testing.assert_allclose(ours[finite], reference[finite], rtol=1e-4, atol=1e-5)

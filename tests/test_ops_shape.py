@@ -13,7 +13,7 @@ from onnx import helper, numpy_helper
 
 from aot.compiler import load
 from aot.frontend import importer
-from aot.frontend.shape_folding import infer_shapes
+from aot.frontend.shape_folding import fold_static_subgraphs
 from aot.lowering.program import lower_graph
 from aot.passes.pipeline import run_passes
 from tests.helpers import assert_matches_onnxruntime, make_model, rand
@@ -22,7 +22,9 @@ from tests.helpers import assert_matches_onnxruntime, make_model, rand
 @pytest.fixture
 def no_folding(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep every node: the lowering, not onnx's reference evaluator, computes the values."""
-    monkeypatch.setattr(importer, "fold_static_subgraphs", lambda model, source: infer_shapes(model, source))
+    monkeypatch.setattr(importer, "fold_static_subgraphs",
+                        lambda model, source, **options: fold_static_subgraphs(model, source, **options,
+                                                                               keep_nodes=True))
 
 
 def node(op: str, inputs: list[str], outputs: list[str] | None = None, **attrs: object) -> onnx.NodeProto:

@@ -14,9 +14,15 @@ from onnx import numpy_helper
 from aot.errors import ModelLoadError, NodeError, UnsupportedError
 from aot.frontend.input_shapes import apply_input_shapes, runtime_inputs
 from aot.frontend.loader import default_opset, load_onnx, upgrade_opset
-from aot.frontend.shape_folding import fold_static_subgraphs, infer_shapes
+from aot.frontend.shape_folding import (
+    check_declared_outputs,
+    fold_static_subgraphs,
+    forget_stale_shapes,
+    infer_shapes,
+    node_label,
+)
 from aot.ir.graph import Graph, Node, Tensor
-from aot.ir.verifier import MAX_ELEMENTS
+from aot.ir.sizes import too_many_elements
 from aot.ops.registry import is_supported
 
 
@@ -44,7 +50,9 @@ def import_model(
         model_copy = onnx.ModelProto()
         model_copy.CopyFrom(model)
     apply_input_shapes(model_copy, input_shapes or {})
-    folded = fold_static_subgraphs(model_copy, source)
+    stored_shapes = forget_stale_shapes(model_copy)
+    folded = fold_static_subgraphs(model_copy, source, stored=stored_shapes)
+    check_declared_outputs(folded, source)
     unsupported = find_unsupported(folded)
     if unsupported and not allow_unsupported:
         raise UnsupportedError(f"{source}: {describe_unsupported(unsupported, default_opset(folded))}",
@@ -53,11 +61,6 @@ def import_model(
     graph.source_node_count = len(model.graph.node)
     graph.unsupported = unsupported
     return graph
-
-
-def node_label(node: onnx.NodeProto, index: int) -> str:
-    """ONNX node names are optional; unnamed nodes are referred to by op type and position."""
-    return node.name if node.name else f"{node.op_type}#{index}"
 
 
 def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
@@ -127,10 +130,9 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
         info = _tensor_from_type(vi.name, vi.type)
         if info is None:
             raise ModelLoadError(f"{source}: input {vi.name!r} is not a tensor with a static shape")
-        size = int(np.prod(info[1], dtype=np.int64)) if info[1] else 1
-        if size > MAX_ELEMENTS or size < 0:
-            raise ModelLoadError(f"{source}: input {vi.name!r} of shape {list(info[1])} has {size} elements, "
-                                 f"more than the supported {MAX_ELEMENTS}")
+        why = too_many_elements(info[1])
+        if why is not None:
+            raise ModelLoadError(f"{source}: input {vi.name!r}: {why}")
         graph.inputs.append(graph.add_tensor(Tensor(vi.name, info[0], info[1])))
     strict_checked = False
     used = {name for n in model.graph.node for name in n.input} | {vi.name for vi in model.graph.output}
@@ -163,12 +165,9 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
                     f"output {out_name!r} has no static shape after shape inference and folding",
                 )
             dtype, shape = info
-            size = int(np.prod(shape, dtype=np.int64)) if shape else 1
-            if size > MAX_ELEMENTS:
-                raise NodeError(
-                    f"{source}: node {label!r} ({proto.op_type})",
-                    f"output {out_name!r} has {size} elements, more than the supported {MAX_ELEMENTS}",
-                )
+            why = too_many_elements(shape)
+            if why is not None:
+                raise NodeError(f"{source}: node {label!r} ({proto.op_type})", f"output {out_name!r}: {why}")
             if out_name in graph.tensors:
                 raise ModelLoadError(f"{source}: tensor {out_name!r} is produced twice")
             outputs.append(graph.add_tensor(Tensor(out_name, dtype, shape)))

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from aot.ir.sizes import element_count
+
 
 @dataclass(eq=False)
 class Tensor:
@@ -29,7 +31,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return element_count(self.shape)  # a Python int: np.prod in int64 wraps
 
     @property
     def rank(self) -> int:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from aot.ir.graph import Graph
+from aot.ir.sizes import MAX_ELEMENTS
 
-MAX_ELEMENTS = 2**31 - 1  # index arithmetic in generated code is 32-bit
+__all__ = ["MAX_ELEMENTS", "IRVerificationError", "verify_graph"]
 
 
 class IRVerificationError(AssertionError):

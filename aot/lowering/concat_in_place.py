@@ -9,9 +9,8 @@ Decided before lowering, because the producer's kernel must already know where t
 
 from __future__ import annotations
 
-import numpy as np
-
 from aot.ir.graph import Graph, Node, Tensor
+from aot.ir.sizes import element_count
 
 _VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 
@@ -33,9 +32,9 @@ def plan_concat_in_place(graph: Graph) -> list[tuple[Tensor, Tensor, int]]:
             continue
         axis = int(node.attr("axis", 1))
         axis = axis + out.rank if axis < 0 else axis
-        if int(np.prod(out.shape[:axis], dtype=np.int64)) != 1:
+        if element_count(out.shape[:axis]) != 1:
             continue  # each part would be strided: a copy is simpler and as fast
-        inner = int(np.prod(out.shape[axis + 1:], dtype=np.int64))
+        inner = element_count(out.shape[axis + 1:])
         offset = 0
         for t in node.inputs:
             if t is None or t.size == 0:

@@ -123,7 +123,14 @@ def winograd_fits(groups: int, in_channels: int, out_channels: int, kernel: Sequ
 def lower_conv_winograd(node: Node, ctx: LoweringContext, x: Tensor, w: Tensor, bias: Tensor | None,
                         pad_begin: list[int], pad_end: list[int]) -> bool:
     """Emit the Conv `node` as Winograd F(2x2, 3x3); False when its output buffer cannot hold it
-    (a fused epilogue that changes the type), and the caller lowers it directly."""
+    (a fused epilogue that changes the type, or a weight that is not finite), and the caller
+    lowers it directly."""
+    assert w.data is not None
+    # G g G^T mixes every tap of a filter into its 16 transformed taps: one Inf weight makes them
+    # all Inf or NaN (Inf - Inf), and every output of that channel NaN, where a direct sum gives
+    # Inf or NaN only where the products do. Weights are known here: such a Conv stays direct.
+    if not np.isfinite(w.data).all():
+        return False
     kb = ctx.builder(node)
     # Named in the kernel's C comment and in `aot report`: which convolutions run as Winograd.
     kb.op = "Conv/winograd" + kb.op[len(node.op_type):]

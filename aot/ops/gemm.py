@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from aot.ir.graph import Node
+from aot.ir.sizes import element_count
 from aot.kernel.ir import Buffer, Expr, Stmt, Var, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
@@ -112,15 +113,15 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
         raise fail(node, f"A {list(a.shape)} and B {list(b.shape)}: inner dimensions differ")
     batch = _broadcast_batch(node, a_shape[:-2], b_shape[:-2])
     full = (*batch, m, n)
-    if y.size != int(np.prod(full)):
+    if y.size != element_count(full):
         raise fail(node, f"output shape {list(y.shape)} does not match {list(full)}")
     a_b = av.broadcast_to((*batch, m, k)) if batch else av
     b_b = bv.broadcast_to((*batch, k, n)) if batch else bv
     y_full = View(yv.buffer, full)
     tiled = packed is not None or (tileable(n, dt) and b_b.strides[-1] == 1)
-    parallel = pays(ctx, int(np.prod(full)) * k)
+    parallel = pays(ctx, element_count(full) * k)
     # Batches of products: the outermost batch loop is the parallel one; one product: its tiles.
-    split_batch = parallel and int(np.prod(batch, dtype=np.int64)) > 1
+    split_batch = parallel and element_count(batch) > 1
 
     def b_row(bi: list[Expr], r: Expr, j0: Expr, width: int) -> Expr:
         return j0 * k + r * width if packed is not None else b_b.index([*bi, r, j0])

@@ -3,6 +3,8 @@
 Run-time indices (Gather*) are loaded, wrapped when negative (ONNX: -1 is the last element) and
 then clamped into the axis: ONNX leaves out-of-range indices undefined, and generated code must
 never read outside a tensor, so an index past either end reads the nearest edge element.
+Indices known at compile time are checked instead: one outside [-dim, dim - 1] is refused,
+naming the node (onnxruntime rejects the model when it runs).
 Positions known at compile time (Slice starts/ends/steps, Split sizes) become strided views.
 """
 
@@ -13,15 +15,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
+from aot.ir.sizes import element_count
 from aot.kernel.ir import INDEX, Declare, Expr, Stmt, cast, const, ge, le, lt, maximum, minimum, select
-from aot.lowering.builder import View
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import constant_input, constant_ints, fail, normalize_axis, required_input
 from aot.ops.registry import register
 
 
 def _prod(values: Sequence[int]) -> int:
-    return int(np.prod(values, dtype=np.int64)) if len(values) else 1
+    return element_count(values)
 
 
 def _first_output(node: Node) -> Tensor:
@@ -33,6 +36,36 @@ def _first_output(node: Node) -> Tensor:
 def _index_tensor(node: Node, t: Tensor) -> None:
     if t.dtype not in (np.dtype("int32"), np.dtype("int64")):
         raise fail(node, f"indices {t.name!r} have dtype {t.dtype}; expected int32 or int64")
+
+
+def check_constant_indices(node: Node, indices: Tensor, dims: Sequence[int], what: str) -> None:
+    """Refuse constant indices outside [-dim, dim - 1]. `dims` gives the axis length for each
+    position of the last index dimension (one entry: the same axis for all)."""
+    if not indices.is_constant or indices.size == 0:
+        return
+    values = np.asarray(indices.data, dtype=np.int64).reshape(-1, len(dims))
+    bounds = np.asarray(dims, dtype=np.int64)
+    bad = (values < -bounds) | (values >= bounds)
+    if not bad.any():
+        return
+    row, col = (int(v) for v in np.argwhere(bad)[0])
+    dim = int(bounds[col])
+    position = np.unravel_index(row * len(dims) + col, indices.shape)
+    raise fail(node, f"constant indices {indices.name!r} hold {int(values[row, col])} at "
+                     f"{[int(p) for p in position]}, outside [{-dim}, {dim - 1}] for {what}")
+
+
+def _position(kb: KernelBuilder, iv: View | None, where: Sequence[Expr | int], dim: int, stmts: list[Stmt]) -> Expr:
+    """The in-bounds position along an axis of `dim` read by the index at `where` of `iv`,
+    declared once in `stmts`. An axis of one element is always read at 0, and the index is not
+    loaded: the view drops a coordinate into a 1-element axis, which would leave the declared
+    position, or the indices parameter itself, unused (an error under -Werror)."""
+    if dim == 1:
+        return const(0, INDEX)
+    assert iv is not None
+    k = kb.var("k", INDEX)
+    stmts.append(Declare(k, safe_index(iv.load(list(where)), dim)))
+    return k
 
 
 def safe_index(raw: Expr, dim: int) -> Expr:
@@ -64,16 +97,18 @@ def lower_gather(node: Node, ctx: LoweringContext) -> None:
         return
     if dim == 0:
         raise fail(node, f"axis {axis} of data {list(data.shape)} is empty: there is nothing to gather")
+    check_constant_indices(node, indices, [dim], f"axis {axis} of data {list(data.shape)}")
     kb = ctx.builder(node)
-    dv, iv = kb.input(data), kb.input(indices)
+    dv = kb.input(data)
+    iv = kb.input(indices) if dim > 1 else None  # see _position
     yv = View(kb.output(y).buffer, full)
     trailing = data.shape[axis + 1:]
 
     def body(idx: list[Expr]) -> list[Stmt]:
         before, where = idx[:axis], idx[axis:]
-        k = kb.var("k", INDEX)
-        copy = kb.loops(trailing, lambda t: [yv.store([*idx, *t], dv.load([*before, k, *t]))], prefix="j")
-        return [Declare(k, safe_index(iv.load(where), dim)), *copy]
+        stmts: list[Stmt] = []
+        k = _position(kb, iv, where, dim, stmts)
+        return stmts + kb.loops(trailing, lambda t: [yv.store([*idx, *t], dv.load([*before, k, *t]))], prefix="j")
 
     ctx.emit(kb, kb.loops([*data.shape[:axis], *indices.shape], body))
 
@@ -93,13 +128,16 @@ def lower_gather_elements(node: Node, ctx: LoweringContext) -> None:
         return
     if data.shape[axis] == 0:
         raise fail(node, f"axis {axis} of data {list(data.shape)} is empty: there is nothing to gather")
+    check_constant_indices(node, indices, [data.shape[axis]], f"axis {axis} of data {list(data.shape)}")
     kb = ctx.builder(node)
-    dv, iv, yv = kb.input(data), kb.input(indices), kb.output(y)
+    dv, yv = kb.input(data), kb.output(y)
+    iv = kb.input(indices) if data.shape[axis] > 1 else None  # see _position
 
     def body(idx: list[Expr]) -> list[Stmt]:
         src = list(idx)
-        src[axis] = safe_index(iv.load(idx), data.shape[axis])
-        return [yv.store(idx, dv.load(src))]
+        stmts: list[Stmt] = []
+        src[axis] = _position(kb, iv, idx, data.shape[axis], stmts)
+        return [*stmts, yv.store(idx, dv.load(src))]
 
     ctx.emit(kb, kb.loops(indices.shape, body))
 
@@ -129,14 +167,15 @@ def lower_gather_nd(node: Node, ctx: LoweringContext) -> None:
         return
     if any(d == 0 for d in data.shape[b:b + m]):
         raise fail(node, f"data {list(data.shape)} has an empty indexed dimension: there is nothing to gather")
+    check_constant_indices(node, indices, data.shape[b:b + m], f"dims {b}..{b + m - 1} of data {list(data.shape)}")
     kb = ctx.builder(node)
-    dv, iv = kb.input(data), kb.input(indices)
+    dv = kb.input(data)
+    iv = kb.input(indices) if any(d > 1 for d in data.shape[b:b + m]) else None  # see _position
     yv = View(kb.output(y).buffer, full)
 
     def body(idx: list[Expr]) -> list[Stmt]:
-        coords = [kb.var("k", INDEX) for _ in range(m)]
-        stmts: list[Stmt] = [Declare(c, safe_index(iv.load([*idx, j]), data.shape[b + j]))
-                             for j, c in enumerate(coords)]
+        stmts: list[Stmt] = []
+        coords = [_position(kb, iv, [*idx, j], data.shape[b + j], stmts) for j in range(m)]
         stmts += kb.loops(trailing, lambda t: [yv.store([*idx, *t], dv.load([*idx[:b], *coords, *t]))],
                           prefix="j")
         return stmts

@@ -145,6 +145,8 @@ def lower_pad(node: Node, ctx: LoweringContext) -> None:
         return
     if mode != "constant" and any(n == 0 and (lo or hi) for n, lo, hi in zip(lengths, pad_lo, pad_hi)):
         raise fail(node, f"mode {mode!r} cannot pad an empty axis")
+    if mode == "reflect":
+        _check_reflect_pads(node, lengths, pad_lo, pad_hi)
     kb = ctx.builder(node)
     dt = y.dtype.name
     fill: Expr = const(0, dt)
@@ -177,14 +179,22 @@ def lower_pad(node: Node, ctx: LoweringContext) -> None:
     ctx.emit(kb, kb.loops(y.shape, body))
 
 
+def _check_reflect_pads(node: Node, lengths: list[int], pad_lo: list[int], pad_hi: list[int]) -> None:
+    """A reflection does not repeat the edge, so it can add at most n - 1 elements on each side
+    of an axis of n: ONNX leaves larger pads undefined and onnxruntime refuses them."""
+    for axis, (n, lo, hi) in enumerate(zip(lengths, pad_lo, pad_hi)):
+        widest = max(lo, hi)
+        if widest > n - 1:
+            raise fail(node, f"reflect pads of {widest} on axis {axis} of {n} elements: reflect mode "
+                             f"pads at most {n - 1} (the axis length less one) on each side")
+
+
 def _pad_coordinate(mode: str, c: Expr, n: int) -> Expr:
     if mode == "edge":
         return minimum(maximum(c, const(0, INDEX)), const(n - 1, INDEX))
     if mode == "wrap":
         return _positive_mod(c, n)
-    # reflect: period 2(n - 1), mirrored in its second half (repeated reflections, as numpy).
-    if n == 1:
-        return const(0, INDEX)
+    # reflect: period 2(n - 1), mirrored in its second half (pads are at most n - 1, n >= 2).
     period = 2 * (n - 1)
     m = _positive_mod(c, period)
     return select(lt(m, const(n, INDEX)), m, const(period, INDEX) - m)

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from aot.ir.graph import Node
+from aot.ir.sizes import element_count
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Stmt, binary, const, ge, logical_and, lt, unary
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
@@ -24,7 +23,7 @@ AffineFn = Callable[[list[Expr], list[Expr]], tuple[Expr | None, Expr | None]]
 
 
 def _prod(dims: Sequence[int]) -> int:
-    return int(np.prod(dims, dtype=np.int64)) if dims else 1
+    return element_count(dims)
 
 
 def _normalize_rows(kb: KernelBuilder, x: View, y: View | None, outer: Sequence[int], inner: Sequence[int], eps: float,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
+from aot.ir.sizes import element_count
 from aot.kernel.ir import (
     INDEX,
     Assign,
@@ -47,7 +48,7 @@ from aot.ops.registry import register
 
 
 def _prod(values: Sequence[int]) -> int:
-    return int(np.prod(values, dtype=np.int64)) if len(values) else 1
+    return element_count(values)
 
 
 def _output(node: Node, index: int = 0) -> Tensor | None:

@@ -273,10 +273,27 @@ def lower_resize(node: Node, ctx: LoweringContext) -> None:
         if not identity and y.shape[a] > 0:
             if x.shape[a] == 0:
                 raise fail(node, f"axis {a} of X is empty but the output's is {y.shape[a]}")
+            _check_table_size(node, params, a, y.shape[a], scales[a])
             tables[a] = axis_table(params, x.shape[a], y.shape[a], scales[a], roi[a])
     if y.size == 0:
         return
     _emit_resize(ctx, node, x, y, tables, params)
+
+
+# The per-axis tables are computed in float64 with a few temporaries per entry and stored as
+# weights: above this many entries (output positions x taps; 1M took 280 MB and 16 s to compile)
+# the Resize is refused rather than computed (an output axis of 2^30 asked for 8 GiB at once).
+_TABLE_MAX_ENTRIES = 1 << 20
+
+
+def _check_table_size(node: Node, params: ResizeParams, axis: int, out_size: int, scale: float) -> None:
+    taps = {"nearest": 1, "linear": 2, "cubic": 4}[params.mode]
+    if params.antialias and 0 < scale < 1:
+        taps *= math.ceil(1 / scale) + 1  # the filter widens by 1/scale when downsampling
+    entries = out_size * taps
+    if entries > _TABLE_MAX_ENTRIES:
+        raise fail(node, f"axis {axis}: {out_size} output positions x {taps} taps need a table of {entries} "
+                         f"entries, more than the {_TABLE_MAX_ENTRIES} aot computes at compile time")
 
 
 def _emit_resize(ctx: LoweringContext, node: Node, x: Tensor, y: Tensor, tables: dict[int, AxisTable],

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from aot.ir.graph import Node
+from aot.ir.sizes import element_count
 from aot.kernel.ir import Assign, Declare, Expr, If, Stmt, const, gt, unary
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
@@ -21,11 +20,11 @@ def lower_softmax(node: Node, ctx: LoweringContext) -> None:
         raise fail(node, f"dtype {x.dtype}: {node.op_type} is implemented for float types")
     legacy = node.opset < 13
     axis = normalize_axis(node, int(node.attr("axis", 1 if legacy else -1)), x.rank)
-    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    outer = element_count(x.shape[:axis])
     if legacy:
-        length, inner = int(np.prod(x.shape[axis:], dtype=np.int64)), 1
+        length, inner = element_count(x.shape[axis:]), 1
     else:
-        length, inner = x.shape[axis], int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+        length, inner = x.shape[axis], element_count(x.shape[axis + 1:])
     kb = ctx.builder(node)
     xv = View(kb.input(x).buffer, (outer, length, inner))
     yv = View(kb.output(y).buffer, (outer, length, inner))
