@@ -19,8 +19,10 @@ Hoisting evaluates a subexpression before the statement, unconditionally. C eval
 chosen operand of `?:` and the right operand of `&&` / `||` when needed, and a lowering may rely
 on that (a padded convolution's `inside ? x[i] : 0` must not load x[i] outside). So a
 subexpression is hoisted only when the statement evaluates it unconditionally anyway, or when it
-is speculation-safe: no loads, no integer division, no float-to-integer conversion (undefined
-when out of range). Others stay inline.
+is speculation-safe: its loads provably inside their buffers from the enclosing loops' ranges
+(the rule of the LLVM backend's may_fault), no integer division, no signed arithmetic on tensor
+integers and no float-to-integer conversion (both undefined when out of range). Others stay
+inline.
 
 Every walk here is iterative and memoised by object identity (Exprs compare structurally, which
 would walk the tree), so the pass is linear in the size of the DAG.
@@ -33,6 +35,7 @@ from collections.abc import Iterable, Iterator
 
 from aot.kernel.ir import (
     FLOAT_DTYPES,
+    INDEX,
     Assign,
     Binary,
     Cast,
@@ -65,6 +68,8 @@ _STMT_EXPRS: dict[type, tuple[str, ...]] = {
     Declare: ("init",), Assign: ("value",), Store: ("index", "value"), VecStore: ("index", "value"), If: ("cond",),
 }
 _FIELDS: dict[type, tuple[str, ...]] = {}  # Expr class -> names of its fields that hold expressions
+_SIGNED = {"int8", "int16", "int32", "int64"}  # tensor integers (not INDEX)
+Ranges = dict[str, tuple[int, int]]  # loop counter -> (first, last) value
 
 
 def bind_subexpressions(kernel: Kernel) -> Kernel:
@@ -73,23 +78,24 @@ def bind_subexpressions(kernel: Kernel) -> Kernel:
     names = _FreshNames(_names_in(kernel.body))
     # A kernel with parallel loops may have no locals at its top level (aot/kernel/parallel.py):
     # a top-level statement that needs some gets them inside an always-taken `if`, a block.
-    body = _block(kernel.body, names, top_level_block=has_parallel(kernel))
+    body = _block(kernel.body, names, {}, top_level_block=has_parallel(kernel))
     if body is kernel.body:
         return kernel
     return dataclasses.replace(kernel, body=body)
 
 
-def _block(stmts: list[Stmt], names: _FreshNames, top_level_block: bool = False) -> list[Stmt]:
+def _block(stmts: list[Stmt], names: _FreshNames, ranges: Ranges, top_level_block: bool = False) -> list[Stmt]:
+    """`ranges`: the loop counters in scope and the values they take."""
     out: list[Stmt] = []
     changed = False
     for s in stmts:
         if isinstance(s, Loop):
-            body = _block(s.body, names)
+            body = _block(s.body, names, {**ranges, s.var.name: (0, s.extent - 1)})
             rewritten: list[Stmt] = [s if body is s.body else dataclasses.replace(s, body=body)]
         else:
-            declares, stmt = _statement(s, names)
+            declares, stmt = _statement(s, names, ranges)
             if isinstance(stmt, If):
-                then, orelse = _block(stmt.then, names), _block(stmt.orelse, names)
+                then, orelse = _block(stmt.then, names, ranges), _block(stmt.orelse, names, ranges)
                 if then is not stmt.then or orelse is not stmt.orelse:
                     stmt = dataclasses.replace(stmt, then=then, orelse=orelse)
             if declares and top_level_block:
@@ -101,19 +107,19 @@ def _block(stmts: list[Stmt], names: _FreshNames, top_level_block: bool = False)
     return out if changed else stmts
 
 
-def _statement(s: Stmt, names: _FreshNames) -> tuple[list[Declare], Stmt]:
+def _statement(s: Stmt, names: _FreshNames, ranges: Ranges) -> tuple[list[Declare], Stmt]:
     """The locals one statement needs, and the statement using them."""
     fields = _STMT_EXPRS.get(type(s), ())
     if not fields:
         return [], s
     roots = [getattr(s, f) for f in fields]
-    declares, new_roots = _bind(roots, names)
+    declares, new_roots = _bind(roots, names, ranges)
     if not declares:
         return [], s
     return declares, dataclasses.replace(s, **dict(zip(fields, new_roots)))
 
 
-def _bind(roots: list[Expr], names: _FreshNames) -> tuple[list[Declare], list[Expr]]:
+def _bind(roots: list[Expr], names: _FreshNames, ranges: Ranges) -> tuple[list[Declare], list[Expr]]:
     """Declarations of the locals that `roots` (one statement's expressions, evaluated in order)
     need, in dependency order, and the roots rewritten to use them."""
     order = _post_order(roots)
@@ -123,7 +129,7 @@ def _bind(roots: list[Expr], names: _FreshNames) -> tuple[list[Declare], list[Ex
     for e in order:
         for child, times in _printed_operands(e):
             uses[id(child)] = uses.get(id(child), 0) + times
-    hoistable = _evaluated_anyway(roots, order) | _speculation_safe(order)
+    hoistable = _evaluated_anyway(roots, order) | _speculation_safe(order, ranges)
     chosen = _choose(order, uses, hoistable)
     if not chosen:
         return [], roots
@@ -226,21 +232,50 @@ def _evaluated_anyway(roots: list[Expr], order: list[Expr]) -> set[int]:
     return always
 
 
-def _speculation_safe(order: list[Expr]) -> set[int]:
+def _speculation_safe(order: list[Expr], ranges: Ranges) -> set[int]:
     """ids of the nodes that may be evaluated where the program would not: nothing below them can
-    touch memory or be undefined."""
+    touch memory outside a buffer or be undefined."""
     safe: set[int] = set()
+    bounds: dict[int, tuple[int, int] | None] = {}
     for e in order:
-        if _safe_by_itself(e) and all(id(c) in safe for c in _operands(e)):
+        bounds[id(e)] = _bounds(e, bounds, ranges)
+        if _safe_by_itself(e, bounds) and all(id(c) in safe for c in _operands(e)):
             safe.add(id(e))
     return safe
 
 
-def _safe_by_itself(e: Expr) -> bool:
+def _bounds(e: Expr, known: dict[int, tuple[int, int] | None], ranges: Ranges) -> tuple[int, int] | None:
+    """An inclusive range of the values of the integer expression `e`, if known (its operands'
+    are in `known`)."""
+    if isinstance(e, Const) and e.dtype not in FLOAT_DTYPES:
+        return int(e.value), int(e.value)
+    if isinstance(e, Var):
+        return ranges.get(e.name)
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "min", "max") and e.dtype == INDEX:
+        a, b = known[id(e.a)], known[id(e.b)]
+        if a is None or b is None:
+            return None
+        if e.op == "add":
+            return a[0] + b[0], a[1] + b[1]
+        if e.op == "sub":
+            return a[0] - b[1], a[1] - b[0]
+        if e.op == "mul":
+            products = [x * y for x in a for y in b]
+            return min(products), max(products)
+        pick = min if e.op == "min" else max
+        return pick(a[0], b[0]), pick(a[1], b[1])
+    return None
+
+
+def _safe_by_itself(e: Expr, bounds: dict[int, tuple[int, int] | None]) -> bool:
     if isinstance(e, (Load, VecLoad)):
-        return False
+        at = bounds[id(e.index)]
+        last = e.lanes - 1 if isinstance(e, VecLoad) else 0
+        return at is not None and at[0] >= 0 and at[1] + last < e.buffer.size
     if isinstance(e, Binary) and e.op in ("div", "mod") and e.a.dtype not in FLOAT_DTYPES:
         return isinstance(e.b, Const) and int(e.b.value) not in (0, -1)
+    if isinstance(e, (Binary, Unary)) and e.op in ("add", "sub", "mul", "neg", "abs"):
+        return e.dtype not in _SIGNED  # signed overflow is undefined; index arithmetic stays in range
     if isinstance(e, Cast):
         return not (e.a.dtype in FLOAT_DTYPES and e.dtype not in FLOAT_DTYPES and e.dtype != "bool")
     return True
