@@ -25,6 +25,7 @@ from aot.kernel.ir import (
     INDEX,
     Buffer,
     Declare,
+    If,
     Kernel,
     Load,
     Loop,
@@ -37,6 +38,7 @@ from aot.kernel.ir import (
     select,
 )
 from aot.kernel.let_binding import MAX_HEIGHT, bind_subexpressions
+from aot.kernel.parallel import check_parallel, segments
 from aot.planner.arena import plan_program
 from tests.helpers import make_model
 from tests.test_cli import EXAMPLE, REPO, aot
@@ -47,10 +49,10 @@ MIXED = ["Relu", "Neg", "Sigmoid", "AddConstant", "Relu", "Mul", "LeakyRelu", "S
 
 
 def chain_model(path: Path, ops: list[str], length: int, shape: tuple[int, ...] = (2, 8),
-                anchor: str | None = None) -> Path:
+                anchor: str | None = None, dtype: type = np.float32) -> Path:
     """x -> [anchor] -> ops[0] -> ops[1] -> ... (cycled to `length` nodes) -> y, all one fused kernel."""
     nodes = []
-    inits = [numpy_helper.from_array(np.array([0.25], np.float32), "c")]
+    inits = [numpy_helper.from_array(np.array([1], dtype), "c")]
     rng = np.random.default_rng(0)
     previous = "x"
     if anchor == "Conv":  # 3x3, padded: its taps are the guarded loads `inside ? x[i] : 0`
@@ -70,14 +72,19 @@ def chain_model(path: Path, ops: list[str], length: int, shape: tuple[int, ...] 
             nodes.append(helper.make_node("Add", [previous, "c"], [out]))
         elif op == "Mul":  # a side input, broadcast along the rows
             nodes.append(helper.make_node("Mul", [previous, "r"], [out]))
+        elif op == "Where":  # the chain so far is only evaluated where m holds
+            nodes.append(helper.make_node("Where", ["m", previous, "c"], [out]))
         else:
             nodes.append(helper.make_node(op, [previous], [out]))
         previous = out
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))]
+    element = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inputs = [helper.make_tensor_value_info("x", element, list(shape))]
     if "Mul" in ops:
-        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [out_shape[-1]]))
-    graph = helper.make_graph(nodes, "chain", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                                                     list(out_shape))], inits)
+        inputs.append(helper.make_tensor_value_info("r", element, [out_shape[-1]]))
+    if "Where" in ops:
+        inputs.append(helper.make_tensor_value_info("m", TensorProto.BOOL, list(out_shape)))
+    graph = helper.make_graph(nodes, "chain", inputs, [helper.make_tensor_value_info("y", element, list(out_shape))],
+                              inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
@@ -141,16 +148,18 @@ def test_generated_c_grows_linearly_with_the_chain(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["c", "llvm"])
-@pytest.mark.parametrize("anchor,ops,length,shape", [
-    (None, MIXED, 300, (2, 8)),
-    (None, ["Neg"], 600, (2, 8)),  # 600 levels deep: the printers recursed once per level
-    ("Conv", MIXED, 200, (1, 3, 6, 6)),
-    ("MatMul", ["Relu", "Neg", "AddConstant", "Mul"], 200, (4, 16)),  # deeper than lanewise looks
-    ("MatMul", ["Relu", "Neg", "AddConstant", "Mul"], 12, (4, 16)),   # in registers, 2**12 as a tree
-], ids=["mixed", "neg600", "conv", "matmul_deep", "matmul_tile"])
+@pytest.mark.parametrize("anchor,ops,length,shape,dtype", [
+    (None, MIXED, 300, (2, 8), np.float32),
+    (None, ["Neg"], 600, (2, 8), np.float32),  # 600 levels deep: the printers recursed once per level
+    (None, ["Where", "ThresholdedRelu", "Relu", "Softplus"], 200, (2, 8), np.float32),
+    (None, ["Abs", "Neg", "AddConstant"], 150, (2, 8), np.int32),  # C prints an integer abs as a ? -a : a
+    ("Conv", MIXED, 200, (1, 3, 6, 6), np.float32),
+    ("MatMul", ["Relu", "Neg", "AddConstant", "Mul"], 200, (4, 16), np.float32),  # deeper than lanewise looks
+    ("MatMul", ["Relu", "Neg", "AddConstant", "Mul"], 12, (4, 16), np.float32),   # in registers, 2**12 as a tree
+], ids=["mixed", "neg600", "where", "int_abs", "conv", "matmul_deep", "matmul_tile"])
 def test_long_fused_chains_match_onnxruntime(tmp_path: Path, backend: str, anchor: str | None, ops: list[str],
-                                             length: int, shape: tuple[int, ...]) -> None:
-    assert_verifies(chain_model(tmp_path / "chain.onnx", ops, length, shape, anchor), backend)
+                                             length: int, shape: tuple[int, ...], dtype: type) -> None:
+    assert_verifies(chain_model(tmp_path / "chain.onnx", ops, length, shape, anchor, dtype), backend)
 
 
 @pytest.mark.parametrize("op,inputs,backend", [
@@ -216,3 +225,20 @@ def test_guarded_loads_are_never_hoisted(shift: int, hoisted: bool) -> None:
         e = stack.pop()
         assert not isinstance(e, Load) or e.index is body.var
         stack += expr_children(e)
+
+
+def test_kernels_with_parallel_loops_keep_no_top_level_locals() -> None:
+    """A parallel kernel is split into functions at its top level (aot/kernel/parallel.py), so the
+    locals of a deep top-level statement go into a block of their own."""
+    x = Buffer("in0", "float32", 16, False)
+    out = Buffer("out1", "float32", 17, True)
+    deep = Load(x, const(0, INDEX))
+    for _ in range(3 * MAX_HEIGHT):
+        deep = -deep
+    i = Var("i0", INDEX)
+    kernel = Kernel("k0", [x, out], [Store(out, const(16, INDEX), deep),
+                                     Loop(i, 16, [Store(out, i, Load(x, i))], parallel=True)], [], "test")
+    bound = bind_subexpressions(kernel)
+    check_parallel(bound)
+    assert [type(s) for s in bound.body] == [If, Loop] and len(bound.body[0].then) == 4
+    assert [len(segment.kernel.body) for segment in segments(bound)] == [1, 1]

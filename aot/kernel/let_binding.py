@@ -31,7 +31,8 @@ would walk the tree), so the pass is linear in the size of the DAG.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+import operator
+from collections.abc import Callable, Iterable, Iterator
 
 from aot.kernel.ir import (
     FLOAT_DTYPES,
@@ -68,6 +69,7 @@ _STMT_EXPRS: dict[type, tuple[str, ...]] = {
     Declare: ("init",), Assign: ("value",), Store: ("index", "value"), VecStore: ("index", "value"), If: ("cond",),
 }
 _FIELDS: dict[type, tuple[str, ...]] = {}  # Expr class -> names of its fields that hold expressions
+_GETTERS: dict[type, Callable[[Expr], tuple[Expr, ...]]] = {}  # Expr class -> its operands, in field order
 _SIGNED = {"int8", "int16", "int32", "int64"}  # tensor integers (not INDEX)
 Ranges = dict[str, tuple[int, int]]  # loop counter -> (first, last) value
 
@@ -75,7 +77,7 @@ Ranges = dict[str, tuple[int, int]]  # loop counter -> (first, last) value
 def bind_subexpressions(kernel: Kernel) -> Kernel:
     """The kernel with shared and deep subexpressions in locals (see the module docstring); the
     kernel itself when no statement has any."""
-    names = _FreshNames(_names_in(kernel.body))
+    names = _FreshNames(kernel.body)
     # A kernel with parallel loops may have no locals at its top level (aot/kernel/parallel.py):
     # a top-level statement that needs some gets them inside an always-taken `if`, a block.
     body = _block(kernel.body, names, {}, top_level_block=has_parallel(kernel))
@@ -113,6 +115,8 @@ def _statement(s: Stmt, names: _FreshNames, ranges: Ranges) -> tuple[list[Declar
     if not fields:
         return [], s
     roots = [getattr(s, f) for f in fields]
+    if _too_small_to_bind(roots):
+        return [], s
     declares, new_roots = _bind(roots, names, ranges)
     if not declares:
         return [], s
@@ -127,26 +131,29 @@ def _bind(roots: list[Expr], names: _FreshNames, ranges: Ranges) -> tuple[list[D
     for r in roots:
         uses[id(r)] = uses.get(id(r), 0) + 1
     for e in order:
-        for child, times in _printed_operands(e):
-            uses[id(child)] = uses.get(id(child), 0) + times
-    hoistable = _evaluated_anyway(roots, order) | _speculation_safe(order, ranges)
-    chosen = _choose(order, uses, hoistable)
+        for child in _printed_operands(e):
+            uses[id(child)] = uses.get(id(child), 0) + 1
+    if not _choose(order, uses, None):  # nothing to bind even where anything could be hoisted
+        return [], roots
+    chosen = _choose(order, uses, _evaluated_anyway(roots, order) | _speculation_safe(order, ranges))
     if not chosen:
         return [], roots
     return _rewrite(order, chosen, names, roots)
 
 
-def _choose(order: list[Expr], uses: dict[int, int], hoistable: set[int]) -> set[int]:
+def _choose(order: list[Expr], uses: dict[int, int], hoistable: set[int] | None) -> set[int]:
     """ids of the subexpressions to compute into locals, from the leaves up: a chosen one counts
-    as a single node (its local) in the sizes and heights of the expressions above it."""
+    as a single node (its local) in the sizes and heights of the expressions above it. Only ids
+    in `hoistable` may be chosen (None: any)."""
     size: dict[int, int] = {}
     height: dict[int, int] = {}
     chosen: set[int] = set()
     for e in order:
         operands = _printed_operands(e)
-        s = min(_SIZE_CAP, 1 + sum(times * size[id(c)] for c, times in operands))
-        h = 1 + max((height[id(c)] for c, _ in operands), default=0)
-        if operands and id(e) in hoistable and (h >= MAX_HEIGHT or (uses[id(e)] > 1 and s > SHARED_SIZE)):
+        s = min(_SIZE_CAP, 1 + sum(size[id(c)] for c in operands))
+        h = 1 + max((height[id(c)] for c in operands), default=0)
+        if operands and (hoistable is None or id(e) in hoistable) and \
+                (h >= MAX_HEIGHT or (uses[id(e)] > 1 and s > SHARED_SIZE)):
             chosen.add(id(e))
             s = h = 1
         size[id(e)], height[id(e)] = s, h
@@ -178,21 +185,67 @@ def _expr_fields(e: Expr) -> tuple[str, ...]:
         fields = tuple(f.name for f in dataclasses.fields(e)  # type: ignore[arg-type]
                        if isinstance(getattr(e, f.name), Expr)) if dataclasses.is_dataclass(e) else ()
         _FIELDS[type(e)] = fields
+        _GETTERS[type(e)] = operator.attrgetter(*fields) if len(fields) > 1 else \
+            (lambda x, f=fields[0]: (getattr(x, f),)) if fields else (lambda x: ())
     return fields
 
 
-def _operands(e: Expr) -> list[Expr]:
-    return [getattr(e, f) for f in _expr_fields(e)]
+def _operands(e: Expr) -> tuple[Expr, ...]:
+    getter = _GETTERS.get(type(e))
+    if getter is None:
+        _expr_fields(e)
+        getter = _GETTERS[type(e)]
+    return getter(e)
 
 
-def _printed_operands(e: Expr) -> list[tuple[Expr, int]]:
-    """Operands with how many times the C printer writes each: an integer abs is `(a < 0 ? -a : a)`."""
-    if isinstance(e, Unary):
+def _printed_operands(e: Expr) -> tuple[Expr, ...]:
+    """The operands, each as many times as the C printer writes it: an integer abs is
+    `(a < 0 ? -a : a)`."""
+    if type(e) is Unary:
         if e.op == "abs" and e.a.dtype not in FLOAT_DTYPES:
-            return [(e.a, 3)]
+            return (e.a,) * 3
         if e.op in ("sign", "isposinf", "isneginf"):
-            return [(e.a, 2)]
-    return [(c, 1) for c in _operands(e)]
+            return (e.a,) * 2
+    return _operands(e)
+
+
+def _too_small_to_bind(roots: list[Expr]) -> bool:
+    """Whether the expressions, printed as trees, have at most 2 * SHARED_SIZE + 1 nodes (what a
+    subexpression of more than SHARED_SIZE printed twice needs) and are less than MAX_HEIGHT deep,
+    so that nothing in them is to be bound. Cheap whatever the tree's size: this runs on every
+    statement of every kernel, and the walk stops early."""
+    size = _tree_size(roots, 2 * SHARED_SIZE + 1)
+    return size <= 2 * SHARED_SIZE + 1 and (size < MAX_HEIGHT or _tree_height(roots) < MAX_HEIGHT)
+
+
+def _tree_size(roots: list[Expr], limit: int) -> int:
+    """The number of nodes of the expressions printed as trees, or limit + 1 if more."""
+    stack = list(roots)
+    pop, push = stack.pop, stack.append
+    count = 0
+    while stack and count <= limit:
+        count += 1
+        e = pop()
+        kind = type(e)  # the commonest kinds inline
+        if kind is Binary:
+            push(e.a)  # type: ignore[attr-defined]
+            push(e.b)  # type: ignore[attr-defined]
+        elif kind is Load:
+            push(e.index)  # type: ignore[attr-defined]
+        elif kind is not Var and kind is not Const:
+            stack += _printed_operands(e)
+    return count + len(stack)
+
+
+def _tree_height(roots: list[Expr]) -> int:
+    """The height of a small tree."""
+    stack = [(r, 1) for r in roots]
+    deepest = 0
+    while stack:
+        e, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack += ((c, depth + 1) for c in _operands(e))
+    return deepest
 
 
 def _post_order(roots: Iterable[Expr]) -> list[Expr]:
@@ -316,13 +369,17 @@ def _names_in(body: list[Stmt]) -> set[str]:
 
 
 class _FreshNames:
-    """Local names `let0`, `let1` ... that no variable of the kernel already has."""
+    """Local names `let0`, `let1` ... that no variable of the kernel already has (collected when
+    the first one is needed: most kernels need none)."""
 
-    def __init__(self, taken: set[str]) -> None:
-        self.taken = taken
+    def __init__(self, body: list[Stmt]) -> None:
+        self.body = body
+        self.taken: set[str] | None = None
         self.count = 0
 
     def var(self, dtype: str) -> Var:
+        if self.taken is None:
+            self.taken = _names_in(self.body)
         while f"let{self.count}" in self.taken:
             self.count += 1
         name = f"let{self.count}"
