@@ -22,7 +22,8 @@ subexpression is hoisted only when the statement evaluates it unconditionally an
 is speculation-safe: its loads provably inside their buffers from the enclosing loops' ranges
 (the rule of the LLVM backend's may_fault), no integer division, no signed arithmetic on tensor
 integers and no float-to-integer conversion (both undefined when out of range). Others stay
-inline.
+inline, printed as often as they are used (fused chains have none: each link's operand is either
+evaluated unconditionally or loaded at the loop's own index).
 
 Every walk here is iterative and memoised by object identity (Exprs compare structurally, which
 would walk the tree), so the pass is linear in the size of the DAG.
