@@ -127,7 +127,7 @@ class Select(Expr):
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return self.a.dtype
+        return inherited_dtype(self)
 
 
 @dataclass(frozen=True, eq=True)
@@ -171,7 +171,7 @@ class MulAdd(Expr):
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return self.acc.dtype
+        return inherited_dtype(self)
 
 
 @dataclass(frozen=True, eq=True)
@@ -184,7 +184,7 @@ class VecMax(Expr):
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return self.a.dtype
+        return inherited_dtype(self)
 
 
 @dataclass(frozen=True, eq=True)
@@ -196,7 +196,7 @@ class VecMin(Expr):
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return self.a.dtype
+        return inherited_dtype(self)
 
 
 VECTOR_ARITHMETIC = ("add", "sub", "mul", "div")
@@ -213,7 +213,7 @@ class VecArith(Expr):
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return self.a.dtype
+        return inherited_dtype(self)
 
 
 @dataclass(frozen=True, eq=True)
@@ -229,7 +229,21 @@ class VecSelect(Expr):
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return self.x.dtype
+        return inherited_dtype(self)
+
+
+# Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
+# ThresholdedRelu: x > a ? x : 0 ...) is as long as the model's chain, so it is followed by a loop.
+_DTYPE_OPERAND = {Select: "a", MulAdd: "acc", VecMax: "a", VecMin: "a", VecArith: "a", VecSelect: "x"}
+
+
+def inherited_dtype(e: Expr) -> str:
+    """The dtype of `e`, following operands whose dtype it takes without recursing."""
+    while True:
+        field_name = _DTYPE_OPERAND.get(type(e))
+        if field_name is None:
+            return e.dtype
+        e = getattr(e, field_name)
 
 
 def vector_of(scalar: str, lanes: int) -> str:

@@ -120,8 +120,12 @@ def buffers_used(body: list[Stmt]) -> set[str]:
 
 def _expr_buffers(e: Expr, names: set[str]) -> None:
     stack = [e]
+    seen: set[int] = set()  # by identity: fused chains share operands, their trees are exponential
     while stack:
         e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
         if isinstance(e, (Load, VecLoad)):
             names.add(e.buffer.name)
         stack += expr_children(e)

@@ -30,54 +30,86 @@ from aot.kernel.ir import (
     VecSelect,
 )
 
+# Deeper epilogues (hostile chains of thousands of fused ops) keep the scalar pass, where
+# aot/kernel/let_binding.py bounds what the backends see; real epilogues are a few ops deep.
+MAX_DEPTH = 64
+
+
+class _Decline(Exception):
+    """The epilogue has no lane-wise form (or is too deep to look for one)."""
+
 
 def lanewise(at_j: Expr, at_next: Expr, value: Var, vector: Expr, lanes: int) -> Expr | None:
     """The vector form of `at_j` (an expression of the output at column j, in which `value`
     stands for the accumulator) over columns j .. j + lanes - 1, where `at_next` is the same
     expression built for column j + 1 and `vector` holds the accumulators; None if not possible."""
-    if at_j == value:
-        return vector if at_next == value else None
-    if type(at_j) is not type(at_next):
+    try:
+        return _Lanewise(value, vector, lanes).pair(at_j, at_next, 0)
+    except _Decline:
         return None
-    if at_j.dtype != "float32":
-        return None
-    if isinstance(at_j, Const):
-        return Splat(at_j, lanes) if at_j == at_next else None
-    if isinstance(at_j, Load):
-        assert isinstance(at_next, Load)
-        if at_j.buffer != at_next.buffer:
-            return None
-        step = index_step(at_j.index, at_next.index)
-        if step == 0:
+
+
+class _Lanewise:
+    """One rewrite. Fused forms share operands (Relu names its operand twice), so each pair of
+    nodes is rewritten once, memoised by identity: linear in the DAG, not in its tree."""
+
+    def __init__(self, value: Var, vector: Expr, lanes: int) -> None:
+        self.value = value
+        self.vector = vector
+        self.lanes = lanes
+        self.done: dict[tuple[int, int], Expr] = {}
+
+    def pair(self, at_j: Expr, at_next: Expr, depth: int) -> Expr:
+        key = (id(at_j), id(at_next))
+        found = self.done.get(key)
+        if found is None:
+            if depth > MAX_DEPTH:
+                raise _Decline
+            found = self.done[key] = self._rewrite(at_j, at_next, depth + 1)
+        return found
+
+    def _rewrite(self, at_j: Expr, at_next: Expr, depth: int) -> Expr:
+        lanes = self.lanes
+        if isinstance(at_j, Var) and at_j == self.value:
+            if not (isinstance(at_next, Var) and at_next == self.value):
+                raise _Decline
+            return self.vector
+        if type(at_j) is not type(at_next) or at_j.dtype != "float32":
+            raise _Decline
+        if isinstance(at_j, Const):
+            if at_j != at_next:
+                raise _Decline
             return Splat(at_j, lanes)
-        return VecLoad(at_j.buffer, at_j.index, lanes) if step == 1 else None
-    if isinstance(at_j, Binary):
-        assert isinstance(at_next, Binary)
-        if at_j.op != at_next.op or at_j.op not in (*VECTOR_ARITHMETIC, "min", "max"):
-            return None
-        a = lanewise(at_j.a, at_next.a, value, vector, lanes)
-        b = lanewise(at_j.b, at_next.b, value, vector, lanes)
-        if a is None or b is None:
-            return None
-        if at_j.op == "max":
-            return VecMax(a, b)
-        if at_j.op == "min":
-            return VecMin(a, b)
-        return VecArith(at_j.op, a, b)
-    if isinstance(at_j, Select):
-        assert isinstance(at_next, Select)
-        cond, cond_next = at_j.cond, at_next.cond
-        if not (isinstance(cond, Binary) and isinstance(cond_next, Binary) and cond.op == cond_next.op
-                and cond.op in VECTOR_COMPARISONS and cond.a.dtype == "float32"):
-            return None
-        parts = [lanewise(x, y, value, vector, lanes) for x, y in
-                 ((cond.a, cond_next.a), (cond.b, cond_next.b), (at_j.a, at_next.a), (at_j.b, at_next.b))]
-        if any(p is None for p in parts):
-            return None
-        a, b, x, y = parts
-        assert a is not None and b is not None and x is not None and y is not None
-        return VecSelect(cond.op, a, b, x, y)
-    return None
+        if isinstance(at_j, Load):
+            assert isinstance(at_next, Load)
+            if at_j.buffer != at_next.buffer:
+                raise _Decline
+            step = index_step(at_j.index, at_next.index)
+            if step == 0:
+                return Splat(at_j, lanes)
+            if step != 1:
+                raise _Decline
+            return VecLoad(at_j.buffer, at_j.index, lanes)
+        if isinstance(at_j, Binary):
+            assert isinstance(at_next, Binary)
+            if at_j.op != at_next.op or at_j.op not in (*VECTOR_ARITHMETIC, "min", "max"):
+                raise _Decline
+            a, b = self.pair(at_j.a, at_next.a, depth), self.pair(at_j.b, at_next.b, depth)
+            if at_j.op == "max":
+                return VecMax(a, b)
+            if at_j.op == "min":
+                return VecMin(a, b)
+            return VecArith(at_j.op, a, b)
+        if isinstance(at_j, Select):
+            assert isinstance(at_next, Select)
+            cond, cond_next = at_j.cond, at_next.cond
+            if not (isinstance(cond, Binary) and isinstance(cond_next, Binary) and cond.op == cond_next.op
+                    and cond.op in VECTOR_COMPARISONS and cond.a.dtype == "float32"):
+                raise _Decline
+            a, b, x, y = (self.pair(p, q, depth) for p, q in
+                          ((cond.a, cond_next.a), (cond.b, cond_next.b), (at_j.a, at_next.a), (at_j.b, at_next.b)))
+            return VecSelect(cond.op, a, b, x, y)
+        raise _Decline
 
 
 def index_step(first: Expr, second: Expr) -> int | None:

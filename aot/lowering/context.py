@@ -8,6 +8,7 @@ import numpy as np
 
 from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
+from aot.kernel.let_binding import bind_subexpressions
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.fusion import FusionPlan
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
@@ -125,7 +126,9 @@ class LoweringContext:
             # would give a function whose parameters are all unused, which -Werror rejects; any
             # tensor it would have bound still gets storage from the kernels that read it.
             return
-        kernel = kb.build(f"k{len(self.kernels)}", body)
+        # Fused chains share subexpressions (Relu names its operand twice): printed as trees they
+        # would grow exponentially with the chain, so shared and deep parts go into locals.
+        kernel = bind_subexpressions(kb.build(f"k{len(self.kernels)}", body))
         self.kernels.append(kernel)
         self.kernel_bindings.append(list(kb.bindings))
         self.kernel_offsets.append(list(kb.offsets))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aot.kernel.affine import Affine, affine
-from aot.kernel.ir import Binary, Cast, Expr, Kernel, Load, Loop, Select, Store, Unary
+from aot.kernel.ir import Binary, Cast, Declare, Expr, Kernel, Load, Loop, Select, Store, Unary
 
 if TYPE_CHECKING:
     from aot.lowering.program import Program
@@ -53,14 +53,16 @@ def in_place_candidates(kernel: Kernel) -> list[tuple[int, int]]:
     while len(body) == 1 and isinstance(body[0], Loop):
         loops.append(body[0])
         body = body[0].body
-    if len(body) != 1 or not isinstance(body[0], Store):
+    # Locals declared just before the store (aot/kernel/let_binding.py: parts of a long fused
+    # chain) are computed in the same iteration, so their loads count as the stored value's.
+    if not body or not isinstance(body[-1], Store) or not all(isinstance(d, Declare) for d in body[:-1]):
         return []
-    store = body[0]
+    store, declares = body[-1], body[:-1]
     out = store.buffer
     index = affine(store.index)
     if index is None or not _bijective(index, loops, out.size) or _loads(store.index):
         return []
-    loads = _loads(store.value)
+    loads = _loads(store.value, *(d.init for d in declares if isinstance(d, Declare)))
     if any(load.buffer == out for load in loads):
         return []
     pairs = []
@@ -121,11 +123,15 @@ def groups(pairs: Sequence[InPlace]) -> dict[str, str]:
 # -- reading kernel IR ---------------------------------------------------------------------------
 
 
-def _loads(e: Expr) -> list[Load]:
+def _loads(*exprs: Expr) -> list[Load]:
     found: list[Load] = []
-    stack = [e]
+    seen: set[int] = set()  # by identity: fused chains share operands, their trees are exponential
+    stack = list(exprs)
     while stack:
         x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
         if isinstance(x, Load):
             found.append(x)
             stack.append(x.index)
