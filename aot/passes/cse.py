@@ -35,7 +35,8 @@ def merge_duplicate_constants(graph: Graph) -> None:
 def eliminate_common_subexpressions(graph: Graph) -> None:
     merge_duplicate_constants(graph)
     seen: dict[Any, list[Tensor | None]] = {}
-    for node in list(graph.nodes):
+    removed = []
+    for node in graph.nodes:
         key = (node.domain, node.op_type, tuple(id(t) if t is not None else None for t in node.inputs),
                _freeze(node.attrs))
         earlier = seen.get(key)
@@ -48,5 +49,7 @@ def eliminate_common_subexpressions(graph: Graph) -> None:
         for i, t in enumerate(node.outputs):
             if t is not None:
                 graph.replace_all_uses(t, earlier[i])  # type: ignore[arg-type]
-        graph.remove_node(node)
+        graph.detach(node)
+        removed.append(node)
+    graph.forget(removed)
     graph.prune()

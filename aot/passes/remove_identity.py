@@ -6,7 +6,8 @@ from aot.ir.graph import Graph
 
 
 def remove_identities(graph: Graph) -> None:
-    for node in list(graph.nodes):
+    removed = []
+    for node in graph.nodes:
         if node.op_type not in ("Identity", "Dropout"):
             continue
         if any(t is not None for t in node.outputs[1:]):  # Dropout's mask is used: keep it
@@ -15,5 +16,7 @@ def remove_identities(graph: Graph) -> None:
         if source is None or out is None or graph.is_output(out):
             continue  # a graph output keeps its ONNX name; the lowering makes it a free view
         graph.replace_all_uses(out, source)
-        graph.remove_node(node)
+        graph.detach(node)
+        removed.append(node)
         del graph.tensors[out.name]
+    graph.forget(removed)
