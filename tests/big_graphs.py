@@ -4,7 +4,7 @@ The graphs are made of ops the lowering cannot fuse (Softmax, Transpose, MaxPool
 node becomes its own kernel and the stages that scale with the number of kernels (import, passes,
 lowering, scheduling, memory planning, C rendering) are what is measured.
 
-    python -m tests.big_graphs KIND NODES OUT.onnx     (KIND: chain, mixed, concat, add_tree)
+    python -m tests.big_graphs KIND NODES OUT.onnx     (KIND: a key of KINDS)
 """
 
 from __future__ import annotations
@@ -45,6 +45,18 @@ def mixed_chain(n: int) -> onnx.ModelProto:
     return _model(nodes, [1, 2, 4, 4], f"t{n}", [1, 2, 4, 4])
 
 
+def in_place_chain(n: int) -> onnx.ModelProto:
+    """A chain cycling Softmax, Transpose, Neg over a [4, 4] tensor: each Neg is a kernel of its own
+    (nothing to fuse into) that writes in place over the Transpose's output."""
+    ops: list[Callable[[str, str], onnx.NodeProto]] = [
+        lambda a, b: helper.make_node("Softmax", [a], [b], axis=-1),
+        lambda a, b: helper.make_node("Transpose", [a], [b], perm=[1, 0]),
+        lambda a, b: helper.make_node("Neg", [a], [b]),
+    ]
+    nodes = [ops[i % 3](f"t{i}" if i else "x", f"t{i + 1}") for i in range(n)]
+    return _model(nodes, [4, 4], f"t{n}", [4, 4])
+
+
 def _branches(count: int, width: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]:
     """`count` branches off x, each Add (its own constant, so no two branches are alike) -> Softmax."""
     nodes, inits, outs = [], [], []
@@ -82,7 +94,8 @@ def add_tree(n: int, width: int = 4) -> onnx.ModelProto:
 
 
 KINDS: dict[str, Callable[[int], onnx.ModelProto]] = {
-    "chain": softmax_chain, "mixed": mixed_chain, "concat": concat_wide, "add_tree": add_tree,
+    "chain": softmax_chain, "mixed": mixed_chain, "in_place": in_place_chain, "concat": concat_wide,
+    "add_tree": add_tree,
 }
 
 
