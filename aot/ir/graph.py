@@ -99,24 +99,30 @@ class Graph:
         return node
 
     def remove_node(self, node: Node) -> None:
-        self.detach(node)
-        self.nodes.remove(node)
-
-    def detach(self, node: Node) -> None:
-        """Unlink `node` from its tensors but leave it in self.nodes: a pass removing many nodes
-        detaches each, then drops them all with forget() (list.remove per node is quadratic)."""
         for t in node.inputs:
             if t is not None and node in t.consumers:
                 t.consumers.remove(node)
         for t in node.outputs:
             if t is not None and t.producer is node:
                 t.producer = None
+        self.nodes.remove(node)
 
-    def forget(self, nodes: Iterable[Node]) -> None:
-        """Drop detached `nodes` from the node list, in one pass."""
+    def remove_nodes(self, nodes: Iterable[Node]) -> None:
+        """remove_node for many nodes at once: each tensor's consumers and the node list are
+        filtered once (a list.remove per node and per read tensor is quadratic when a pass drops
+        thousands of nodes, or the readers of a tensor read by thousands)."""
+        nodes = list(nodes)
         gone = set(map(id, nodes))
-        if gone:
-            self.nodes[:] = [n for n in self.nodes if id(n) not in gone]
+        if not gone:
+            return
+        read = {id(t): t for n in nodes for t in n.inputs if t is not None}
+        for t in read.values():
+            t.consumers[:] = [c for c in t.consumers if id(c) not in gone]
+        for n in nodes:
+            for t in n.outputs:
+                if t is not None and t.producer is n:
+                    t.producer = None
+        self.nodes[:] = [n for n in self.nodes if id(n) not in gone]
 
     def replace_all_uses(self, old: Tensor, new: Tensor) -> None:
         """Point every consumer of `old` (and the graph outputs) at `new`."""
@@ -171,17 +177,7 @@ class Graph:
             if any(t is not None and (id(t) in live_outputs or any(id(c) in live for c in t.consumers))
                    for t in node.outputs):
                 live.add(id(node))
-        dead = [n for n in self.nodes if id(n) not in live]
-        if dead:
-            gone = set(map(id, dead))
-            read = {id(t): t for n in dead for t in n.inputs if t is not None}
-            for t in read.values():
-                t.consumers[:] = [c for c in t.consumers if id(c) not in gone]
-            for n in dead:
-                for t in n.outputs:
-                    if t is not None and t.producer is n:
-                        t.producer = None
-            self.forget(dead)
+        self.remove_nodes(n for n in self.nodes if id(n) not in live)
         referenced: set[int] = set(map(id, self.inputs)) | live_outputs
         for node in self.nodes:
             referenced.update(id(t) for t in node.inputs if t is not None)

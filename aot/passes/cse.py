@@ -49,7 +49,6 @@ def eliminate_common_subexpressions(graph: Graph) -> None:
         for i, t in enumerate(node.outputs):
             if t is not None:
                 graph.replace_all_uses(t, earlier[i])  # type: ignore[arg-type]
-        graph.detach(node)
         removed.append(node)
-    graph.forget(removed)
+    graph.remove_nodes(removed)
     graph.prune()

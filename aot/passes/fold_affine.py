@@ -121,7 +121,7 @@ def fold_affine_into_weights(graph: Graph) -> None:
     changed = True
     while changed:
         changed = False
-        removed = []  # followers folded away, detached now and dropped after the sweep
+        removed = []  # followers folded away, dropped together after the sweep
         for anchor in list(graph.nodes):
             if anchor.op_type not in _ANCHORS:
                 continue
@@ -137,10 +137,9 @@ def fold_affine_into_weights(graph: Graph) -> None:
                 continue
             result = follower.outputs[0]
             assert result is not None
-            graph.detach(follower)
             removed.append(follower)
             graph.set_output(anchor, 0, result)
             del graph.tensors[out.name]
             changed = True
-        graph.forget(removed)
+        graph.remove_nodes(removed)
     graph.prune()

@@ -16,7 +16,7 @@ def cancel_layout_ops(graph: Graph) -> None:
     changed = True
     while changed:
         changed = False
-        removed: list[Node] = []  # detached now, dropped from graph.nodes after the sweep
+        removed: list[Node] = []  # cancelled, dropped together after the sweep (see Graph.remove_nodes)
         for node in list(graph.nodes):
             src = node.inputs[0] if node.inputs else None
             out = node.outputs[0] if node.outputs else None
@@ -27,7 +27,6 @@ def cancel_layout_ops(graph: Graph) -> None:
                 producer = src.producer
                 if perm == list(range(src.rank)) and not graph.is_output(out):
                     graph.replace_all_uses(out, src)
-                    graph.detach(node)
                     removed.append(node)
                     changed = True
                 elif producer is not None and producer.op_type == "Transpose" and producer.inputs[0] is not None:
@@ -48,8 +47,7 @@ def cancel_layout_ops(graph: Graph) -> None:
                     changed = True
                 elif src.shape == out.shape and not graph.is_output(out):
                     graph.replace_all_uses(out, src)
-                    graph.detach(node)
                     removed.append(node)
                     changed = True
-        graph.forget(removed)
+        graph.remove_nodes(removed)
     graph.prune()

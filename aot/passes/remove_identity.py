@@ -16,7 +16,6 @@ def remove_identities(graph: Graph) -> None:
         if source is None or out is None or graph.is_output(out):
             continue  # a graph output keeps its ONNX name; the lowering makes it a free view
         graph.replace_all_uses(out, source)
-        graph.detach(node)
         removed.append(node)
         del graph.tensors[out.name]
-    graph.forget(removed)
+    graph.remove_nodes(removed)
