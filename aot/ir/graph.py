@@ -8,7 +8,7 @@ that errors and generated comments can point back at the user's model.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +131,29 @@ class Graph:
             new.consumers.append(consumer)
         old.consumers.clear()
         self.outputs = [new if t is old else t for t in self.outputs]
+
+    def replace_uses(self, pairs: Sequence[tuple[Tensor, Tensor]]) -> None:
+        """replace_all_uses for many (old, new) pairs at once, where a `new` may itself be an old
+        one (chains end at the last): each consumer's inputs are rewritten once. Replacing one
+        tensor at a time rewrites a consumer's whole input list each time, quadratic for a Concat
+        of thousands of Identity outputs."""
+        target = {id(old): new for old, new in pairs}
+        if not target:
+            return
+
+        def final(t: Tensor) -> Tensor:
+            while id(t) in target:
+                t = target[id(t)]
+            return t
+
+        old_tensors = list({id(old): old for old, _ in pairs}.values())
+        consumers = {id(c): c for old in old_tensors for c in old.consumers}
+        for c in consumers.values():
+            c.inputs = [final(t) if t is not None and id(t) in target else t for t in c.inputs]
+        for old in old_tensors:
+            final(old).consumers.extend(old.consumers)
+            old.consumers.clear()
+        self.outputs = [final(t) if id(t) in target else t for t in self.outputs]
 
     def set_input(self, node: Node, index: int, tensor: Tensor | None) -> None:
         """Rewire one input of `node`, keeping consumer lists right."""

@@ -7,6 +7,7 @@ from aot.ir.graph import Graph
 
 def remove_identities(graph: Graph) -> None:
     removed = []
+    replacements = []  # applied together (Graph.replace_uses), chains of Identity included
     for node in graph.nodes:
         if node.op_type not in ("Identity", "Dropout"):
             continue
@@ -15,7 +16,8 @@ def remove_identities(graph: Graph) -> None:
         source, out = node.inputs[0], node.outputs[0]
         if source is None or out is None or graph.is_output(out):
             continue  # a graph output keeps its ONNX name; the lowering makes it a free view
-        graph.replace_all_uses(out, source)
+        replacements.append((out, source))
         removed.append(node)
         del graph.tensors[out.name]
+    graph.replace_uses(replacements)
     graph.remove_nodes(removed)
