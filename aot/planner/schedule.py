@@ -37,15 +37,16 @@ def dependencies(program: Program) -> list[set[int]]:
     write-after-write with the latest writer of each element, write-after-read with every earlier
     reader. (An element's older writers are not listed: each precedes the latest through the same
     rule, so the orders allowed are the same, and so is the latest predecessor the "branch" cost
-    reads.) Storage nobody writes (weights, inputs) adds nothing. Linear in the accesses, plus the
-    dependencies found: a kernel reading a Concat output written in 10,000 parts looks at those
-    parts once, not at every earlier access."""
+    reads.) Storage nobody writes (weights, inputs) adds nothing. A read looks up the last writers
+    of its range (O(log segments + writers found)), where it used to compare itself with every
+    earlier access of the root: quadratic for a Concat output written in 10,000 parts. Only a
+    write still scans the root's earlier reads (roots written after many reads are rare)."""
     writers: dict[int, LastWriters] = {}  # id(root) -> who last wrote each element range
     readers: dict[int, list[tuple[int, int, int]]] = {}  # id(root) -> (kernel, lo, hi) of each read
     preds: list[set[int]] = []
     for k, (kernel, bindings, offsets) in enumerate(zip(program.kernels, program.bindings, program.offsets)):
         mine: set[int] = set()
-        writes = []
+        writes, reads = [], []  # recorded after all params, so a kernel never follows itself
         for buf, root, offset in zip(kernel.params, bindings, offsets):
             if program.storage[id(root)].kind in (WEIGHT, INPUT):
                 continue
@@ -57,9 +58,11 @@ def dependencies(program: Program) -> list[set[int]]:
                 mine.update(j for j, lo2, hi2 in readers.get(id(root), ()) if lo < hi2 and lo2 < hi)
                 writes.append((id(root), lo, hi))
             else:
-                readers.setdefault(id(root), []).append((k, lo, hi))
+                reads.append((id(root), lo, hi))
         for root_id, lo, hi in writes:
             writers.setdefault(root_id, LastWriters()).write(lo, hi, k)
+        for root_id, lo, hi in reads:
+            readers.setdefault(root_id, []).append((k, lo, hi))
         preds.append(mine)
     return preds
 
