@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aot.planner import memory
+from aot.planner.intervals import Span, TimeIndex, count_live_pairs, find_live_overlap
 from aot.planner.memory import Interval, align_up, plan_memory, verify_plan
 
 
@@ -65,3 +69,56 @@ def test_lower_bound_reports_the_peak() -> None:
     items = [Interval("a", 128, 0, 1), Interval("b", 256, 1, 2), Interval("c", 64, 2, 3)]
     plan = plan_memory(items, 64)
     assert plan.lower_bound_bytes == 384 and plan.peak_keys in (("a", "b"), ("b", "c"))
+
+
+# -- the near-linear machinery gives the answers of the pairwise definitions -----------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(interval_sets())
+def test_time_index_and_pair_count_match_pairwise(items: list[Interval]) -> None:
+    index = TimeIndex(max((i.end for i in items), default=0) + 1)
+    for i in items:
+        index.add(i.start, i.end, i.key)
+    for probe in items:
+        expected = sorted(i.key for i in items if i.overlaps_in_time(probe))
+        assert sorted(index.meeting(probe.start, probe.end)) == expected
+    pairs = sum(1 for x, a in enumerate(items) for b in items[x + 1:] if a.overlaps_in_time(b))
+    assert count_live_pairs([(i.start, i.end) for i in items]) == pairs
+
+
+@settings(max_examples=200, deadline=None)
+@given(interval_sets(), st.integers(0, 2**32))
+def test_overlap_sweep_finds_what_pairwise_finds(items: list[Interval], seed: int) -> None:
+    rng = random.Random(seed)
+    spans = [Span(i.key, i.start, i.end, lo, lo + rng.choice([64, 128, 1000]))
+             for i in items for lo in [rng.randrange(0, 4096, 64)]]
+    clash = any(a.lo < b.hi and b.lo < a.hi and a.start <= b.end and b.start <= a.end
+                for x, a in enumerate(spans) for b in spans[x + 1:])
+    found = find_live_overlap(spans)
+    assert (found is not None) == clash
+    if found:
+        a, b = found
+        assert a.lo < b.hi and b.lo < a.hi and a.start <= b.end and b.start <= a.end
+
+
+@settings(max_examples=200, deadline=None)
+@given(interval_sets())
+def test_start_order_sweep_places_as_best_fit_does(items: list[Interval]) -> None:
+    aligned = sorted((Interval(i.key, align_up(i.size, 64), i.start, i.end) for i in items),
+                     key=lambda i: (i.start, -i.size, i.key))
+    assert memory._place_sweeping(aligned) == memory._place(aligned)
+
+
+@settings(max_examples=100, deadline=None)
+@given(interval_sets())
+def test_plan_beyond_the_pair_budget_is_still_valid(items: list[Interval]) -> None:
+    # Too many live pairs for every order: only the start-order sweep runs, and is checked.
+    saved = memory._EXACT_PAIRS
+    memory._EXACT_PAIRS = -1
+    try:
+        plan = plan_memory(items, 64)
+    finally:
+        memory._EXACT_PAIRS = saved
+    assert plan.strategy == "start" or not items
+    assert plan.lower_bound_bytes <= plan.arena_bytes <= plan.unshared_bytes

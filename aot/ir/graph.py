@@ -7,7 +7,7 @@ that errors and generated comments can point back at the user's model.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +108,23 @@ class Graph:
                 t.producer = None
         self.nodes.remove(node)
 
+    def remove_nodes(self, nodes: Iterable[Node]) -> None:
+        """remove_node for many nodes at once: each tensor's consumers and the node list are
+        filtered once (a list.remove per node and per read tensor is quadratic when a pass drops
+        thousands of nodes, or the readers of a tensor read by thousands)."""
+        nodes = list(nodes)
+        gone = set(map(id, nodes))
+        if not gone:
+            return
+        read = {id(t): t for n in nodes for t in n.inputs if t is not None}
+        for t in read.values():
+            t.consumers[:] = [c for c in t.consumers if id(c) not in gone]
+        for n in nodes:
+            for t in n.outputs:
+                if t is not None and t.producer is n:
+                    t.producer = None
+        self.nodes[:] = [n for n in self.nodes if id(n) not in gone]
+
     def replace_all_uses(self, old: Tensor, new: Tensor) -> None:
         """Point every consumer of `old` (and the graph outputs) at `new`."""
         for consumer in list(old.consumers):
@@ -115,6 +132,29 @@ class Graph:
             new.consumers.append(consumer)
         old.consumers.clear()
         self.outputs = [new if t is old else t for t in self.outputs]
+
+    def replace_uses(self, pairs: Sequence[tuple[Tensor, Tensor]]) -> None:
+        """replace_all_uses for many (old, new) pairs at once, where a `new` may itself be an old
+        one (chains end at the last): each consumer's inputs are rewritten once. Replacing one
+        tensor at a time rewrites a consumer's whole input list each time, quadratic for a Concat
+        of thousands of Identity outputs."""
+        target = {id(old): new for old, new in pairs}
+        if not target:
+            return
+
+        def final(t: Tensor) -> Tensor:
+            while id(t) in target:
+                t = target[id(t)]
+            return t
+
+        old_tensors = list({id(old): old for old, _ in pairs}.values())
+        consumers = {id(c): c for old in old_tensors for c in old.consumers}
+        for c in consumers.values():
+            c.inputs = [final(t) if t is not None and id(t) in target else t for t in c.inputs]
+        for old in old_tensors:
+            final(old).consumers.extend(old.consumers)
+            old.consumers.clear()
+        self.outputs = [final(t) if id(t) in target else t for t in self.outputs]
 
     def set_input(self, node: Node, index: int, tensor: Tensor | None) -> None:
         """Rewire one input of `node`, keeping consumer lists right."""
@@ -152,15 +192,16 @@ class Graph:
         return (t for t in self.tensors.values() if t.is_constant)
 
     def prune(self) -> None:
-        """Drop nodes whose outputs nobody reads and tensors nothing refers to."""
+        """Drop nodes whose outputs nobody reads and tensors nothing refers to. One walk from the
+        last node back: a node is live when a graph output or a live node reads one of its
+        outputs (its readers come after it, so they are decided first)."""
         live_outputs = set(map(id, self.outputs))
-        changed = True
-        while changed:
-            changed = False
-            for node in reversed(list(self.nodes)):
-                if all(t is None or (not t.consumers and id(t) not in live_outputs) for t in node.outputs):
-                    self.remove_node(node)
-                    changed = True
+        live: set[int] = set()
+        for node in reversed(self.nodes):
+            if any(t is not None and (id(t) in live_outputs or any(id(c) in live for c in t.consumers))
+                   for t in node.outputs):
+                live.add(id(node))
+        self.remove_nodes(n for n in self.nodes if id(n) not in live)
         referenced: set[int] = set(map(id, self.inputs)) | live_outputs
         for node in self.nodes:
             referenced.update(id(t) for t in node.inputs if t is not None)

@@ -16,6 +16,7 @@ def verify_graph(graph: Graph) -> None:
     problems: list[str] = []
     known = set(map(id, graph.tensors.values()))
     available = {id(t) for t in graph.inputs} | {id(t) for t in graph.constants()}
+    readers: dict[int, set[int]] = {}  # id(tensor) -> ids of its consumers (a list scan per read is quadratic)
     for t in graph.tensors.values():
         if any(d <= 0 for d in t.shape) and t.size != 0:
             problems.append(f"{t!r} has a non-positive dimension")
@@ -33,7 +34,9 @@ def verify_graph(graph: Graph) -> None:
                 problems.append(f"{node!r} reads {t!r}, which is not in the graph")
             elif id(t) not in available:
                 problems.append(f"{node!r} reads {t!r} before it is produced")
-            if node not in t.consumers:
+            if id(t) not in readers:
+                readers[id(t)] = set(map(id, t.consumers))
+            if id(node) not in readers[id(t)]:
                 problems.append(f"{t!r} does not list its consumer {node!r}")
         for t in node.outputs:
             if t is None:

@@ -9,17 +9,19 @@ Decided before lowering, because the producer's kernel must already know where t
 
 from __future__ import annotations
 
-from aot.ir.graph import Graph, Node, Tensor
+from collections import Counter
+
+from aot.ir.graph import Graph, Tensor
 from aot.ir.sizes import element_count
 
 _VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 
 
-def _placeable(graph: Graph, t: Tensor, concat: Node, claimed: set[int]) -> bool:
+def _placeable(graph: Graph, t: Tensor, listed: Counter[int], claimed: set[int]) -> bool:
     producer = t.producer
     return (producer is not None and producer.op_type not in _VIEW_OPS and not t.is_constant
             and not graph.is_output(t) and id(t) not in claimed
-            and sum(1 for x in concat.inputs if x is t) == 1 and t.size > 0)
+            and listed[id(t)] == 1 and t.size > 0)
 
 
 def plan_concat_in_place(graph: Graph) -> list[tuple[Tensor, Tensor, int]]:
@@ -36,10 +38,11 @@ def plan_concat_in_place(graph: Graph) -> list[tuple[Tensor, Tensor, int]]:
             continue  # each part would be strided: a copy is simpler and as fast
         inner = element_count(out.shape[axis + 1:])
         offset = 0
+        listed = Counter(id(t) for t in node.inputs)  # how often the Concat lists each input
         for t in node.inputs:
             if t is None or t.size == 0:
                 continue
-            if _placeable(graph, t, node, claimed):
+            if _placeable(graph, t, listed, claimed):
                 placements.append((t, out, offset))
                 claimed.add(id(t))
             offset += t.shape[axis] * inner

@@ -37,6 +37,10 @@ class Program:
     # there (decided by aot/planner/in_place.py once the kernel order is final).
     in_place: list[tuple[int, int, int]] = field(default_factory=list)
     schedule: str = ""  # how aot/planner/schedule.py chose the kernel order ("" = not yet)
+    # in_place by kernel, and the (list, length) it was built from: looking the pairs up by a scan
+    # of in_place for every kernel was quadratic in the kernels.
+    _in_place_index: tuple[tuple[int, int], dict[int, list[tuple[int, int]]]] = field(
+        default=((0, 0), {}), repr=False, compare=False)
 
     def reordered(self, order: list[int]) -> Program:
         """The same kernels run in `order` (a permutation of kernel indices)."""
@@ -56,10 +60,19 @@ class Program:
             for j, (rj, lo_j, hi_j, wj) in enumerate(spans):
                 if i < j and ri == rj and lo_i < hi_j and lo_j < hi_i and (wi or wj):
                     clash |= {i, j}
-        for k, out_param, in_param in self.in_place:
-            if k == kernel_index:
-                clash |= {out_param, in_param}
+        for out_param, in_param in self._in_place_of(kernel_index):
+            clash |= {out_param, in_param}
         return clash
+
+    def _in_place_of(self, kernel_index: int) -> list[tuple[int, int]]:
+        """The (output param, input param) pairs of one kernel in self.in_place."""
+        built_from = (id(self.in_place), len(self.in_place))
+        if self._in_place_index[0] != built_from:
+            index: dict[int, list[tuple[int, int]]] = {}
+            for k, out_param, in_param in self.in_place:
+                index.setdefault(k, []).append((out_param, in_param))
+            self._in_place_index = (built_from, index)
+        return self._in_place_index[1].get(kernel_index, [])
 
 
 def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES,

@@ -23,20 +23,28 @@ def _freeze(value: Any) -> Any:
 
 def merge_duplicate_constants(graph: Graph) -> None:
     seen: dict[tuple[str, tuple[int, ...], str], Tensor] = {}
+    replacements = []
     for t in sorted(graph.constants(), key=lambda t: t.name):
         assert t.data is not None
         key = (t.dtype.str, t.shape, hashlib.sha256(t.data.tobytes()).hexdigest())
         keep = seen.setdefault(key, t)
         if keep is not t and not graph.is_output(t):
-            graph.replace_all_uses(t, keep)
+            replacements.append((t, keep))
+    graph.replace_uses(replacements)
     graph.prune()
 
 
 def eliminate_common_subexpressions(graph: Graph) -> None:
     merge_duplicate_constants(graph)
     seen: dict[Any, list[Tensor | None]] = {}
-    for node in list(graph.nodes):
-        key = (node.domain, node.op_type, tuple(id(t) if t is not None else None for t in node.inputs),
+    removed = []
+    # Uses are rewritten once at the end (Graph.replace_uses); until then a node's inputs are
+    # read through `kept`, so a duplicate of a duplicate's reader is found in the same sweep.
+    kept: dict[int, Tensor] = {}
+    replacements: list[tuple[Tensor, Tensor]] = []
+    for node in graph.nodes:
+        inputs = [kept.get(id(t), t) if t is not None else None for t in node.inputs]
+        key = (node.domain, node.op_type, tuple(id(t) if t is not None else None for t in inputs),
                _freeze(node.attrs))
         earlier = seen.get(key)
         if earlier is None:
@@ -47,6 +55,9 @@ def eliminate_common_subexpressions(graph: Graph) -> None:
             continue
         for i, t in enumerate(node.outputs):
             if t is not None:
-                graph.replace_all_uses(t, earlier[i])  # type: ignore[arg-type]
-        graph.remove_node(node)
+                kept[id(t)] = earlier[i]  # type: ignore[assignment]
+                replacements.append((t, earlier[i]))  # type: ignore[arg-type]
+        removed.append(node)
+    graph.replace_uses(replacements)
+    graph.remove_nodes(removed)
     graph.prune()

@@ -121,8 +121,9 @@ def fold_affine_into_weights(graph: Graph) -> None:
     changed = True
     while changed:
         changed = False
+        removed = []  # followers folded away, dropped together after the sweep
         for anchor in list(graph.nodes):
-            if anchor.op_type not in _ANCHORS or anchor not in graph.nodes:
+            if anchor.op_type not in _ANCHORS:
                 continue
             out = anchor.outputs[0]
             channels = _channel_count(anchor)
@@ -136,8 +137,9 @@ def fold_affine_into_weights(graph: Graph) -> None:
                 continue
             result = follower.outputs[0]
             assert result is not None
-            graph.remove_node(follower)
+            removed.append(follower)
             graph.set_output(anchor, 0, result)
             del graph.tensors[out.name]
             changed = True
+        graph.remove_nodes(removed)
     graph.prune()

@@ -3,7 +3,7 @@ the composition is the identity), Reshape of a Reshape (one view), Transpose by 
 
 from __future__ import annotations
 
-from aot.ir.graph import Graph
+from aot.ir.graph import Graph, Node
 
 _VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
@@ -16,9 +16,8 @@ def cancel_layout_ops(graph: Graph) -> None:
     changed = True
     while changed:
         changed = False
+        removed: list[Node] = []  # cancelled, dropped together after the sweep (see Graph.remove_nodes)
         for node in list(graph.nodes):
-            if node not in graph.nodes:
-                continue
             src = node.inputs[0] if node.inputs else None
             out = node.outputs[0] if node.outputs else None
             if src is None or out is None:
@@ -28,7 +27,7 @@ def cancel_layout_ops(graph: Graph) -> None:
                 producer = src.producer
                 if perm == list(range(src.rank)) and not graph.is_output(out):
                     graph.replace_all_uses(out, src)
-                    graph.remove_node(node)
+                    removed.append(node)
                     changed = True
                 elif producer is not None and producer.op_type == "Transpose" and producer.inputs[0] is not None:
                     first = _perm(producer.attr("perm"), producer.inputs[0].rank)
@@ -48,6 +47,7 @@ def cancel_layout_ops(graph: Graph) -> None:
                     changed = True
                 elif src.shape == out.shape and not graph.is_output(out):
                     graph.replace_all_uses(out, src)
-                    graph.remove_node(node)
+                    removed.append(node)
                     changed = True
+        graph.remove_nodes(removed)
     graph.prune()

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from aot.lowering.program import Program
 from aot.planner.in_place import InPlace, find_in_place, in_place_candidates
+from aot.planner.intervals import Span, find_live_overlap
 from aot.planner.liveness import arena_intervals, buffer_intervals
 from aot.planner.memory import Interval, MemoryPlan, align_up, plan_memory
 from aot.planner.schedule import schedule
@@ -45,15 +46,17 @@ def verify_sharing(tensors: Sequence[Interval], offsets: dict[str, int], pairs: 
                    alignment: int) -> None:
     """Tensors live at the same step overlap in memory only as an in-place pair at its kernel."""
     allowed = {(p.input, p.output): p.kernel for p in pairs}
-    by_start = sorted(tensors, key=lambda t: (t.start, t.key))
-    for index, a in enumerate(by_start):
-        for b in by_start[index + 1:]:
-            if b.start > a.end:
-                break
-            oa, ob = offsets[a.key], offsets[b.key]
-            if oa < ob + align_up(max(b.size, 1), alignment) and ob < oa + align_up(max(a.size, 1), alignment):
-                step = allowed.get((a.key, b.key), allowed.get((b.key, a.key)))
-                shared = {a.start, a.end} & {b.start, b.end}
-                if step is None or a.end != b.start and b.end != a.start or shared != {step} \
-                        or oa != ob or a.size != b.size:
-                    raise AssertionError(f"tensors {a.key} and {b.key} are live together and overlap")
+    by_key = {t.key: t for t in tensors}
+
+    def in_place(x: Span, y: Span) -> bool:
+        a, b = by_key[x.key], by_key[y.key]
+        step = allowed.get((a.key, b.key), allowed.get((b.key, a.key)))
+        shared = {a.start, a.end} & {b.start, b.end}
+        return (step is not None and (a.end == b.start or b.end == a.start) and shared == {step}
+                and x.lo == y.lo and a.size == b.size)
+
+    spans = [Span(t.key, t.start, t.end, offsets[t.key], offsets[t.key] + align_up(max(t.size, 1), alignment))
+             for t in tensors]
+    clash = find_live_overlap(spans, in_place)
+    if clash is not None:
+        raise AssertionError(f"tensors {clash[0].key} and {clash[1].key} are live together and overlap")
