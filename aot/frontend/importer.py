@@ -12,6 +12,7 @@ import onnx
 from onnx import numpy_helper
 
 from aot.errors import ModelLoadError, NodeError, UnsupportedError
+from aot.frontend.initializers import initializer_array
 from aot.frontend.input_shapes import apply_input_shapes, runtime_inputs
 from aot.frontend.loader import default_opset, load_onnx, upgrade_opset
 from aot.frontend.shape_folding import (
@@ -21,6 +22,7 @@ from aot.frontend.shape_folding import (
     infer_shapes,
     node_label,
 )
+from aot.frontend.type_constraints import check_type_constraints
 from aot.ir.graph import Graph, Node, Tensor
 from aot.ir.sizes import too_many_elements
 from aot.ops.registry import is_supported
@@ -57,6 +59,7 @@ def import_model(
     if unsupported and not allow_unsupported:
         raise UnsupportedError(f"{source}: {describe_unsupported(unsupported, default_opset(folded))}",
                                unsupported=unsupported)
+    check_type_constraints(folded, source)
     graph = _build_graph(folded, source, name, lenient=bool(unsupported))
     graph.source_node_count = len(model.graph.node)
     graph.unsupported = unsupported
@@ -123,8 +126,7 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
     opset = default_opset(model)
     types = _value_types(model)
     for init in model.graph.initializer:
-        # np.require, not np.ascontiguousarray: the latter turns a 0-d scalar into shape (1,).
-        data = np.require(numpy_helper.to_array(init), requirements="C")
+        data = initializer_array(init, source)
         graph.add_tensor(Tensor(init.name, data.dtype, tuple(data.shape), data=data))
     for vi in runtime_inputs(model):
         info = _tensor_from_type(vi.name, vi.type)

@@ -32,6 +32,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from aot.errors import ModelLoadError
+from aot.frontend.initializers import initializer_array
 from aot.frontend.loader import default_opset, one_line
 from aot.ir.sizes import element_count, too_many_elements
 
@@ -161,12 +162,25 @@ def check_declared_outputs(model: onnx.ModelProto, source: str) -> None:
         if node.domain not in ("", "ai.onnx") or not all(name in state.types for name in inputs):
             continue
         found = _infer_one_node(model, node, inputs, state.types, state.constants).get(vi.name)
-        computed = _static_shape(found) if found is not None else None
+        if found is None:
+            continue
+        label = node_label(node, index_of[vi.name])
+        computed = _static_shape(found)
         if computed is not None and computed != declared:
-            label = node_label(node, index_of[vi.name])
             raise ModelLoadError(
                 f"{source}: node {label!r} ({node.op_type}): graph output {vi.name!r} is declared "
                 f"{list(declared)} but the node computes {list(computed)}")
+        declared_type, computed_type = vi.type.tensor_type.elem_type, found.tensor_type.elem_type
+        if declared_type and computed_type and declared_type != computed_type:
+            raise ModelLoadError(
+                f"{source}: node {label!r} ({node.op_type}): graph output {vi.name!r} is declared "
+                f"{_type_name(declared_type)} but the node computes {_type_name(computed_type)}")
+
+
+def _type_name(elem_type: int) -> str:
+    if elem_type in onnx.TensorProto.DataType.values():
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    return f"type {elem_type}"
 
 
 def fold_static_subgraphs(model: onnx.ModelProto, source: str, keep_nodes: bool = False,
@@ -330,7 +344,7 @@ def _try_fold(node: onnx.NodeProto, label: str, state: _FoldState) -> list[np.nd
     inputs = [name for name in node.input if name]
     if not all(name in state.constants for name in inputs) or not _within_budget(node, inputs, state):
         return None
-    feeds = {name: numpy_helper.to_array(state.constants[name]) for name in inputs}
+    feeds = {name: initializer_array(state.constants[name], state.source) for name in inputs}
     try:
         return _evaluate(node, feeds, state.opset)
     except Exception as e:

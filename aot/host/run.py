@@ -162,10 +162,10 @@ def host_variant(package: Package) -> tuple[str, str | None]:
 
 def _aligned_empty(shape: Sequence[int], dtype: str, alignment: int = 64) -> np.ndarray:
     dtype_ = np.dtype(dtype)
-    nbytes = max(int(np.prod(shape, dtype=object)) * dtype_.itemsize, 1)
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    nbytes = int(np.prod(shape, dtype=object)) * dtype_.itemsize
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)  # never empty: an empty tensor still has an address
     start = (-raw.ctypes.data) % alignment
-    return raw[start:start + nbytes][: nbytes - nbytes % dtype_.itemsize].view(dtype_).reshape(shape)
+    return raw[start:start + nbytes].view(dtype_).reshape(shape)
 
 
 def _pointer_table(arrays: Sequence[np.ndarray]) -> ctypes.Array:

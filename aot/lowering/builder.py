@@ -17,6 +17,11 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+class BroadcastError(ValueError):
+    """A tensor does not broadcast to the shape a kernel reads it at: the model's shapes are
+    inconsistent (onnx's lenient shape inference lets some through), not a bug in a lowering."""
+
+
 class View:
     """A strided window onto a buffer: maps a multi-index to a flat element offset."""
 
@@ -55,7 +60,7 @@ class View:
         shape = tuple(shape)
         pad = len(shape) - len(self.shape)
         if pad < 0:
-            raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+            raise BroadcastError(f"cannot broadcast {list(self.shape)} to {list(shape)}")
         strides = [0] * pad
         for d_in, s_in, d_out in zip(self.shape, self.strides, shape[pad:]):
             if d_in == d_out:
@@ -63,7 +68,7 @@ class View:
             elif d_in == 1:
                 strides.append(0)
             else:
-                raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+                raise BroadcastError(f"cannot broadcast {list(self.shape)} to {list(shape)}")
         return View(self.buffer, shape, strides, self.offset)
 
     def permute(self, perm: Sequence[int]) -> View:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aot.ir.graph import Graph, Tensor
+from aot.errors import NodeError
+from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import Kernel, Load, Store
+from aot.lowering.builder import BroadcastError
 from aot.lowering.concat_in_place import plan_concat_in_place
 from aot.lowering.context import LoweringContext
 from aot.lowering.fusion import FusionPlan, plan_fusion
@@ -88,16 +90,24 @@ def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TIL
         if id(node) in ctx.fusion.absorbed:
             # Part of an anchor's epilogue: the anchor's kernel runs here, at the chain's end.
             if id(node) in ctx.fusion.last:
-                anchor = ctx.fusion.last[id(node)]
-                lowering_for(anchor.op_type)(anchor, ctx)
+                _lower_node(ctx.fusion.last[id(node)], ctx)
             continue
         if ctx.fusion.chain(node):
             continue  # lowered when its chain ends
-        lowering_for(node.op_type)(node, ctx)
+        _lower_node(node, ctx)
     output_roots = _route_outputs(ctx)
     program = Program(graph, ctx.kernels, ctx.kernel_bindings, ctx.kernel_offsets)
     _assign_storage(program, output_roots)
     return program
+
+
+def _lower_node(node: Node, ctx: LoweringContext) -> None:
+    try:
+        lowering_for(node.op_type)(node, ctx)
+    except BroadcastError as e:
+        chain = ctx.fusion.chain(node)
+        where = f" (with the fused {', '.join(repr(n.name) for n in chain)})" if chain else ""
+        raise NodeError(node.describe(), f"shapes do not broadcast{where}: {e}") from e
 
 
 def _route_outputs(ctx: LoweringContext) -> dict[int, int]:
