@@ -11,6 +11,7 @@ same program doing N, over 10: start-up, loading and file I/O cancel out.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -140,6 +141,13 @@ def count(qemu: str, plugin: Path, command: list[str], qemu_args: tuple[str, ...
     return Counts(float(fields["insns"]), float(fields["simd"]), float(fields["fp"]))
 
 
-def per_inference(run: Callable[[int], Counts], base: int = 1, extra: int = 10) -> Counts:
-    """Counts of one inference: run(base + extra) - run(base), over `extra`."""
-    return (run(base + extra) - run(base)).scaled(1.0 / extra)
+def per_inference(run: Callable[[int], Counts], base: int = 1, extra: int = 10, min_difference: float = 0) -> Counts:
+    """Counts of one inference: run(base + extra) - run(base), over `extra`. With `min_difference`,
+    `extra` grows until the difference is at least that many instructions (measured from the first
+    estimate), for programs whose start-up count is not exactly the same from run to run."""
+    start = run(base)
+    estimate = (run(base + extra) - start).scaled(1.0 / extra)
+    if estimate.insns <= 0 or extra * estimate.insns >= min_difference:
+        return estimate
+    extra = math.ceil(min_difference / estimate.insns)
+    return (run(base + extra) - start).scaled(1.0 / extra)
