@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 from benchmarks.arm_apt import ArmBenchError, PrivateApt, cache_root
-from benchmarks.arm_qemu import Counts, count, per_inference
+from benchmarks.arm_qemu import QEMU_CPU, Counts, count, per_inference
 
 DRIVER = Path(__file__).parent / "qemu_insn" / "ort_driver.py"
 PYTHON = "usr/bin/python3.11"
@@ -98,7 +98,8 @@ class OrtSysroot:
         qemu_args = ("-L", str(self.root))
         if plugin is not None:
             return count("qemu-aarch64", plugin, command, qemu_args, env=GUEST_ENV)
-        result = subprocess.run(["nice", "-n", "10", "qemu-aarch64", *qemu_args, *command], capture_output=True,
+        result = subprocess.run(["nice", "-n", "10", "qemu-aarch64", *QEMU_CPU["qemu-aarch64"], *qemu_args, *command],
+                                capture_output=True,
                                 text=True, env=GUEST_ENV)
         if result.returncode != 0:
             raise ArmBenchError(f"python3.11 {' '.join(args)} in {self.root}: "

@@ -29,6 +29,11 @@ SYSTEM_HEADER_DIRS = (Path("/usr/include"), Path("/usr/include/qemu"), Path("/us
                       Path("/usr/local/include/qemu"))
 INSTALL_HINT = ("install qemu-user (apt-get install qemu-user), and give the plugin header of its version "
                 "with QEMU_PLUGIN_HEADER=/path/to/qemu-plugin.h if apt-get cannot fetch Debian's qemu source")
+# The CPU qemu shows the guest, through the feature bits (HWCAP) that programs pick code paths
+# by: the default "max" has SVE, with which glibc's memcpy and onnxruntime's kernels take SVE
+# paths that no Raspberry Pi has. qemu-arm has no AArch32 Cortex-A53, so rpi3 keeps "max" (an
+# ARMv8 in AArch32 state: NEON, VFPv4 and the ARMv8 AArch32 additions, like the A53).
+QEMU_CPU = {"qemu-aarch64": ("-cpu", "cortex-a72"), "qemu-arm": ()}
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,8 @@ def count(qemu: str, plugin: Path, command: list[str], qemu_args: tuple[str, ...
     with tempfile.TemporaryDirectory(prefix="aot-arm-count-") as tmp:
         out = Path(tmp) / "counts.txt"
         # nice: the counted runs are long and the machine is shared; the counts do not depend on it.
-        result = subprocess.run(["nice", "-n", "10", qemu, *qemu_args, "-plugin", f"{plugin},out={out}", *command],
+        result = subprocess.run(["nice", "-n", "10", qemu, *QEMU_CPU[qemu], *qemu_args,
+                                 "-plugin", f"{plugin},out={out}", *command],
                                 capture_output=True, text=True, env=dict(env) if env is not None else None, cwd=cwd)
         if result.returncode != 0 or not out.is_file():
             last = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]

@@ -53,3 +53,57 @@ def test_llvm_backend_runs_simd_instructions(plugin: Path, packages: dict[str, P
     per_inference = (runner_counts(plugin, package, 11) - runner_counts(plugin, package, 1)).scaled(0.1)
     assert per_inference.insns > 0
     assert 0 < per_inference.simd_share < 1
+
+
+# A loop of N iterations with exactly one vector load and one vector add (SIMD), then one
+# of N iterations with one scalar float load and one scalar add (FP): the classification
+# the table's SIMD shares rest on, in each instruction set the targets use.
+CLASSES_C = r"""
+#include <arm_neon.h>
+#include <stdio.h>
+float buf[64];
+__attribute__((noinline)) float32x4_t vector_loop(float32x4_t a, const float *p, int n) {
+    for (int i = 0; i < n; i++) {
+        float32x4_t b = vld1q_f32(p + (i & 7) * 4);
+        a = vaddq_f32(a, b);
+        __asm__ volatile("" : "+w"(a));
+    }
+    return a;
+}
+__attribute__((noinline)) float scalar_loop(float a, const float *p, int n) {
+    for (int i = 0; i < n; i++) {
+        float b = p[i & 7];
+        a = a + b;
+        __asm__ volatile("" : "+w"(a));
+    }
+    return a;
+}
+int main(void) {
+    float32x4_t a = vector_loop(vdupq_n_f32(1), buf, ITERATIONS);
+    printf("%f %f\n", vgetq_lane_f32(a, 0), scalar_loop(1, buf, ITERATIONS));
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize(("gcc", "qemu", "flags"), [
+    ("aarch64-linux-gnu-gcc", "qemu-aarch64", []),
+    ("arm-linux-gnueabihf-gcc", "qemu-arm", ["-mthumb", "-mfpu=neon", "-mfloat-abi=hard"]),
+    ("arm-linux-gnueabihf-gcc", "qemu-arm", ["-marm", "-mfpu=neon", "-mfloat-abi=hard"]),
+], ids=["aarch64", "armv7-thumb", "armv7-arm"])
+def test_plugin_tells_simd_from_scalar_float(plugin: Path, tmp_path: Path, gcc: str, qemu: str,
+                                             flags: list[str]) -> None:
+    import subprocess
+
+    from benchmarks.arm_qemu import count
+
+    if shutil.which(gcc) is None or shutil.which(qemu) is None:
+        pytest.skip(f"{gcc} or {qemu} not installed")
+    (tmp_path / "classes.c").write_text(CLASSES_C)
+    iterations = 100_000
+    subprocess.run([gcc, "-O2", "-std=gnu99", "-static", f"-DITERATIONS={iterations}", *flags,
+                    str(tmp_path / "classes.c"), "-o", str(tmp_path / "classes")], check=True)
+    counts = count(qemu, plugin, [str(tmp_path / "classes")])
+    # Two per iteration of each loop, plus start-up's few (the C library's memcpy uses SIMD).
+    assert 2 * iterations <= counts.simd < 2 * iterations + 2000
+    assert 2 * iterations <= counts.fp < 2 * iterations + 2000
