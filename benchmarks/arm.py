@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from aot.package.package import Package as AotPackage
+from aot.verify import random_inputs
 from benchmarks.arm_apt import ArmBenchError
 from benchmarks.arm_ort import OrtSysroot
 from benchmarks.arm_qemu import Counts, build_plugin, count, per_inference
@@ -60,23 +62,13 @@ def _run(command: list[str], what: str, **kwargs: object) -> subprocess.Complete
 
 
 def write_inputs(manifest: dict, folder: Path, seed: int = 0) -> tuple[list[Path], Path]:
-    """Reproducible inputs in the package's order (standard normal floats, small non-negative
-    integers, random booleans, as `aot verify`): one .npy each for our runner, and all of them in
-    one .npz by name for onnxruntime."""
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for spec in manifest["inputs"]:
-        dtype, shape = np.dtype(spec["dtype"]), spec["shape"]
-        if dtype.kind == "f":
-            arrays[spec["name"]] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            arrays[spec["name"]] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            arrays[spec["name"]] = rng.integers(0, 4, shape).astype(dtype)
+    """`aot verify`'s reproducible inputs for the package, in its order: one .npy each for our
+    runner, and all of them in one .npz by name for onnxruntime."""
+    arrays = random_inputs(AotPackage(manifest["name"], {}, manifest), seed)
     paths = []
-    for i, array in enumerate(arrays.values()):
+    for i, spec in enumerate(manifest["inputs"]):
         paths.append(folder / f"input{i}.npy")
-        np.save(paths[-1], array)
+        np.save(paths[-1], arrays[spec["name"]])
     np.savez(folder / "feeds.npz", **arrays)
     return paths, folder / "feeds.npz"
 
