@@ -121,7 +121,10 @@ def measure(model: Path, targets: list[str], plugin: Path, sysroot: OrtSysroot |
 
 
 def _millions(c: Counts | None) -> str:
-    return "—" if c is None else f"{c.insns / 1e6:.3g}"
+    if c is None:
+        return "—"
+    millions = c.insns / 1e6
+    return f"{millions:.0f}" if millions >= 100 else f"{millions:.3g}"
 
 
 def _ratio(a: Counts | None, b: Counts | None) -> str:

@@ -8,6 +8,7 @@ it: one session (one thread, all graph optimisations, as `aot bench`) and N infe
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import zipfile
@@ -67,8 +68,9 @@ class OrtSysroot:
 
     def __init__(self, root: Path | None = None) -> None:
         self.version = onnxruntime_version()
-        tag = self.version or "latest"
-        self.root = root or cache_root() / f"sysroot-aarch64-ort-{tag}"
+        # A new folder when what goes into it changes (an old one stays until removed by hand).
+        recipe = hashlib.sha256("\n".join([*DEBIAN_PACKAGES, RPI4_CPUINFO]).encode()).hexdigest()[:8]
+        self.root = root or cache_root() / f"sysroot-aarch64-ort-{self.version or 'latest'}-{recipe}"
 
     @property
     def site(self) -> Path:
