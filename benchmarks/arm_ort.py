@@ -37,9 +37,9 @@ RPI4_CPUINFO = "".join(
 # (dict and set order, hence the work done, stay the same from run to run), no .pyc writing.
 GUEST_ENV = {"ORT_DISABLE_TELEMETRY": "1", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
              "PYTHONNOUSERSITE": "1", "LANG": "C", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-# onnxruntime's start-up count is not always the same: in one run out of a few dozen it differed by
-# up to about 5 M instructions (the inferences themselves count the same every time). Enough
-# inferences between the two runs make that at most 1% of the difference.
+# onnxruntime's start-up count is not always the same: two of some twenty runs of tiny_cnn were
+# off (by 50 K and by about 4.5 M instructions) while the inferences counted the same each time.
+# Enough inferences between the two runs make such a difference at most about 1% of the total.
 ORT_MIN_DIFFERENCE = 5e8
 
 
