@@ -6,8 +6,9 @@ optimisations), one first inference, then N more.
 
 Only the inferences differ between runs with different N, so a count difference over the
 difference in N is the count of one inference (Python's and onnxruntime's per-call overhead
-included: about 40 K instructions, measured on a one-node Relu model). The garbage collector is off around the loop: a
-collection that happens in one run and not in the other would not be an inference's cost.
+included: about 40 K instructions, measured on a one-node Relu model). The garbage collector is
+off around the loop: a collection that happens in one run and not in the other would not be an
+inference's cost.
 """
 
 import gc
