@@ -1,0 +1,109 @@
+"""benchmarks/arm.py: guest instruction counts of an aot package for rpi4 under qemu-aarch64.
+
+Runs only where qemu-aarch64, the aarch64 cross compiler and the qemu plugin header (in the
+benchmark's cache or the system; the benchmark itself fetches it, this test does not) exist.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks.arm import Package, build_package, runner_counts
+from benchmarks.arm_apt import ArmBenchError
+from benchmarks.arm_qemu import build_plugin
+
+TINY_CNN = Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx"
+
+
+@pytest.fixture(scope="module")
+def plugin() -> Path:
+    for tool in ("qemu-aarch64", "aarch64-linux-gnu-gcc", "cc"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (tests/setup_env.sh installs it)")
+    try:
+        built = build_plugin(fetch=False)
+    except ArmBenchError as e:
+        pytest.skip(f"the qemu plugin cannot be built here: {e}")
+    if built is None:
+        pytest.skip("qemu-plugin.h is neither in the system nor in the benchmark's cache "
+                    "(python -m benchmarks.arm fetches it)")
+    return built
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory: pytest.TempPathFactory, plugin: Path) -> dict[str, Package]:
+    folder = tmp_path_factory.mktemp("arm")
+    return {backend: build_package(TINY_CNN, "rpi4", backend, folder) for backend in ("c", "llvm")}
+
+
+def test_counts_are_per_inference_and_scale_with_runs(plugin: Path, packages: dict[str, Package]) -> None:
+    package = packages["c"]
+    one, eleven, twentyone = (runner_counts(plugin, package, runs) for runs in (1, 11, 21))
+    ten = (eleven - one).insns
+    assert one.insns > 0 and ten > 0
+    # Start-up and file I/O cancel out in the difference: 20 more runs cost twice 10 more.
+    assert (twentyone - one).insns == pytest.approx(2 * ten, rel=0.05)
+
+
+def test_llvm_backend_runs_simd_instructions(plugin: Path, packages: dict[str, Package]) -> None:
+    package = packages["llvm"]
+    per_inference = (runner_counts(plugin, package, 11) - runner_counts(plugin, package, 1)).scaled(0.1)
+    assert per_inference.insns > 0
+    assert 0 < per_inference.simd_share < 1
+
+
+# A loop of N iterations with exactly one vector load and one vector add (SIMD), then one
+# of N iterations with one scalar float load and one scalar add (FP): the classification
+# the table's SIMD shares rest on, in each instruction set the targets use.
+CLASSES_C = r"""
+#include <arm_neon.h>
+#include <stdio.h>
+float buf[64];
+__attribute__((noinline)) float32x4_t vector_loop(float32x4_t a, const float *p, int n) {
+    for (int i = 0; i < n; i++) {
+        float32x4_t b = vld1q_f32(p + (i & 7) * 4);
+        a = vaddq_f32(a, b);
+        __asm__ volatile("" : "+w"(a));
+    }
+    return a;
+}
+__attribute__((noinline)) float scalar_loop(float a, const float *p, int n) {
+    for (int i = 0; i < n; i++) {
+        float b = p[i & 7];
+        a = a + b;
+        __asm__ volatile("" : "+w"(a));
+    }
+    return a;
+}
+int main(void) {
+    float32x4_t a = vector_loop(vdupq_n_f32(1), buf, ITERATIONS);
+    printf("%f %f\n", vgetq_lane_f32(a, 0), scalar_loop(1, buf, ITERATIONS));
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize(("gcc", "qemu", "flags"), [
+    ("aarch64-linux-gnu-gcc", "qemu-aarch64", []),
+    ("arm-linux-gnueabihf-gcc", "qemu-arm", ["-mthumb", "-mfpu=neon", "-mfloat-abi=hard"]),
+    ("arm-linux-gnueabihf-gcc", "qemu-arm", ["-marm", "-mfpu=neon", "-mfloat-abi=hard"]),
+], ids=["aarch64", "armv7-thumb", "armv7-arm"])
+def test_plugin_tells_simd_from_scalar_float(plugin: Path, tmp_path: Path, gcc: str, qemu: str,
+                                             flags: list[str]) -> None:
+    import subprocess
+
+    from benchmarks.arm_qemu import count
+
+    if shutil.which(gcc) is None or shutil.which(qemu) is None:
+        pytest.skip(f"{gcc} or {qemu} not installed")
+    (tmp_path / "classes.c").write_text(CLASSES_C)
+    iterations = 100_000
+    subprocess.run([gcc, "-O2", "-std=gnu99", "-static", f"-DITERATIONS={iterations}", *flags,
+                    str(tmp_path / "classes.c"), "-o", str(tmp_path / "classes")], check=True)
+    counts = count(qemu, plugin, [str(tmp_path / "classes")])
+    # Two per iteration of each loop, plus start-up's few (the C library's memcpy uses SIMD).
+    assert 2 * iterations <= counts.simd < 2 * iterations + 2000
+    assert 2 * iterations <= counts.fp < 2 * iterations + 2000
