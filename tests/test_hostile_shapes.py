@@ -249,3 +249,25 @@ def test_gathers_on_a_one_element_axis_build_warning_free(tmp_path: Path, op: st
     result = aot("verify", str(model), "--inputs", str(tmp_path / "in.npz"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "PASSED" in result.stdout
+
+
+@pytest.mark.parametrize("op", ["Conv", "MaxPool"])
+def test_stride_longer_than_its_axis_compiles_small_and_verifies(tmp_path: Path, op: str) -> None:
+    """A stride of 2^30 on a 9-wide axis leaves one output along it: it compiles as that, in
+    little memory (the strided copy once asked for 2^30 column phases), and matches onnxruntime."""
+    attrs = {"kernel_shape": [3, 3], "strides": [1, 2**30], "pads": [1, 1, 1, 1]}
+    inits = {"w": np.ones((4, 4, 3, 3), np.float32)} if op == "Conv" else {}
+    node = helper.make_node(op, ["x", "w"] if op == "Conv" else ["x"], ["y"], name="strided", **attrs)
+    channels = 4
+    model = save(tmp_path / "m.onnx", [node], [helper.make_tensor_value_info("x", F, [1, channels, 9, 9])],
+                 [helper.make_tensor_value_info("y", F, [1, channels, 9, 1])], inits)
+    result, peak = aot_peak("verify", str(model))
+    assert result.returncode == 0, result.stderr
+    assert peak < PEAK_LIMIT_MB, f"peak {peak:.0f} MB"
+
+
+def test_stride_beyond_the_index_range_is_refused(tmp_path: Path) -> None:
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="strided", kernel_shape=[3, 3], strides=[1, 2**32])
+    model = save(tmp_path / "m.onnx", [node], [helper.make_tensor_value_info("x", F, [1, 4, 9, 9])],
+                 [helper.make_tensor_value_info("y", F, [1, 4, 7, 1])], {"w": np.ones((4, 4, 3, 3), np.float32)})
+    compile_fails(tmp_path, model, "'strided'", "strides")

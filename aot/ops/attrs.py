@@ -36,6 +36,27 @@ def normalize_axis(node: Node, axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
+def window_steps(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """Strides and dilations of a Conv or pool window, one per spatial dim, checked (whole numbers
+    from 1). A stride longer than its padded axis leaves one output along it, wherever the next
+    window would start, so it is taken as that length: the lowerings size copies by the stride
+    (a stride of 2^32 on a 16-wide axis asked for 2^32 column phases)."""
+    nd = len(in_spatial)
+    steps = []
+    for key in ("strides", "dilations"):
+        values = [int(v) for v in node.attr(key, [1] * nd)]
+        if len(values) != nd or any(not 1 <= v < 2**31 for v in values):
+            raise fail(node, f"{key} {values} must be {nd} whole numbers from 1 to 2^31-1")
+        steps.append(values)
+    strides, dilations = steps
+    pads = [int(p) for p in node.attr("pads", [0] * (2 * nd))] if node.attr("auto_pad", "NOTSET") in ("NOTSET", "") \
+        else [0] * (2 * nd)
+    if len(pads) == 2 * nd:
+        extents = [size + pads[i] + pads[i + nd] for i, size in enumerate(in_spatial)]
+        strides = [min(s, max(1, extent)) for s, extent in zip(strides, extents)]
+    return strides, dilations
+
+
 def spatial_padding(node: Node, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
                     dilations: list[int]) -> tuple[list[int], list[int]]:
     """Begin and end pads per spatial dim, from `pads` or `auto_pad` (ONNX Conv/Pool rules)."""

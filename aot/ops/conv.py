@@ -9,7 +9,7 @@ from __future__ import annotations
 from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, Assign, Const, Declare, Expr, If, Stmt, const, ge, logical_and, lt
 from aot.lowering.context import LoweringContext
-from aot.ops.attrs import conv_operands, fail, spatial_padding
+from aot.ops.attrs import conv_operands, fail, spatial_padding, window_steps
 from aot.ops.conv_rows import lower_conv_rows
 from aot.ops.conv_winograd import lower_conv_winograd, winograd_fits
 from aot.ops.registry import register
@@ -24,8 +24,7 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
     if tuple(kernel) != tuple(w.shape[2:]):
         raise fail(node, f"kernel_shape {kernel} differs from the weight shape {list(w.shape[2:])}")
     groups = int(node.attr("group", 1))
-    strides = list(node.attr("strides", [1] * nd))
-    dilations = list(node.attr("dilations", [1] * nd))
+    strides, dilations = window_steps(node, x.shape[2:])
     if groups <= 0 or in_channels != group_in * groups or out_channels % groups:
         raise fail(node, f"group={groups} does not divide X channels {in_channels} and W {list(w.shape)}")
     in_spatial = x.shape[2:]

@@ -38,7 +38,7 @@ from aot.kernel.ir import (
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, pays, slot_blocks
-from aot.ops.attrs import fail, required_input, spatial_padding
+from aot.ops.attrs import fail, required_input, spatial_padding, window_steps
 from aot.ops.reduce import chained_sum
 from aot.ops.register_tiles import vector_starts
 from aot.ops.registry import register
@@ -51,8 +51,7 @@ def _window_params(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], 
     kernel = list(node.attr("kernel_shape", []))
     if len(kernel) != nd:
         raise fail(node, f"kernel_shape {kernel} does not match {nd} spatial dimensions")
-    strides = list(node.attr("strides", [1] * nd))
-    dilations = list(node.attr("dilations", [1] * nd))
+    strides, dilations = window_steps(node, in_spatial)
     pad_begin, pad_end = spatial_padding(node, in_spatial, kernel, strides, dilations)
     return kernel, strides, dilations, pad_begin, pad_end
 
