@@ -412,3 +412,28 @@ def test_bad_options_are_named(tmp_path: Path, args: list[str], message: str) ->
     result, _ = aot_measured(*[{"MODEL": str(model), "OUT": str(tmp_path / "pkg")}.get(a, a) for a in args])
     assert_user_error(result, message)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("field", ["node name", "tensor name", "external location"])
+def test_names_that_are_not_utf8_are_refused(tmp_path: Path, field: str) -> None:
+    """protobuf hands a proto2 string that is not UTF-8 over as bytes: once an internal error."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["yyyy"], name="nnnn")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("yyyy", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if field == "external location":
+        weight = onnx.numpy_helper.from_array(np.ones(2, np.float32), "w")
+        weight.data_location = TensorProto.EXTERNAL
+        weight.ClearField("raw_data")
+        entry = weight.external_data.add()
+        entry.key, entry.value = "location", "wwww.bin"
+        model.graph.initializer.append(weight)
+    raw = model.SerializeToString()
+    raw = {"node name": raw.replace(b"nnnn", b"n\xff\xfen"), "tensor name": raw.replace(b"yyyy", b"y\xffyy"),
+           "external location": raw.replace(b"wwww.bin", b"w\xffww.bin")}[field]
+    (tmp_path / "m.onnx").write_bytes(raw)
+    before = tree(tmp_path)
+    result, _ = aot_measured("compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "pkg"))
+    assert_user_error(result, "m.onnx", "not valid UTF-8")
+    assert tree(tmp_path) == before

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 from onnx import external_data_helper
 
 from aot.errors import ModelLoadError
@@ -44,6 +45,9 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise ModelLoadError(f"{p}: not an ONNX model (no graph with outputs)")
     if model.ir_version <= 0:
         raise ModelLoadError(f"{p}: not an ONNX model (no ir_version)")
+    bad_text = first_non_utf8_string(model)
+    if bad_text is not None:
+        raise ModelLoadError(f"{p}: {bad_text[0]} is not valid UTF-8 text ({bad_text[1][:60]!r})")
     _load_external_data(model, p)
     supported = onnx.defs.onnx_opset_version()
     if default_opset(model) > supported:
@@ -54,6 +58,27 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
     except (onnx.checker.ValidationError, Exception) as e:  # checker raises several types
         raise ModelLoadError(f"{p}: model fails ONNX checks: {one_line(str(e)) or type(e).__name__}") from e
     return model
+
+
+def first_non_utf8_string(message: Message) -> tuple[str, bytes] | None:
+    """The path and bytes of the first string field that is not valid UTF-8 (protobuf hands such
+    proto2 strings over as bytes, where the rest of aot expects text), or None. Iterative: a
+    graph's nesting (subgraphs in attributes) must not grow Python's stack."""
+    stack: list[tuple[str, Message]] = [("model", message)]
+    while stack:
+        path, current = stack.pop()
+        for field, value in current.ListFields():
+            if field.type not in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING):
+                continue  # numbers and raw bytes (weights): nothing to decode, and long
+            repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+            values = list(value) if repeated else [value]
+            for i, item in enumerate(values):
+                where = f"{path}.{field.name}[{i}]" if repeated else f"{path}.{field.name}"
+                if field.type == FieldDescriptor.TYPE_MESSAGE:
+                    stack.append((where, item))
+                elif field.type == FieldDescriptor.TYPE_STRING and isinstance(item, bytes):
+                    return where, item
+    return None
 
 
 def one_line(text: str, limit: int = 300) -> str:
