@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from aot import __version__
-from aot.errors import AotError
+from aot.errors import AotError, BuildError
 from aot.progress import SILENT, Progress, StepReporter
 from aot.terminal import printable, printable_lines
 
@@ -101,7 +101,10 @@ def _report_errors(fn: F) -> F:
             reporter.stop()
             if as_json:
                 print(json.dumps({"passed": False, "error": str(e)}))
-            print(f"aot: error: {printable_lines(e)}", file=sys.stderr)  # control characters of names escaped
+            # One line, control characters escaped (a name with a newline must not start a second
+            # line); only a toolchain's quoted output keeps its lines.
+            text = printable_lines(e) if isinstance(e, BuildError) else printable(e)
+            print(f"aot: error: {text}", file=sys.stderr)
             if verbose:
                 _print_detail(e)
             reporter.close(failed=True)

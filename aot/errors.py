@@ -39,7 +39,8 @@ class OutputError(AotError):
 
 
 class BuildError(AotError):
-    """The C toolchain failed on a generated package."""
+    """The C toolchain, or a program it built, failed on a generated package; the message quotes
+    the tool's output over several lines (the only errors that are not one line)."""
 
 
 class VerifyError(AotError):

@@ -393,32 +393,32 @@ def _snapshot(folder: Path) -> set[str]:
 
 def _cli(args: list[str], cwd: Path) -> tuple[int, str]:
     """`aot ARGS` in this process (it is a forked child): exit code and everything written to
-    stderr, by Python or by a library writing to file descriptor 2 itself (onnxruntime's logger)."""
+    stderr, by Python (sys.stderr, which pytest may have replaced) or by a library writing to file
+    descriptor 2 itself (onnxruntime's logger)."""
     from aot.cli import app
 
     code = 0
     previous = os.getcwd()
     os.chdir(cwd)
+    python_err = io.StringIO()
     saved = os.dup(2), os.dup(1)
-    with tempfile.TemporaryFile() as err, open(os.devnull, "wb") as null:
-        sys.stderr.flush()
-        os.dup2(err.fileno(), 2)
+    with tempfile.TemporaryFile() as native_err, open(os.devnull, "wb") as null:
+        os.dup2(native_err.fileno(), 2)
         os.dup2(null.fileno(), 1)
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            with contextlib.redirect_stderr(python_err), contextlib.redirect_stdout(io.StringIO()):
                 try:
                     app(args=args, prog_name="aot")
                 except SystemExit as e:
                     code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
         finally:
-            sys.stderr.flush()
             os.dup2(saved[0], 2)
             os.dup2(saved[1], 1)
             os.close(saved[0])
             os.close(saved[1])
             os.chdir(previous)
-        err.seek(0)
-        return code, err.read().decode("utf-8", "replace")
+        native_err.seek(0)
+        return code, native_err.read().decode("utf-8", "replace") + python_err.getvalue()
 
 
 def _one_line_error(stderr: str) -> str | None:

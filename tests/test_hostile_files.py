@@ -437,3 +437,16 @@ def test_names_that_are_not_utf8_are_refused(tmp_path: Path, field: str) -> None
     result, _ = aot_measured("compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "pkg"))
     assert_user_error(result, "m.onnx", "not valid UTF-8")
     assert tree(tmp_path) == before
+
+
+def test_a_name_with_a_line_break_stays_on_the_error_line(tmp_path: Path) -> None:
+    """Messages quote names; one holding CR LF once split the error over two lines."""
+    graph = helper.make_graph([helper.make_node("Relu", ["a\r\nb"], ["y"])], "g",
+                              [helper.make_tensor_value_info("a\r\nb", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    result, _ = aot_measured("compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "pkg"))
+    assert_user_error(result, "symbolic", "--input-shape")
+    assert "\r" not in result.stderr

@@ -86,6 +86,8 @@ def _fold_into(graph: Graph, anchor: Node, a: np.ndarray, b: np.ndarray) -> bool
         w, bias = anchor.inputs[1], anchor.input(2)
         if w is None or not w.is_constant or (bias is not None and not bias.is_constant):
             return False
+        if w.rank < 1 or w.shape[0] != len(a) or (bias is not None and bias.shape != (len(a),)):
+            return False  # shapes the lowering refuses, naming the node: nothing to fold
         new_w = w.data.astype(np.float64) * a.reshape((-1,) + (1,) * (w.rank - 1))  # type: ignore[union-attr]
         old_b = bias.data.astype(np.float64) if bias is not None else np.zeros(len(a))  # type: ignore[union-attr]
         graph.set_input(anchor, 1, graph.add_constant(new_w.astype(dtype), f"{w.name}_folded"))
@@ -95,6 +97,8 @@ def _fold_into(graph: Graph, anchor: Node, a: np.ndarray, b: np.ndarray) -> bool
         w, c = anchor.inputs[1], anchor.input(2)
         if w is None or not w.is_constant or (c is not None and not c.is_constant):
             return False
+        if not _broadcasts_to(c.shape if c is not None else (), out.shape) or w.rank != 2:
+            return False  # shapes the lowering refuses, naming the node: nothing to fold
         trans_b = bool(anchor.attr("transB", 0))
         new_w = w.data.astype(np.float64) * (a[:, None] if trans_b else a[None, :])  # type: ignore[union-attr]
         beta = float(anchor.attr("beta", 1.0))
@@ -115,6 +119,10 @@ def _fold_into(graph: Graph, anchor: Node, a: np.ndarray, b: np.ndarray) -> bool
         graph.set_input(anchor, 2, graph.add_constant(b.astype(dtype), f"{anchor.name}_bias_folded"))
         return True
     return False
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
 def fold_affine_into_weights(graph: Graph) -> None:

@@ -98,13 +98,13 @@ class TargetModel:
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired as e:
-                raise AotError(f"{self._what()} did not finish within {timeout:g} s\n"
+                raise BuildError(f"{self._what()} did not finish within {timeout:g} s\n"
                                f"  command: {shlex.join(cmd)}") from e
             if proc.returncode != 0:
                 code = proc.returncode
                 status = f"signal {-code}" if code < 0 else f"exit {code}"
                 # What the runner (or qemu) said first: the first line is the one-line reason.
                 said = " ".join((proc.stderr or proc.stdout).strip().splitlines()[:5])
-                raise AotError(f"{self._what()} failed ({status}): {said}\n  command: {shlex.join(cmd)}")
+                raise BuildError(f"{self._what()} failed ({status}): {said}\n  command: {shlex.join(cmd)}")
             self.last_stdout = proc.stdout
             return {o["name"]: np.load(Path(tmp) / f"output{i}.npy") for i, o in enumerate(self.package.outputs)}
