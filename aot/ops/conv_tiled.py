@@ -335,6 +335,10 @@ class TiledConv:
         return self.kb.loops([self.s.groups], lambda g: self.emit(n, g[0]), prefix="g")
 
     def emit(self, n: Expr, g: Expr) -> list[Stmt]:
+        if self.mode == "flat":
+            # Every group at once (emit_image's case); also where a caller sees one group: the
+            # column matrix of a one-channel im2col is a one-channel "depthwise" conv.
+            return self._flat(n)
         if self.mode == "channels":
             return self._channels(n)
         if self.mode == "grid":
