@@ -35,6 +35,7 @@ import dataclasses
 import operator
 from collections.abc import Callable, Iterable, Iterator
 
+from aot.kernel.bounds import RANGE_OPS, combine
 from aot.kernel.ir import (
     FLOAT_DTYPES,
     INDEX,
@@ -305,19 +306,8 @@ def _bounds(e: Expr, known: dict[int, tuple[int, int] | None], ranges: Ranges) -
         return int(e.value), int(e.value)
     if isinstance(e, Var):
         return ranges.get(e.name)
-    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "min", "max") and e.dtype == INDEX:
-        a, b = known[id(e.a)], known[id(e.b)]
-        if a is None or b is None:
-            return None
-        if e.op == "add":
-            return a[0] + b[0], a[1] + b[1]
-        if e.op == "sub":
-            return a[0] - b[1], a[1] - b[0]
-        if e.op == "mul":
-            products = [x * y for x in a for y in b]
-            return min(products), max(products)
-        pick = min if e.op == "min" else max
-        return pick(a[0], b[0]), pick(a[1], b[1])
+    if isinstance(e, Binary) and e.op in RANGE_OPS and e.dtype == INDEX:
+        return combine(e.op, known[id(e.a)], known[id(e.b)])
     return None
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from llvmlite import ir
 
 from aot.backends.llvm import types as t
+from aot.kernel.bounds import RANGE_OPS, combine
 from aot.kernel.ir import (
     COMPARISONS,
     INDEX,
@@ -574,19 +575,8 @@ class _FunctionEmitter:
             return int(e.value), int(e.value)
         if isinstance(e, Var):
             return self.lookup(e).bounds
-        if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "min", "max"):
-            a, b = self.bounds(e.a), self.bounds(e.b)
-            if a is None or b is None:
-                return None
-            if e.op == "add":
-                return a[0] + b[0], a[1] + b[1]
-            if e.op == "sub":
-                return a[0] - b[1], a[1] - b[0]
-            if e.op == "mul":
-                products = [x * y for x in a for y in b]
-                return min(products), max(products)
-            pick = min if e.op == "min" else max
-            return pick(a[0], b[0]), pick(a[1], b[1])
+        if isinstance(e, Binary) and e.op in RANGE_OPS:
+            return combine(e.op, self.bounds(e.a), self.bounds(e.b))
         return None
 
 
