@@ -271,3 +271,13 @@ def test_stride_beyond_the_index_range_is_refused(tmp_path: Path) -> None:
     model = save(tmp_path / "m.onnx", [node], [helper.make_tensor_value_info("x", F, [1, 4, 9, 9])],
                  [helper.make_tensor_value_info("y", F, [1, 4, 7, 1])], {"w": np.ones((4, 4, 3, 3), np.float32)})
     compile_fails(tmp_path, model, "'strided'", "strides")
+
+
+@pytest.mark.parametrize("width", [2**31 - 1, 2**32])
+def test_pool_window_wider_than_its_input_is_refused(tmp_path: Path, width: int) -> None:
+    """onnx cannot size such a window and keeps the declared output shape; the loops then read
+    far outside the input (2^31-1 segfaulted, 2^32 gave C that -Werror rejects)."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], name="avg", kernel_shape=[3, width], pads=[1, 1, 1, 1])
+    model = save(tmp_path / "m.onnx", [node], [helper.make_tensor_value_info("x", F, [1, 2, 8, 8])],
+                 [helper.make_tensor_value_info("y", F, [1, 2, 8, 8])])
+    compile_fails(tmp_path, model, "'avg'", "kernel_shape" if width >= 2**31 else "differs")

@@ -48,12 +48,29 @@ from aot.ops.scratch import scratch_tensor
 def _window_params(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], ...]:
     """kernel_shape, strides, dilations, begin pads and end pads, one entry per spatial dim."""
     nd = len(in_spatial)
-    kernel = list(node.attr("kernel_shape", []))
+    kernel = [int(k) for k in node.attr("kernel_shape", [])]
     if len(kernel) != nd:
         raise fail(node, f"kernel_shape {kernel} does not match {nd} spatial dimensions")
+    if any(not 1 <= k < 2**31 for k in kernel):
+        raise fail(node, f"kernel_shape {kernel} must be whole numbers from 1 to 2^31-1")
     strides, dilations = window_steps(node, in_spatial)
     pad_begin, pad_end = spatial_padding(node, in_spatial, kernel, strides, dilations)
     return kernel, strides, dilations, pad_begin, pad_end
+
+
+def _output_size(node: Node, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
+                 dilations: list[int], pad_begin: list[int], pad_end: list[int]) -> tuple[int, ...]:
+    """The output extent per spatial dim (ONNX: floor, or with ceil_mode ceil, and then no window
+    that starts in the end padding)."""
+    ceil_mode = int(node.attr("ceil_mode", 0)) == 1
+    sizes = []
+    for size, k, s, d, pb, pe in zip(in_spatial, kernel, strides, dilations, pad_begin, pad_end):
+        span = size + pb + pe - ((k - 1) * d + 1)
+        out = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and out > 1 and (out - 1) * s >= size + pb:
+            out -= 1
+        sizes.append(out)
+    return tuple(sizes)
 
 
 def _inside(pos: list[Expr], limits_lo: list[int], limits_hi: list[int], check_lo: list[bool],
@@ -92,6 +109,12 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
     in_spatial = tuple(in_spatial_list)
     kernel, strides, dilations, pad_begin, pad_end = _window_params(node, in_spatial)
     out_spatial = y.shape[2:]
+    expected = _output_size(node, in_spatial, kernel, strides, dilations, pad_begin, pad_end)
+    if tuple(out_spatial) != expected or min(expected, default=1) < 1:
+        # A declared shape that the window does not give (onnx cannot size a window wider than
+        # its padded input and keeps the declared one): the loops would read outside the input.
+        raise fail(node, f"output spatial shape {list(out_spatial)} differs from the {list(expected)} its window "
+                         f"{kernel} (strides {strides}, pads {pad_begin + pad_end}) gives")
     overhang = _windows_may_overhang(out_spatial, in_spatial, kernel, strides, dilations, pad_begin)
     is_max = node.op_type == "MaxPool"
     indices = node.outputs[1] if is_max and len(node.outputs) > 1 else None
