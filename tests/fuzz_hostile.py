@@ -22,6 +22,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -509,18 +510,12 @@ def run_isolated(case: Case, root: Path) -> Outcome:
         problem = json.loads(message or b'{"problem": "child died silently"}')["problem"]
     if problem is None and peak > _baseline_rss() + MEMORY_CAP_BYTES:
         problem = f"peak memory {peak / 2**20:.0f} MiB"
-    _remove_tree(folder)
+    shutil.rmtree(folder, ignore_errors=True)
     return Outcome(problem, peak, seconds)
 
 
 def _baseline_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _remove_tree(folder: Path) -> None:
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def warm_up() -> None:

@@ -134,3 +134,15 @@ def assert_matches_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.n
 
 def rand(*shape: int, seed: int = 0, dtype: Any = np.float32) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def matmul_model_file(folder: Path, weight: onnx.TensorProto) -> Path:
+    """folder/model.onnx: y[2,3] = x[2,4] @ `weight` (an initializer "w", e.g. with external data)."""
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ext",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from aot.compiler import load
 from aot.errors import InputShapeError, ModelLoadError, UnsupportedError
 from aot.frontend.input_shapes import parse_input_shapes
-from tests.helpers import assert_matches_onnxruntime, rand
+from tests.helpers import assert_matches_onnxruntime, matmul_model_file, rand
 
 
 def dynamic_reshape_model() -> onnx.ModelProto:
@@ -128,14 +128,7 @@ def _external_model(tmp_path: Path, location: str) -> Path:
     for key, value in (("location", location), ("offset", "0"), ("length", str(w.nbytes))):
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ext",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [tensor])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "model.onnx"
-    path.write_bytes(model.SerializeToString())
-    return path
+    return matmul_model_file(tmp_path, tensor)
 
 
 def test_external_data_inside_the_model_folder(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from aot.host.build import STRICT_CFLAGS
-from tests.helpers import SANITIZE_FLAGS, SANITIZER_REPORTS, rand
+from tests.helpers import SANITIZE_FLAGS, SANITIZER_REPORTS, matmul_model_file, rand
 from tests.test_cli import EXAMPLE, REPO, assert_user_error
 
 GB = 2**30
@@ -175,14 +175,7 @@ def _external_model(folder: Path, entries: list[tuple[str, str]], dims: tuple[in
     for key, value in entries:
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ext",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [tensor])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = folder / "model.onnx"
-    path.write_bytes(model.SerializeToString())
-    return path
+    return matmul_model_file(folder, tensor)
 
 
 def test_model_file_over_2_gib_is_refused_before_reading(tmp_path: Path) -> None:

@@ -174,10 +174,11 @@ def check_declared_outputs(model: onnx.ModelProto, source: str) -> None:
         if declared_type and computed_type and declared_type != computed_type:
             raise ModelLoadError(
                 f"{source}: node {label!r} ({node.op_type}): graph output {vi.name!r} is declared "
-                f"{_type_name(declared_type)} but the node computes {_type_name(computed_type)}")
+                f"{onnx_type_name(declared_type)} but the node computes {onnx_type_name(computed_type)}")
 
 
-def _type_name(elem_type: int) -> str:
+def onnx_type_name(elem_type: int) -> str:
+    """An ONNX element type as its schemas spell it inside tensor(...): float, int64, float8e4m3fn."""
     if elem_type in onnx.TensorProto.DataType.values():
         return onnx.TensorProto.DataType.Name(elem_type).lower()
     return f"type {elem_type}"

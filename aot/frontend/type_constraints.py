@@ -15,7 +15,7 @@ from onnx import defs
 
 from aot.errors import ModelLoadError
 from aot.frontend.loader import default_opset
-from aot.frontend.shape_folding import node_label
+from aot.frontend.shape_folding import node_label, onnx_type_name
 
 
 def _known_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -28,9 +28,7 @@ def _known_types(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _type_text(elem_type: int) -> str:
-    if elem_type in onnx.TensorProto.DataType.values():
-        return f"tensor({onnx.helper.tensor_dtype_to_string(elem_type).removeprefix('TensorProto.').lower()})"
-    return f"tensor(type {elem_type})"
+    return f"tensor({onnx_type_name(elem_type)})"
 
 
 def _bindings(params: list, names: list[str]) -> list[tuple[str, str]]:

@@ -174,9 +174,7 @@ def _pointer_table(arrays: Sequence[np.ndarray]) -> ctypes.Array:
 
 def aligned_array(values: np.ndarray, alignment: int = 64) -> np.ndarray:
     """A C-contiguous copy of `values` whose data starts on an `alignment`-byte boundary."""
-    raw = np.empty(values.nbytes + alignment, dtype=np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    out = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    out = _aligned_empty(values.shape, values.dtype.name, alignment)
     out[...] = values
     return out
 

@@ -57,6 +57,21 @@ def window_steps(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], li
     return strides, dilations
 
 
+def window_output_size(node: Node, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
+                 dilations: list[int], pad_begin: list[int], pad_end: list[int]) -> tuple[int, ...]:
+    """The output extent per spatial dim of a Conv or pool window (ONNX: floor, or with a pool's
+    ceil_mode ceil, and then no window that starts in the end padding)."""
+    ceil_mode = int(node.attr("ceil_mode", 0)) == 1
+    sizes = []
+    for size, k, s, d, pb, pe in zip(in_spatial, kernel, strides, dilations, pad_begin, pad_end):
+        span = size + pb + pe - ((k - 1) * d + 1)
+        out = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and out > 1 and (out - 1) * s >= size + pb:
+            out -= 1
+        sizes.append(out)
+    return tuple(sizes)
+
+
 def spatial_padding(node: Node, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
                     dilations: list[int]) -> tuple[list[int], list[int]]:
     """Begin and end pads per spatial dim, from `pads` or `auto_pad` (ONNX Conv/Pool rules)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, Assign, Const, Declare, Expr, If, Stmt, const, ge, logical_and, lt
 from aot.lowering.context import LoweringContext
-from aot.ops.attrs import conv_operands, fail, spatial_padding, window_steps
+from aot.ops.attrs import conv_operands, fail, spatial_padding, window_output_size, window_steps
 from aot.ops.conv_rows import lower_conv_rows
 from aot.ops.conv_winograd import lower_conv_winograd, winograd_fits
 from aot.ops.registry import register
@@ -29,10 +29,7 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
         raise fail(node, f"group={groups} does not divide X channels {in_channels} and W {list(w.shape)}")
     in_spatial = x.shape[2:]
     pad_begin, pad_end = spatial_padding(node, in_spatial, kernel, strides, dilations)
-    out_spatial = tuple(
-        (size + pb + pe - d * (k - 1) - 1) // s + 1
-        for size, pb, pe, k, s, d in zip(in_spatial, pad_begin, pad_end, kernel, strides, dilations)
-    )
+    out_spatial = window_output_size(node, in_spatial, kernel, strides, dilations, pad_begin, pad_end)
     if y.shape != (batch, out_channels, *out_spatial):
         expected = [batch, out_channels, *out_spatial]
         raise fail(node, f"output shape {list(y.shape)} differs from the computed {expected}")

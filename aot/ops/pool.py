@@ -38,7 +38,7 @@ from aot.kernel.ir import (
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, pays, slot_blocks
-from aot.ops.attrs import fail, required_input, spatial_padding, window_steps
+from aot.ops.attrs import fail, required_input, spatial_padding, window_output_size, window_steps
 from aot.ops.reduce import chained_sum
 from aot.ops.register_tiles import vector_starts
 from aot.ops.registry import register
@@ -56,21 +56,6 @@ def _window_params(node: Node, in_spatial: tuple[int, ...]) -> tuple[list[int], 
     strides, dilations = window_steps(node, in_spatial)
     pad_begin, pad_end = spatial_padding(node, in_spatial, kernel, strides, dilations)
     return kernel, strides, dilations, pad_begin, pad_end
-
-
-def _output_size(node: Node, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
-                 dilations: list[int], pad_begin: list[int], pad_end: list[int]) -> tuple[int, ...]:
-    """The output extent per spatial dim (ONNX: floor, or with ceil_mode ceil, and then no window
-    that starts in the end padding)."""
-    ceil_mode = int(node.attr("ceil_mode", 0)) == 1
-    sizes = []
-    for size, k, s, d, pb, pe in zip(in_spatial, kernel, strides, dilations, pad_begin, pad_end):
-        span = size + pb + pe - ((k - 1) * d + 1)
-        out = (-(-span // s) if ceil_mode else span // s) + 1
-        if ceil_mode and out > 1 and (out - 1) * s >= size + pb:
-            out -= 1
-        sizes.append(out)
-    return tuple(sizes)
 
 
 def _inside(pos: list[Expr], limits_lo: list[int], limits_hi: list[int], check_lo: list[bool],
@@ -109,7 +94,7 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
     in_spatial = tuple(in_spatial_list)
     kernel, strides, dilations, pad_begin, pad_end = _window_params(node, in_spatial)
     out_spatial = y.shape[2:]
-    expected = _output_size(node, in_spatial, kernel, strides, dilations, pad_begin, pad_end)
+    expected = window_output_size(node, in_spatial, kernel, strides, dilations, pad_begin, pad_end)
     if tuple(out_spatial) != expected or min(expected, default=1) < 1:
         # A declared shape that the window does not give (onnx cannot size a window wider than
         # its padded input and keeps the declared one): the loops would read outside the input.
