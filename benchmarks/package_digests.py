@@ -1,0 +1,85 @@
+"""Digests of every file of the packages aot writes for a set of models, backends and targets.
+
+A refactor that must not change the generated code records the digests before and compares
+after:
+
+    python -m benchmarks.package_digests --save before.json
+    python -m benchmarks.package_digests --compare before.json
+
+Models: examples/*.onnx, and ../shared/models/*.onnx when that folder exists (a user's clone
+lacks it). `--quick` compiles the examples only. Prints one line per package whose files differ,
+naming the files; exit code 1 when any differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from aot.compiler import compile as compile_package
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_MODELS = REPO.parent / "shared" / "models"
+# (backend, target, parallel): the packages whose code paths differ most.
+CONFIGS: tuple[tuple[str, str | None, bool], ...] = (
+    ("c", None, False), ("c", "rpi4", False), ("c", "rpi3", False), ("c", "cortex-m4f", False),
+    ("c", "x86_64-v3", False), ("c", None, True), ("llvm", "rpi4", False), ("llvm", "x86_64-v4", False),
+)
+
+
+def models(quick: bool) -> list[Path]:
+    found = sorted((REPO / "examples").glob("*.onnx"))
+    if not quick and SHARED_MODELS.is_dir():
+        found += sorted(SHARED_MODELS.glob("*.onnx"))
+    return found
+
+
+def package_key(model: Path, backend: str, target: str | None, parallel: bool) -> str:
+    return f"{model.name} {backend} {target or '-'}{' parallel' if parallel else ''}"
+
+
+def digests(quick: bool) -> dict[str, dict[str, str]]:
+    result: dict[str, dict[str, str]] = {}
+    for model in models(quick):
+        for backend, target, parallel in CONFIGS:
+            key = package_key(model, backend, target, parallel)
+            package = compile_package(str(model), backend=backend, target=target, parallel=parallel)
+            result[key] = {name: hashlib.sha256(data).hexdigest()[:16] for name, data in sorted(package.files.items())}
+            print(f"{key}: {len(result[key])} files", file=sys.stderr, flush=True)
+    return result
+
+
+def compare(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]]) -> int:
+    differing = 0
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key, {}), after.get(key, {})
+        changed = sorted(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
+        if changed:
+            differing += 1
+            print(f"{key}: differs in {', '.join(changed)}")
+    print(f"{len(after)} packages, {differing} differ")
+    return 1 if differing else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--save", type=Path, help="write the digests to this JSON file")
+    parser.add_argument("--compare", type=Path, help="compare against digests saved before")
+    parser.add_argument("--quick", action="store_true", help="examples/ only")
+    args = parser.parse_args()
+    current = digests(args.quick)
+    if args.save:
+        args.save.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
+    if args.compare:
+        saved = json.loads(args.compare.read_text())
+        if args.quick:
+            saved = {k: v for k, v in saved.items() if k in current}
+        return compare(saved, current)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
