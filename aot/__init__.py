@@ -6,7 +6,7 @@
     outputs = pkg.run({"input": x})    # builds for the host and runs through ctypes
 """
 
-__version__ = "0.1.0"
+from aot.version import __version__
 
 
 def compile(model, input_shapes=None, name=None, backend="c", target=None,  # noqa: A001, ANN001, ANN201

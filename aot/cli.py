@@ -19,10 +19,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from aot import __version__
 from aot.errors import AotError, BuildError
 from aot.progress import SILENT, Progress, StepReporter
 from aot.terminal import printable, printable_lines
+from aot.version import __version__
 
 EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_INTERNAL = 1, 2, 3
 
