@@ -113,17 +113,17 @@ class Graph:
         filtered once (a list.remove per node and per read tensor is quadratic when a pass drops
         thousands of nodes, or the readers of a tensor read by thousands)."""
         nodes = list(nodes)
-        gone = set(map(id, nodes))
+        gone = set(nodes)
         if not gone:
             return
-        read = {id(t): t for n in nodes for t in n.inputs if t is not None}
-        for t in read.values():
-            t.consumers[:] = [c for c in t.consumers if id(c) not in gone]
+        read = dict.fromkeys(t for n in nodes for t in n.inputs if t is not None)
+        for t in read:
+            t.consumers[:] = [c for c in t.consumers if c not in gone]
         for n in nodes:
             for t in n.outputs:
                 if t is not None and t.producer is n:
                     t.producer = None
-        self.nodes[:] = [n for n in self.nodes if id(n) not in gone]
+        self.nodes[:] = [n for n in self.nodes if n not in gone]
 
     def replace_all_uses(self, old: Tensor, new: Tensor) -> None:
         """Point every consumer of `old` (and the graph outputs) at `new`."""
@@ -138,23 +138,23 @@ class Graph:
         one (chains end at the last): each consumer's inputs are rewritten once. Replacing one
         tensor at a time rewrites a consumer's whole input list each time, quadratic for a Concat
         of thousands of Identity outputs."""
-        target = {id(old): new for old, new in pairs}
+        target = dict(pairs)
         if not target:
             return
 
         def final(t: Tensor) -> Tensor:
-            while id(t) in target:
-                t = target[id(t)]
+            while t in target:
+                t = target[t]
             return t
 
-        old_tensors = list({id(old): old for old, _ in pairs}.values())
-        consumers = {id(c): c for old in old_tensors for c in old.consumers}
-        for c in consumers.values():
-            c.inputs = [final(t) if t is not None and id(t) in target else t for t in c.inputs]
+        old_tensors = list(target)
+        consumers = dict.fromkeys(c for old in old_tensors for c in old.consumers)
+        for c in consumers:
+            c.inputs = [final(t) if t is not None and t in target else t for t in c.inputs]
         for old in old_tensors:
             final(old).consumers.extend(old.consumers)
             old.consumers.clear()
-        self.outputs = [final(t) if id(t) in target else t for t in self.outputs]
+        self.outputs = [final(t) if t in target else t for t in self.outputs]
 
     def set_input(self, node: Node, index: int, tensor: Tensor | None) -> None:
         """Rewire one input of `node`, keeping consumer lists right."""
@@ -195,15 +195,15 @@ class Graph:
         """Drop nodes whose outputs nobody reads and tensors nothing refers to. One walk from the
         last node back: a node is live when a graph output or a live node reads one of its
         outputs (its readers come after it, so they are decided first)."""
-        live_outputs = set(map(id, self.outputs))
-        live: set[int] = set()
+        live_outputs = set(self.outputs)
+        live: set[Node] = set()
         for node in reversed(self.nodes):
-            if any(t is not None and (id(t) in live_outputs or any(id(c) in live for c in t.consumers))
+            if any(t is not None and (t in live_outputs or any(c in live for c in t.consumers))
                    for t in node.outputs):
-                live.add(id(node))
-        self.remove_nodes(n for n in self.nodes if id(n) not in live)
-        referenced: set[int] = set(map(id, self.inputs)) | live_outputs
+                live.add(node)
+        self.remove_nodes(n for n in self.nodes if n not in live)
+        referenced: set[Tensor] = set(self.inputs) | live_outputs
         for node in self.nodes:
-            referenced.update(id(t) for t in node.inputs if t is not None)
-            referenced.update(id(t) for t in node.outputs if t is not None)
-        self.tensors = {k: t for k, t in self.tensors.items() if id(t) in referenced}
+            referenced.update(t for t in node.inputs if t is not None)
+            referenced.update(t for t in node.outputs if t is not None)
+        self.tensors = {k: t for k, t in self.tensors.items() if t in referenced}

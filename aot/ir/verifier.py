@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aot.ir.graph import Graph
+from aot.ir.graph import Graph, Node, Tensor
 from aot.ir.sizes import MAX_ELEMENTS
 
 __all__ = ["MAX_ELEMENTS", "IRVerificationError", "verify_graph"]
@@ -14,9 +14,9 @@ class IRVerificationError(AssertionError):
 
 def verify_graph(graph: Graph) -> None:
     problems: list[str] = []
-    known = set(map(id, graph.tensors.values()))
-    available = {id(t) for t in graph.inputs} | {id(t) for t in graph.constants()}
-    readers: dict[int, set[int]] = {}  # id(tensor) -> ids of its consumers (a list scan per read is quadratic)
+    known = set(graph.tensors.values())
+    available = set(graph.inputs) | set(graph.constants())
+    readers: dict[Tensor, set[Node]] = {}  # tensor -> its consumers (a list scan per read is quadratic)
     for t in graph.tensors.values():
         if any(d <= 0 for d in t.shape) and t.size != 0:
             problems.append(f"{t!r} has a non-positive dimension")
@@ -30,24 +30,24 @@ def verify_graph(graph: Graph) -> None:
         for t in node.inputs:
             if t is None:
                 continue
-            if id(t) not in known:
+            if t not in known:
                 problems.append(f"{node!r} reads {t!r}, which is not in the graph")
-            elif id(t) not in available:
+            elif t not in available:
                 problems.append(f"{node!r} reads {t!r} before it is produced")
-            if id(t) not in readers:
-                readers[id(t)] = set(map(id, t.consumers))
-            if id(node) not in readers[id(t)]:
+            if t not in readers:
+                readers[t] = set(t.consumers)
+            if node not in readers[t]:
                 problems.append(f"{t!r} does not list its consumer {node!r}")
         for t in node.outputs:
             if t is None:
                 continue
             if t.producer is not node:
                 problems.append(f"{t!r} does not name {node!r} as producer")
-            if id(t) in available:
+            if t in available:
                 problems.append(f"{t!r} is produced twice")
-            available.add(id(t))
+            available.add(t)
     for t in graph.outputs:
-        if id(t) not in available:
+        if t not in available:
             problems.append(f"graph output {t!r} is never produced")
     if problems:
         raise IRVerificationError("IR verification failed:\n  " + "\n  ".join(problems))

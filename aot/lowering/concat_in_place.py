@@ -17,17 +17,17 @@ from aot.ir.sizes import element_count
 _VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 
 
-def _placeable(graph: Graph, t: Tensor, listed: Counter[int], claimed: set[int]) -> bool:
+def _placeable(graph: Graph, t: Tensor, listed: Counter[Tensor], claimed: set[Tensor]) -> bool:
     producer = t.producer
     return (producer is not None and producer.op_type not in _VIEW_OPS and not t.is_constant
-            and not graph.is_output(t) and id(t) not in claimed
-            and listed[id(t)] == 1 and t.size > 0)
+            and not graph.is_output(t) and t not in claimed
+            and listed[t] == 1 and t.size > 0)
 
 
 def plan_concat_in_place(graph: Graph) -> list[tuple[Tensor, Tensor, int]]:
     """(part, concat output, element offset) for every Concat input that can be written in place."""
     placements: list[tuple[Tensor, Tensor, int]] = []
-    claimed: set[int] = set()
+    claimed: set[Tensor] = set()
     for node in graph.nodes:
         out = node.outputs[0] if node.op_type == "Concat" and node.outputs else None
         if out is None or out.size == 0:
@@ -38,12 +38,12 @@ def plan_concat_in_place(graph: Graph) -> list[tuple[Tensor, Tensor, int]]:
             continue  # each part would be strided: a copy is simpler and as fast
         inner = element_count(out.shape[axis + 1:])
         offset = 0
-        listed = Counter(id(t) for t in node.inputs)  # how often the Concat lists each input
+        listed = Counter(t for t in node.inputs if t is not None)  # how often the Concat lists each input
         for t in node.inputs:
             if t is None or t.size == 0:
                 continue
             if _placeable(graph, t, listed, claimed):
                 placements.append((t, out, offset))
-                claimed.add(id(t))
+                claimed.add(t)
             offset += t.shape[axis] * inner
     return placements

@@ -40,11 +40,11 @@ def eliminate_common_subexpressions(graph: Graph) -> None:
     removed = []
     # Uses are rewritten once at the end (Graph.replace_uses); until then a node's inputs are
     # read through `kept`, so a duplicate of a duplicate's reader is found in the same sweep.
-    kept: dict[int, Tensor] = {}
+    kept: dict[Tensor, Tensor | None] = {}
     replacements: list[tuple[Tensor, Tensor]] = []
     for node in graph.nodes:
-        inputs = [kept.get(id(t), t) if t is not None else None for t in node.inputs]
-        key = (node.domain, node.op_type, tuple(id(t) if t is not None else None for t in inputs),
+        inputs = [kept.get(t, t) if t is not None else None for t in node.inputs]
+        key = (node.domain, node.op_type, tuple(inputs),
                _freeze(node.attrs))
         earlier = seen.get(key)
         if earlier is None:
@@ -55,7 +55,7 @@ def eliminate_common_subexpressions(graph: Graph) -> None:
             continue
         for i, t in enumerate(node.outputs):
             if t is not None:
-                kept[id(t)] = earlier[i]  # type: ignore[assignment]
+                kept[t] = earlier[i]
                 replacements.append((t, earlier[i]))  # type: ignore[arg-type]
         removed.append(node)
     graph.replace_uses(replacements)
