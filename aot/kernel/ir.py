@@ -72,6 +72,15 @@ class Expr:
 ExprLike = Expr | int | float | bool
 
 
+class OperandDtype(Expr):
+    """An Expr whose dtype is one operand's, the one _DTYPE_OPERAND names (Select, the vector
+    lane-wise ops)."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return inherited_dtype(self)
+
+
 @dataclass(frozen=True, eq=True)
 class Const(Expr):
     value: float | int | bool
@@ -120,14 +129,10 @@ class Unary(Expr):
 
 
 @dataclass(frozen=True, eq=True)
-class Select(Expr):
+class Select(OperandDtype):
     cond: Expr
     a: Expr
     b: Expr
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return inherited_dtype(self)
 
 
 @dataclass(frozen=True, eq=True)
@@ -162,41 +167,29 @@ class Splat(Expr):
 
 
 @dataclass(frozen=True, eq=True)
-class MulAdd(Expr):
+class MulAdd(OperandDtype):
     """acc + a * b lane by lane, which the backends may fuse into one rounding (FMA)."""
 
     acc: Expr
     a: Expr
     b: Expr
 
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return inherited_dtype(self)
-
 
 @dataclass(frozen=True, eq=True)
-class VecMax(Expr):
+class VecMax(OperandDtype):
     """Lane-wise (a > b || a is NaN) ? a : b: the NaN-propagating running maximum of MaxPool,
     with the new value as `a`."""
 
     a: Expr
     b: Expr
 
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return inherited_dtype(self)
-
 
 @dataclass(frozen=True, eq=True)
-class VecMin(Expr):
+class VecMin(OperandDtype):
     """Lane-wise (a < b || a is NaN) ? a : b: the scalar float `min` of the kernel IR, by lanes."""
 
     a: Expr
     b: Expr
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return inherited_dtype(self)
 
 
 VECTOR_ARITHMETIC = ("add", "sub", "mul", "div")
@@ -204,20 +197,16 @@ VECTOR_COMPARISONS = ("lt", "le", "gt", "ge")
 
 
 @dataclass(frozen=True, eq=True)
-class VecArith(Expr):
+class VecArith(OperandDtype):
     """Lane-wise a op b, op one of VECTOR_ARITHMETIC (an epilogue applied in registers)."""
 
     op: str
     a: Expr
     b: Expr
 
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return inherited_dtype(self)
-
 
 @dataclass(frozen=True, eq=True)
-class VecSelect(Expr):
+class VecSelect(OperandDtype):
     """Lane-wise (a cmp b) ? x : y, cmp one of VECTOR_COMPARISONS, false where a or b is NaN
     (the scalar Select over an ordered comparison, by lanes: Relu is x < 0 ? 0 : x)."""
 
@@ -226,10 +215,6 @@ class VecSelect(Expr):
     b: Expr
     x: Expr
     y: Expr
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return inherited_dtype(self)
 
 
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
