@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,26 +59,6 @@ def random_inputs(package: Package, seed: int = 0) -> dict[str, np.ndarray]:
         else:
             values[spec["name"]] = rng.integers(0, 4, shape).astype(dtype)
     return values
-
-
-def load_npz(path: str | os.PathLike[str], what: str) -> dict[str, np.ndarray]:
-    """All arrays of a user's .npz, unchecked against any model (see aot/npz.py, which checks
-    each header before reading, and is what the CLI uses)."""
-    from aot.npz import load_npz as load_checked
-
-    return load_checked(path, what)
-
-
-def match_by_name_or_order(given: dict[str, np.ndarray], specs: list[dict[str, Any]], what: str,
-                           path: str) -> dict[str, np.ndarray]:
-    """npz keys are the ONNX names; numpy's default keys arr_0, arr_1 ... mean model order."""
-    names = [s["name"] for s in specs]
-    if set(given) <= set(names):
-        return given
-    if all(k == f"arr_{i}" for i, k in enumerate(given)) and len(given) <= len(names):
-        return {names[i]: given[f"arr_{i}"] for i in range(len(given))}
-    unknown = sorted(set(given) - set(names))
-    raise VerifyError(f"{what} {path}: arrays {unknown} name no model {what.split()[0]} (expected {names})")
 
 
 def onnxruntime_outputs(model_path: str, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:

@@ -20,10 +20,6 @@ def element_count(shape: Iterable[int]) -> int:
     return math.prod(int(d) for d in shape)
 
 
-def byte_count(shape: Iterable[int], itemsize: int) -> int:
-    return element_count(shape) * int(itemsize)
-
-
 def too_many_elements(shape: Iterable[int]) -> str | None:
     """Why a tensor of `shape` cannot be compiled, or None if its size is within the limit."""
     dims = [int(d) for d in shape]
