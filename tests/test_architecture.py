@@ -153,10 +153,8 @@ def test_imports_are_resolved_to_modules() -> None:
     assert _imported_modules("aot.a", "from . import c", is_package=True, modules=modules) == {"aot.a.c"}
 
 
-def test_import_graph_holds_every_module() -> None:
-    graph = import_graph()
-    assert len(graph) == len(list(PACKAGE_DIR.rglob("*.py")))
-    assert "aot.compiler" in graph["aot.cli"]  # imported inside cli's command functions only
+def test_import_graph_sees_imports_inside_functions() -> None:
+    assert "aot.compiler" in import_graph()["aot.cli"]  # cli imports it in its commands only
 
 @pytest.mark.xfail(
     strict=True,
