@@ -126,6 +126,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "weights_format": info["weights_format"],
         "onnx_nodes": graph.source_node_count,
         "kernels": len(planned.kernels),
+        "kernel_order": [{"op": k.op, "sources": k.sources} for k in planned.kernels],
         **_target_entries(ident, targets, objects),
     }
     files[MANIFEST] = finalize_manifest(files, manifest)
