@@ -133,9 +133,10 @@ def host_preset_name() -> str:
     return name
 
 
-def load_target(spec: str | os.PathLike[str] | None) -> Target:
-    """A preset by name, a user's TOML file by path, or (None) the host."""
-    if spec is None or str(spec) == "host":
+def load_target(spec: str | os.PathLike[str]) -> Target:
+    """A preset by name ("host": the preset of this machine's architecture) or a user's TOML file
+    by path. No --target is not a target: see resolve_targets."""
+    if str(spec) == "host":
         spec = host_target_name()
     text = str(spec)
     if text.endswith(".toml") or os.sep in text:
