@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from aot.compiler import compile as compile_model
 from aot.compiler import load
 from aot.ir.graph import Graph
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower, lower_and_plan, plan
-from aot.targets import load_target
-from tests.test_cli import REPO, aot
+from aot.targets import load_target, resolve_targets
+from tests.test_cli import EXAMPLE, REPO, aot
 
 SHARED_MODELS = REPO.parent / "shared" / "models"  # outside the repository: a user's clone lacks it
 MODELS = sorted((REPO / "examples").glob("*.onnx")) + (
@@ -111,3 +112,18 @@ def test_one_graph_lowers_for_several_targets_unchanged(model: Path) -> None:
         assert [(k.name, k.op, k.sources) for k in planned.kernels] == [(k.name, k.op, k.sources)
                                                                           for k in fresh.kernels]
         assert planned.program.in_place == fresh.program.in_place
+
+
+def test_no_target_means_any_target_and_the_llvm_backend_builds_for_the_host() -> None:
+    assert resolve_targets(None) == resolve_targets([]) == []
+    assert resolve_targets(["rpi4", "rpi4"]) == [load_target("rpi4")]  # each target once
+    assert PipelineOptions(targets=(load_target("cortex-m4f"),), parallel=True).threads is False  # bare metal
+    assert PipelineOptions(targets=(load_target("cortex-m4f"),)).alignment == load_target("cortex-m4f").alignment
+    any_target = compile_model(EXAMPLE)
+    with_objects = compile_model(EXAMPLE, backend="llvm")
+    assert "target" not in any_target.manifest
+    host = load_target("host")
+    assert (with_objects.manifest["target"], [t["name"] for t in with_objects.manifest["targets"]]) == (
+        host.name, [host.name])
+    # Its C sources are those of the package for any target: no target was given to either.
+    assert with_objects.files["tiny_cnn.c"] == any_target.files["tiny_cnn.c"]
