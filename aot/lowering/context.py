@@ -56,7 +56,7 @@ class Epilogue:
 
 
 class LoweringContext:
-    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = True,
+    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = False,
                  conv_algorithm: str = "auto") -> None:
         self.graph = graph
         # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv_winograd.py);

@@ -80,9 +80,10 @@ class Program:
 
 
 def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES,
-                parallel: bool = True, conv_algorithm: str = "auto") -> Program:
+                parallel: bool = False, conv_algorithm: str = "auto") -> Program:
     """`parallel`: lowerings may mark loops that pay for splitting over threads (aot/lowering/
-    parallel.py); False for targets without threads, whose kernels then have none."""
+    parallel.py); False (the default, as `aot compile` without --parallel) for packages without
+    threads, whose kernels then have none. aot/pipeline.py chooses these from the options."""
     ctx = LoweringContext(graph, tiles, parallel, conv_algorithm)
     ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
     if fuse:
