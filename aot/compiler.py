@@ -17,23 +17,20 @@ from aot.errors import AotError
 from aot.frontend.importer import import_model
 from aot.frontend.loader import load_onnx
 from aot.ir.graph import Graph
-from aot.lowering.program import Program, lower_graph
-from aot.lowering.tiles import DEFAULT_TILES, TileConfig
+from aot.package.blob import FileData
 from aot.package.c_sources import check_weights_format, render_c_sources
 from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
-from aot.planner.arena import plan_program
-from aot.planner.memory import MemoryPlan
+from aot.pipeline import PipelineOptions, lower_and_plan
+from aot.planner.arena import PlannedProgram
 from aot.progress import SILENT, Progress
 from aot.resources import resource_dir
-from aot.targets import Target, load_target
+from aot.targets import Target, resolve_targets
 
 if TYPE_CHECKING:  # the LLVM backend (llvmlite) is imported only when it is used
     from aot.backends.llvm import LlvmTarget
 
 BACKENDS = ("c", "llvm")
-CONV_ALGORITHMS = ("auto", "direct")
-DEFAULT_ALIGNMENT = 64
 
 
 def load(model: str | os.PathLike[str] | onnx.ModelProto,
@@ -45,12 +42,6 @@ def load(model: str | os.PathLike[str] | onnx.ModelProto,
     path = Path(model)
     proto = load_onnx(path)
     return import_model(proto, input_shapes, source=str(path), name=path.stem), str(path)
-
-
-def plan(program: Program, alignment: int = DEFAULT_ALIGNMENT) -> MemoryPlan:
-    """The arena plan; orders the program's kernels for a smaller peak and decides which kernels
-    write in place first (aot/planner/arena.py), so call it before printing the program."""
-    return plan_program(program, alignment)
 
 
 def _without_cyclic_gc(function: Callable[..., Package]) -> Callable[..., Package]:
@@ -103,45 +94,22 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     progress = progress or SILENT
     if backend not in BACKENDS:
         raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
-    if conv_algorithm not in CONV_ALGORITHMS:
-        raise AotError(f"--conv-algorithm {conv_algorithm!r}: use {' or '.join(CONV_ALGORITHMS)}")
     check_weights_format(weights_format)  # before the compile, which can take minutes
-    llvm_targets = _llvm_targets(backend, target)
-    presets = _presets(backend, target)
+    targets = resolve_targets(target)
+    if backend == "c" and len(targets) > 1:
+        raise AotError("--target: the C backend takes one target (several are for --backend llvm objects)")
+    options = PipelineOptions(tuple(targets), parallel, conv_algorithm)
+    objects = _llvm_objects(targets) if backend == "llvm" else []
     progress.start("import")
     graph, source = load(model, input_shapes)
-    check_address_space(presets, ((f"tensor {t.name!r}", t.nbytes) for t in graph.tensors.values()))
-    if name is None:
-        name = graph.name
-    if not name or not str(name).strip():
-        raise AotError("--name: the model name must not be empty")
-    ident = model_identifier(str(name))
+    check_address_space(targets, ((f"tensor {t.name!r}", t.nbytes) for t in graph.tensors.values()))
+    ident = _package_name(graph.name if name is None else name)
     progress.start("graph passes")
     run_passes(graph)
-    progress.start("lowering to kernels")
-    # Parallel loops only when asked for (each split kernel is also kept whole for runs without
-    # threads, so the code grows; per-slot scratch grows the arena) and never for bare-metal
-    # targets (no threads).
-    threads = parallel and not any(p.bare_metal for p in presets)
-    program = lower_graph(graph, tiles=_tiles(presets), parallel=threads, conv_algorithm=conv_algorithm)
-    progress.start("memory planning")
-    # The arena alignment is the strictest any of the targets asks for (64 bytes by default).
-    memory = plan(program, max((p.alignment for p in presets), default=DEFAULT_ALIGNMENT))
-    check_address_space(presets, [("the arena", memory.arena_bytes),
-                                  ("the weights", sum(t.nbytes for t in graph.constants()))])
-    progress.start("C code generation")
-    files, info = render_c_sources(program, memory, ident, Path(source).name,
-                                   llvm_targets=[_build_entry(ident, t) for t in llvm_targets],
-                                   target=presets[0] if len(presets) == 1 else None,
-                                   weights_format=weights_format, threads=threads)
-    if llvm_targets:
-        from aot.backends.llvm import compile_objects
-
-        progress.start(f"LLVM code generation ({', '.join(t.name for t in llvm_targets)})")
-        files.update(compile_objects(program, memory, ident, info["inputs"], info["outputs"], llvm_targets))
-    for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
-        if runtime_file.suffix in (".h", ".c") and (threads or not runtime_file.name.startswith("aot_threads")):
-            files[f"runtime/{runtime_file.name}"] = runtime_file.read_bytes()
+    planned = lower_and_plan(graph, options, progress)
+    check_address_space(targets, [("the arena", planned.memory.arena_bytes),
+                                  ("the weights", sum(t.nbytes for t in planned.program.weights))])
+    files, info = _package_files(planned, ident, Path(source).name, options, objects, weights_format, progress)
     manifest: dict[str, Any] = {
         "name": ident,
         "source_model": Path(source).name,
@@ -150,35 +118,60 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "compiler": {"name": "aot", "version": __version__},
         "inputs": [_io_entry(t) for t in info["inputs"]],
         "outputs": [_io_entry(t) for t in info["outputs"]],
-        "arena_bytes": memory.arena_bytes,
-        "arena_alignment": memory.alignment,
-        "arena_lower_bound_bytes": memory.lower_bound_bytes,
-        "arena_unshared_bytes": memory.unshared_bytes,
+        "arena_bytes": planned.memory.arena_bytes,
+        "arena_alignment": planned.memory.alignment,
+        "arena_lower_bound_bytes": planned.memory.lower_bound_bytes,
+        "arena_unshared_bytes": planned.memory.unshared_bytes,
         "weights_bytes": info["weights_bytes"],
         "weights_format": info["weights_format"],
         "onnx_nodes": graph.source_node_count,
-        "kernels": len(program.kernels),
+        "kernels": len(planned.kernels),
+        "kernel_order": [{"op": k.op, "sources": k.sources} for k in planned.kernels],
+        **_target_entries(ident, targets, objects),
     }
-    if presets and not llvm_targets:
-        manifest["target"] = presets[0].name
-        manifest["triple"] = presets[0].triple
-    if llvm_targets:
-        # target/triple: the (first) --target; targets: every object in the package.
-        manifest["target"] = llvm_targets[0].name
-        manifest["triple"] = llvm_targets[0].triple
-        manifest["targets"] = [{"name": t.name, "triple": t.triple, "cpu": t.cpu, "features": t.features,
-                                "object": _build_entry(ident, t)["object"]} for t in llvm_targets]
     files[MANIFEST] = finalize_manifest(files, manifest)
     progress.finish()
     return Package(ident, files, manifest)
 
 
-def _tiles(presets: list[Target]) -> TileConfig:
-    """Register tiles for the targets' vector registers: the narrowest of them when a package is
-    built for several (one C source serves them all); AVX2-sized for a package for any target."""
-    if not presets:
-        return DEFAULT_TILES
-    return TileConfig.for_registers(min(p.vector_bits for p in presets), min(p.vector_registers for p in presets))
+def _package_name(name: str) -> str:
+    if not name or not str(name).strip():
+        raise AotError("--name: the model name must not be empty")
+    return model_identifier(str(name))
+
+
+def _package_files(planned: PlannedProgram, ident: str, source: str, options: PipelineOptions,
+                   objects: Sequence[LlvmTarget], weights_format: str,
+                   progress: Progress) -> tuple[dict[str, FileData], dict[str, Any]]:
+    """The package's files but the manifest: C sources and build files, the LLVM objects, the
+    runtime; and what render_c_sources tells the manifest."""
+    progress.start("C code generation")
+    targets = options.targets
+    files, info = render_c_sources(planned, ident, source, llvm_targets=[_build_entry(ident, t) for t in objects],
+                                   target=targets[0] if len(targets) == 1 else None,
+                                   weights_format=weights_format, threads=options.threads)
+    if objects:
+        from aot.backends.llvm import compile_objects
+
+        progress.start(f"LLVM code generation ({', '.join(t.name for t in objects)})")
+        files.update(compile_objects(planned, ident, info["inputs"], info["outputs"], objects))
+    for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
+        if runtime_file.suffix in (".h", ".c") and (options.threads or not runtime_file.name.startswith("aot_threads")):
+            files[f"runtime/{runtime_file.name}"] = runtime_file.read_bytes()
+    return files, info
+
+
+def _target_entries(ident: str, targets: Sequence[Target], objects: Sequence[LlvmTarget]) -> dict[str, Any]:
+    """The manifest's target/triple: the (first) target the package is built for, as its LLVM
+    object names it when it has objects (LLVM spells the triple in 4 parts); targets: every object."""
+    entries: dict[str, Any] = {}
+    first = objects[0] if objects else targets[0] if targets else None
+    if first is not None:
+        entries.update(target=first.name, triple=first.triple)
+    if objects:
+        entries["targets"] = [{"name": t.name, "triple": t.triple, "cpu": t.cpu, "features": t.features,
+                               "object": _build_entry(ident, t)["object"]} for t in objects]
+    return entries
 
 
 def check_address_space(presets: Sequence[Target], objects: Iterable[tuple[str, int]]) -> None:
@@ -195,20 +188,11 @@ def check_address_space(presets: Sequence[Target], objects: Iterable[tuple[str, 
                            f"have in the {bits}-bit address space of target {target} ({limit} bytes)")
 
 
-def _presets(backend: str, target: str | Sequence[str] | None) -> list[Target]:
-    """The --target presets named (none: a package for any target, built for the host by default)."""
-    names = [] if not target else ([target] if isinstance(target, str) else list(target))
-    if backend == "c" and len(names) > 1:
-        raise AotError("--target: the C backend takes one target (several are for --backend llvm objects)")
-    return [load_target(n) for n in names]
+def _llvm_objects(targets: list[Target]) -> list[LlvmTarget]:
+    """The LLVM objects' targets (the LLVM backend, and llvmlite, load only when used)."""
+    from aot.backends.llvm import llvm_targets
 
-
-def _llvm_targets(backend: str, target: str | Sequence[str] | None) -> list[LlvmTarget]:
-    if backend != "llvm":
-        return []
-    from aot.backends.llvm import resolve_targets
-
-    return resolve_targets(target)
+    return llvm_targets(targets)
 
 
 def _build_entry(model: str, spec: LlvmTarget) -> dict[str, Any]:

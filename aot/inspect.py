@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from aot.analysis import model_stats
 from aot.frontend.importer import load_graph
+from aot.ir.graph import Graph
+from aot.package.c_sources import layout_weights
+from aot.passes.pipeline import run_passes
+from aot.pipeline import PipelineOptions, lower, lower_and_plan, plan
+from aot.planner.arena import PlannedProgram
 from aot.progress import SILENT, Progress
+from aot.targets import list_targets
 from aot.terminal import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from aot.lowering.program import Program
-    from aot.planner.memory import MemoryPlan
 
 
 def inspect_model(path: str | os.PathLike[str],
@@ -43,68 +46,55 @@ def inspect_model(path: str | os.PathLike[str],
         "layers": [{"node": n, "op": op, "macs": m} for n, op, m in stats.per_node_macs if m],
     }
     if not stats.unsupported:
-        from aot.compiler import plan
-        from aot.lowering.program import lower_graph
-        from aot.passes.pipeline import run_passes
-
         progress.start("graph passes")
         run_passes(graph)
-        progress.start("lowering to kernels")
-        program = lower_graph(graph, parallel=False)  # as `aot compile` without --parallel
-        progress.start("memory planning")
-        memory = plan(program)
-        report.update({
-            "kernels": len(program.kernels),
-            "arena_bytes": memory.arena_bytes,
-            "arena_lower_bound_bytes": memory.lower_bound_bytes,
-            "arena_unshared_bytes": memory.unshared_bytes,
-            "arena_alignment": memory.alignment,
-            "schedule": program.schedule,
-            "in_place_kernels": [program.kernels[k].sources for k, _, _ in program.in_place],
-            "peak_live": {"kernel": memory.peak_step,
-                          "kernel_sources": program.kernels[memory.peak_step].sources if program.kernels else [],
-                          "tensors": list(memory.peak_keys)},
-        })
+        planned = lower_and_plan(graph, PipelineOptions(), progress)  # as `aot compile` without options
+        report.update(_plan_entries(planned))
         progress.start("footprint per target")
-        report["footprint"] = footprint_per_target(program, memory, lambda: _lowered(path, input_shapes))
+        report["footprint"] = footprint_per_target(graph, planned)
     progress.finish()
     return report
 
 
-def _lowered(path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None):  # noqa: ANN202
-    """A fresh graph of the model after the graph passes (each lowering adds its own tensors)."""
-    from aot.passes.pipeline import run_passes
+def _plan_entries(planned: PlannedProgram) -> dict[str, Any]:
+    """The memory plan and the kernels in the order they run, as `aot inspect --json` shows them."""
+    memory, kernels = planned.memory, planned.kernels
+    return {
+        "kernels": len(kernels),
+        "kernel_order": [{"op": k.op, "sources": k.sources} for k in kernels],
+        "arena_bytes": memory.arena_bytes,
+        "arena_lower_bound_bytes": memory.lower_bound_bytes,
+        "arena_unshared_bytes": memory.unshared_bytes,
+        "arena_alignment": memory.alignment,
+        "schedule": planned.schedule,
+        "in_place_kernels": [kernels[k].sources for k, _, _ in planned.program.in_place],
+        "peak_live": {"kernel": memory.peak_step,
+                      "kernel_sources": kernels[memory.peak_step].sources if kernels else [],
+                      "tensors": list(memory.peak_keys)},
+    }
 
-    graph = load_graph(path, input_shapes, allow_unsupported=True)
-    run_passes(graph)
-    return graph
 
-
-def footprint_per_target(program: Program, memory: MemoryPlan, fresh_graph: Any) -> list[dict[str, Any]]:
-    """An estimate of each target preset's flash and RAM for the model, from the program compiled
-    for that target's register tiles (they decide how the weights are packed and which
-    convolutions run as Winograd, whose weights and scratch are larger; `fresh_graph()` gives a
-    graph to lower again, `program` is the one for the default tiles): flash = the weights struct
-    (64-byte aligned members; the model code is not counted), RAM = the arena planned with the
-    target's alignment + the caller's input and output buffers (the stack is not counted)."""
-    from aot.compiler import _tiles, plan
-    from aot.lowering.program import lower_graph
-    from aot.lowering.tiles import DEFAULT_TILES
-    from aot.package.c_sources import layout_weights
-    from aot.targets import list_targets
-
-    io_bytes = sum(t.nbytes for t in (*program.graph.inputs, *program.graph.outputs))
-    programs = {DEFAULT_TILES: program}
-    arenas = {(DEFAULT_TILES, memory.alignment): memory.arena_bytes}
+def footprint_per_target(graph: Graph, planned: PlannedProgram) -> list[dict[str, Any]]:
+    """An estimate of each target preset's flash and RAM for the model, from `graph` (after the
+    graph passes) lowered and planned as `aot compile --target` would for that target: its
+    register tiles decide how the weights are packed and which convolutions run as Winograd,
+    whose weights and scratch are larger (`planned` is the plan for the default options, reused
+    where a target's tiles and alignment are the same). Flash = the weights struct (64-byte
+    aligned members; the model code is not counted), RAM = the arena + the caller's input and
+    output buffers (the stack is not counted)."""
+    io_bytes = sum(t.nbytes for t in (*graph.inputs, *graph.outputs))
+    default = PipelineOptions()
+    programs = {default.tiles: planned.program}  # the lowering for each register-tile shape
+    arenas = {(default.tiles, default.alignment): planned.memory.arena_bytes}
     rows = []
     for target in list_targets():
-        tiles = _tiles([target])
-        if tiles not in programs:
-            programs[tiles] = lower_graph(fresh_graph(), tiles=tiles, parallel=False)
-        lowered = programs[tiles]
-        if (tiles, target.alignment) not in arenas:
-            arenas[tiles, target.alignment] = plan(lowered, target.alignment).arena_bytes
-        arena = arenas[tiles, target.alignment]
+        options = PipelineOptions(targets=(target,))
+        if options.tiles not in programs:
+            programs[options.tiles] = lower(graph, options)
+        lowered = programs[options.tiles]
+        if (options.tiles, options.alignment) not in arenas:
+            arenas[options.tiles, options.alignment] = plan(lowered, options).memory.arena_bytes
+        arena = arenas[options.tiles, options.alignment]
         _, weights_struct = layout_weights(lowered.weights)
         rows.append({"target": target.name, "alignment": target.alignment, "weights_bytes": weights_struct,
                      "flash_bytes": weights_struct, "arena_bytes": arena, "io_bytes": io_bytes,

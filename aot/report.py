@@ -13,9 +13,9 @@ import jinja2
 
 from aot import __version__
 from aot.analysis import node_macs
-from aot.compiler import load, plan
-from aot.lowering.program import lower_graph
+from aot.compiler import load
 from aot.passes.pipeline import run_passes
+from aot.pipeline import PipelineOptions, lower_and_plan
 from aot.planner.liveness import arena_intervals
 from aot.resources import resource_dir
 
@@ -33,8 +33,8 @@ def build_report(model_path: str | os.PathLike[str],
     source_nodes = graph.source_node_count
     run_passes(graph)
     macs_by_node.update({n.name: node_macs(n) for n in graph.nodes})
-    program = lower_graph(graph)
-    memory = plan(program)
+    planned = lower_and_plan(graph, PipelineOptions())  # as `aot compile` without options
+    program, memory = planned.program, planned.memory
     intervals = arena_intervals(program)
     steps = max(len(program.kernels), 1)
     arena = max(memory.arena_bytes, 1)

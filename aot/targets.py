@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,10 @@ def host_preset_name() -> str:
     return name
 
 
-def load_target(spec: str | os.PathLike[str] | None) -> Target:
-    """A preset by name, a user's TOML file by path, or (None) the host."""
-    if spec is None or str(spec) == "host":
+def load_target(spec: str | os.PathLike[str]) -> Target:
+    """A preset by name ("host": the preset of this machine's architecture) or a user's TOML file
+    by path. No --target is not a target: see resolve_targets."""
+    if str(spec) == "host":
         spec = host_target_name()
     text = str(spec)
     if text.endswith(".toml") or os.sep in text:
@@ -147,3 +149,17 @@ def load_target(spec: str | os.PathLike[str] | None) -> Target:
         raise AotError(f"--target {text!r}: unknown target (available: {', '.join(preset_names())}, "
                        "or a path to a .toml file)")
     return _read(preset, text)
+
+
+def resolve_targets(names: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None) -> list[Target]:
+    """The targets `--target` names (preset names or .toml paths), each once, in the order given.
+    None or an empty list: the package is for any target; a part that needs one machine (an LLVM
+    object, a run on this machine) takes the host's (aot/backends/llvm/__init__.py)."""
+    if not names:
+        return []
+    targets: list[Target] = []
+    for name in [names] if isinstance(names, (str, os.PathLike)) else names:
+        target = load_target(name)
+        if target not in targets:
+            targets.append(target)
+    return targets

@@ -208,8 +208,7 @@ def test_long_chain_still_writes_in_place() -> None:
     nodes.append(helper.make_node("Conv", ["u40", "w2"], ["y"]))
     model = make_model(nodes, {"x": x}, ["y"], {"w1": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
                                                  "w2": rng.standard_normal((2, 8, 1, 1)).astype(np.float32)})
-    program = lowered(model)
-    plan_program(program, reorder=False)
+    program = plan_program(lowered(model), reorder=False).program
     chain = next(i for i, k in enumerate(program.kernels) if k.op.startswith("Sigmoid+Mul+Relu"))
     assert any(isinstance(s, Declare) for s in program.kernels[chain].body[0].body)
     assert any(k == chain for k, _, _ in program.in_place), program.in_place

@@ -49,9 +49,11 @@ def add_of_consumed_model():  # noqa: ANN201
 @pytest.mark.parametrize("build", [swish_model, add_of_consumed_model], ids=["swish", "add_of_consumed"])
 def test_in_place_lowers_the_bound_and_the_arena(build) -> None:  # noqa: ANN001
     model, feeds = build()
-    program = lowered(model)
-    with_reuse = plan_program(program, reorder=False)
-    without = plan_program(lowered(model), reorder=False, in_place=False)
+    lowered_program = lowered(model)
+    planned = plan_program(lowered_program, reorder=False)
+    program, with_reuse = planned.program, planned.memory
+    without = plan_program(lowered(model), reorder=False, in_place=False).memory
+    assert not lowered_program.in_place  # planning returns its pairs, leaving the lowered program as it was
     assert program.in_place, [k.op for k in program.kernels]
     assert with_reuse.lower_bound_bytes < without.lower_bound_bytes
     assert with_reuse.arena_bytes == with_reuse.lower_bound_bytes < without.arena_bytes
@@ -71,8 +73,8 @@ def test_chain_of_in_place_kernels_shares_one_buffer() -> None:
     nodes = [n("Conv", ["x", "w1"], "t0"), n("Sigmoid", ["t0"], "s0"), n("Mul", ["t0", "s0"], "t1"),
              n("Tanh", ["t1"], "s1"), n("Mul", ["t1", "s1"], "t2"), n("Conv", ["t2", "w2"], "y")]
     model = make_model(nodes, {"x": x}, ["y"], {"w1": rand(6, 3, 1, 1, seed=1), "w2": rand(2, 6, 1, 1, seed=2)})
-    program = lowered(model)
-    memory = plan_program(program, reorder=False)
+    planned = plan_program(lowered(model), reorder=False)
+    program, memory = planned.program, planned.memory
     assert len(program.in_place) == 2
     assert memory.offsets["t0"] == memory.offsets["t1"] == memory.offsets["t2"]
     assert_matches_onnxruntime(model, {"x": x})
@@ -84,11 +86,10 @@ def test_input_read_later_is_not_overwritten() -> None:
              n("Conv", ["u", "w2"], "y"), n("Conv", ["t", "w3"], "z"), n("Add", ["y", "z"], "out")]
     model = make_model(nodes, {"x": x}, ["out"], {"w1": rand(4, 4, 1, 1, seed=1), "w2": rand(2, 4, 1, 1, seed=2),
                                                   "w3": rand(2, 4, 1, 1, seed=3)})
-    program = lowered(model)
-    plan_program(program, reorder=False)
+    program = plan_program(lowered(model), reorder=False).program
     # t is still read by the second Conv after the Sigmoid*Mul kernel: u must not overwrite it.
     assert [k.op for k in program.kernels] == ["Conv", "Sigmoid+Mul", "Conv", "Conv+Add"]
-    assert program.in_place == []
+    assert program.in_place == ()
     assert_matches_onnxruntime(model, {"x": x})
 
 
@@ -99,8 +100,7 @@ def test_graph_inputs_and_broadcast_inputs_are_not_overwritten() -> None:
              n("Sigmoid", ["xr"], "y2")]
     model = make_model(nodes, {"x": x}, ["y", "y2"], {"w1": rand(4, 4, 1, 1, seed=1),
                                                         "w2": rand(2, 4, 1, 1, seed=2)})
-    program = lowered(model)
-    plan_program(program, reorder=False)
+    program = plan_program(lowered(model), reorder=False).program
     names = {program.bindings[k][i].name for k, _, i in program.in_place}
     assert "m" not in names and "x" not in names and names <= {"t"}
     assert_matches_onnxruntime(model, {"x": x})

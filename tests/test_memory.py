@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from aot.compiler import load, plan
+from aot.compiler import load
 from aot.lowering.program import lower_graph
 from aot.passes.pipeline import run_passes
+from aot.planner.arena import plan_program
 from tests.helpers import assert_matches_onnxruntime, make_model, rand
 
 
@@ -91,5 +92,5 @@ def test_arena_reaches_the_lower_bound_on_the_example() -> None:
 
     graph, _ = load(Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx")
     run_passes(graph)
-    memory = plan(lower_graph(graph))
+    memory = plan_program(lower_graph(graph)).memory
     assert memory.arena_bytes == memory.lower_bound_bytes < memory.unshared_bytes

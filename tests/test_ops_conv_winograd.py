@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-import aot.compiler
+import aot.pipeline
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
 from aot.lowering.tiles import TileConfig
@@ -78,7 +78,7 @@ CASES = {
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_winograd_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch, shape: str, case: str) -> None:
-    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
     model, feeds = CASES[case]()
     source = compile_model(model).files["test_graph.c"].decode()
     assert "Conv/winograd" in source, "expected this convolution to run as Winograd"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import aot.compiler
+import aot.pipeline
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 from aot.targets import load_target
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
@@ -30,9 +30,9 @@ def test_tile_shapes_follow_the_registers() -> None:
     assert wide.rows_for(32, 64) == 11 and wide.rows_for(16, 64) == 16 and wide.rows_for(32, 5) == 5
     assert wide.rows_for(32, 16) == 8 and TileConfig(8, 12).rows_for(16, 16) == 6 and wide.rows_for(32, 12) == 12
     # Presets carry their register files; the compiler takes the narrowest of several targets.
-    assert aot.compiler._tiles([load_target("x86_64-v4")]) == TileConfig(16, 24)
-    assert aot.compiler._tiles([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12)
-    assert aot.compiler._tiles([]) == DEFAULT_TILES
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4")]) == TileConfig(16, 24)
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12)
+    assert aot.pipeline.tiles_for([]) == DEFAULT_TILES
 
 
 def _conv(shape: tuple[int, ...], out_channels: int, group: int = 1, kernel: tuple[int, int] = (3, 3),
@@ -82,7 +82,7 @@ CASES = {
 def test_conv_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: str, case: str) -> None:
     """The direct convolutions' tile modes (the 3x3 cases would otherwise go through Winograd,
     which tests/test_ops_conv_winograd.py checks through the same shapes)."""
-    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
     model, inputs = CASES[case]()
     assert_matches_onnxruntime(model, inputs, conv_algorithm="direct")
 
@@ -90,7 +90,7 @@ def test_conv_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: st
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_channel_tiles_with_residual_epilogue(monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
     """A 1x1 conv on a 3x3 image whose epilogue adds a same-shape residual and clips."""
-    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
     x, r = rand(1, 20, 3, 3), rand(1, 48, 3, 3, seed=5)
     w, b = rand(48, 20, 1, 1, seed=1), rand(48, seed=2)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Add", ["c", "r"], ["s"]),
@@ -104,7 +104,7 @@ def test_channel_tiles_with_residual_epilogue(monkeypatch: pytest.MonkeyPatch, s
 @pytest.mark.parametrize("m,k,n", [(1, 37, 50), (7, 19, 33), (16, 64, 40)])
 def test_gemm_and_matmul_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: str, m: int, k: int,
                                                  n: int) -> None:
-    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
     a, w, c = rand(m, k), rand(n, k, seed=1), rand(n, seed=2)
     gemm = make_model([helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=1, alpha=0.5)], {"a": a}, ["y"],
                       initializers={"w": w, "c": c})
@@ -131,7 +131,7 @@ def test_max_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs: di
     """MaxPool in vectors, window rows then window columns (-inf padding). A NaN propagates to
     every window holding it, as a +inf would (onnxruntime's result for NaN depends on where in the
     window it sits, so the reference is computed with +inf in its place)."""
-    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
     attrs = dict(attrs)
     x = rand(1, 3, *attrs.pop("size", (19, 37)))
     model = make_model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], {"x": x}, ["y"])
@@ -159,7 +159,7 @@ def test_average_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs
     """AveragePool in the same two vector passes as MaxPool (sums, zero padding), each output
     divided by its window's count: the counted rows times the counted columns, with and without
     count_include_pad, ceil_mode windows passing even the padding."""
-    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
     attrs = dict(attrs)
     x = rand(1, 3, *attrs.pop("size", (19, 37)))
     model = make_model([helper.make_node("AveragePool", ["x"], ["y"], **attrs)], {"x": x}, ["y"], opset=19)
@@ -171,7 +171,7 @@ def test_flat_depthwise_keeps_inf_out_of_the_padding(monkeypatch: pytest.MonkeyP
     """The flat depthwise conv reads across row ends into cells its shifted copies zero: an
     infinity in the first or last column must reach only the outputs whose window holds it
     (multiplying by a 0/1 mask instead would turn inf * 0 into NaN in the next row)."""
-    monkeypatch.setattr(aot.compiler, "_tiles", lambda presets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
     model, inputs = _conv((1, 4, 6, 5), 4, group=4, pads=[1, 1, 1, 1])
     x = inputs["x"].copy()
     x[0, :, 2, 4] = np.inf

@@ -11,7 +11,7 @@ from aot.compiler import load
 from aot.lowering.program import lower_graph
 from aot.passes.pipeline import run_passes
 from aot.planner.arena import plan_program
-from aot.planner.schedule import choose_order, dependencies, schedule
+from aot.planner.schedule import choose_order, dependencies
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, selected_backend
 
 
@@ -40,26 +40,33 @@ def two_branches():  # noqa: ANN201
 
 def test_scheduler_finishes_a_branch_before_starting_the_next() -> None:
     model, feeds = two_branches()
-    program = lowered(model)
-    original = plan_program(lowered(model), reorder=False)
-    scheduled = plan_program(program)
+    lowered_program = lowered(model)
+    original = plan_program(lowered(model), reorder=False).memory
+    planned = plan_program(lowered_program)
+    program, scheduled = planned.program, planned.memory
     assert scheduled.lower_bound_bytes < original.lower_bound_bytes
     assert scheduled.arena_bytes < original.arena_bytes
     sources = [k.sources[0] for k in program.kernels]
     for branch in "abc":  # each widening conv is directly followed by its narrowing one
         assert sources.index(f"conv_{branch}2") == sources.index(f"conv_{branch}1") + 1, sources
     assert [k.name for k in program.kernels] == [f"k{i}" for i in range(len(program.kernels))]
+    # The lowered program keeps its kernels, their order and their names.
+    assert [k.sources for k in lowered_program.kernels] != [k.sources for k in program.kernels]
+    assert [k.name for k in lowered_program.kernels] == [f"k{i}" for i in range(len(program.kernels))]
     assert_matches_onnxruntime(model, feeds)
 
 
-def test_schedule_is_deterministic_and_idempotent() -> None:
+def test_schedule_is_deterministic_and_leaves_the_program_alone() -> None:
     model, _ = two_branches()
-    first, second = lowered(model), lowered(model)
-    strategy = schedule(first, 64)
-    assert strategy == schedule(second, 64) != "original"
-    order = [k.sources for k in first.kernels]
-    assert order == [k.sources for k in second.kernels]
-    assert schedule(first, 64) == strategy and [k.sources for k in first.kernels] == order  # once only
+    program = lowered(model)
+    before = [(k.name, k.sources) for k in program.kernels]
+    first, second = plan_program(program), plan_program(lowered(model))
+    assert first.schedule == second.schedule != "original"
+    assert [k.sources for k in first.kernels] == [k.sources for k in second.kernels]
+    assert [(k.name, k.sources) for k in program.kernels] == before and program.in_place == ()
+    again = plan_program(program)  # planning the same program again gives the same plan
+    assert again.schedule == first.schedule and [k.sources for k in again.kernels] == [k.sources for k in first.kernels]
+    assert again.memory == first.memory
 
 
 def test_linear_model_keeps_its_order() -> None:
@@ -92,6 +99,7 @@ REORDERABLE_SEEDS = [2, 4, 5, 10, 13, 14, 20, 21, 28, 35, 37, 50, 57]
 def test_any_order_the_dependencies_allow_computes_the_same(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Forces the order furthest from the lowering's (the latest ready kernel first) whatever its
     peak, so the dependency analysis is checked against onnxruntime on many shapes of graph."""
+    import aot.planner.arena as arena
     import aot.planner.schedule as scheduling
     from tests.fuzz_graphs import check, random_model
 
@@ -103,6 +111,6 @@ def test_any_order_the_dependencies_allow_computes_the_same(seed: int, monkeypat
     run_passes(graph)
     program = lower_graph(graph)
     assert latest_first(program, 64)[0] != list(range(len(program.kernels)))
-    monkeypatch.setattr(scheduling, "choose_order", latest_first)
+    monkeypatch.setattr(arena, "choose_order", latest_first)
     problem = check(seed, backend=selected_backend())
     assert problem is None, problem

@@ -56,7 +56,7 @@ class Epilogue:
 
 
 class LoweringContext:
-    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = True,
+    def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = False,
                  conv_algorithm: str = "auto") -> None:
         self.graph = graph
         # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv_winograd.py);
@@ -69,6 +69,9 @@ class LoweringContext:
         self._alias: dict[int, tuple[Tensor, int]] = {}  # id(view) -> (tensor it lives in, element offset)
         self.kernel_offsets: list[list[int]] = []  # element offset into the root, per kernel param
         self._new_constants = 0
+        # Names of the tensors lowerings make (scratch, views, folded constants): they stay out of
+        # the graph, so one graph can be lowered again (for other register tiles) unchanged.
+        self._new_names: set[str] = set()
         self.fusion = FusionPlan()
 
     # -- storage sharing -------------------------------------------------------------------
@@ -138,7 +141,21 @@ class LoweringContext:
         data = np.require(data, requirements="C")  # keeps 0-d scalars 0-d, unlike ascontiguousarray
         self._new_constants += 1
         name = f"{hint}__aot{self._new_constants}"
-        while name in self.graph.tensors:
+        while self._name_taken(name):
             self._new_constants += 1
             name = f"{hint}__aot{self._new_constants}"
-        return self.graph.add_tensor(Tensor(name, data.dtype, tuple(data.shape), data=data))
+        self._new_names.add(name)
+        return Tensor(name, data.dtype, tuple(data.shape), data=data)
+
+    def new_tensor(self, hint: str, dtype: np.dtype, shape: Sequence[int]) -> Tensor:
+        """A new tensor without data (scratch or a view) named `hint`, or `hint_1`, `hint_2`, ...
+        when that name is taken (names must be unique: the planner keys on them)."""
+        name, n = hint, 1
+        while self._name_taken(name):
+            name = f"{hint}_{n}"
+            n += 1
+        self._new_names.add(name)
+        return Tensor(name, np.dtype(dtype), tuple(int(d) for d in shape))
+
+    def _name_taken(self, name: str) -> bool:
+        return name in self.graph.tensors or name in self._new_names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from aot.errors import NodeError
@@ -19,15 +20,19 @@ INPUT, OUTPUT, ARENA, WEIGHT = "input", "output", "arena", "weight"
 
 @dataclass(frozen=True)
 class Storage:
-    """Where a storage-root tensor lives: an input/output pointer, the arena, or the weights."""
+    """Where a storage-root tensor lives: an input/output pointer, the arena, or the weights (the
+    arena offsets are the planner's: aot/planner/arena.py)."""
 
     kind: str
     index: int = 0  # input/output position, or weight number
-    offset: int = 0  # arena byte offset (set by the planner)
 
 
 @dataclass
 class Program:
+    """Kernels and the storage of every tensor they bind. The lowering gives them in ONNX node
+    order with no in-place pairs; the planner (aot/planner/arena.py) returns a new Program with the
+    kernels in the order they run and the pairs it chose, leaving the lowered one as it was."""
+
     graph: Graph
     kernels: list[Kernel]
     bindings: list[list[Tensor]]  # storage-root tensor for each kernel param
@@ -37,12 +42,7 @@ class Program:
     arena_tensors: list[Tensor] = field(default_factory=list)
     # (kernel, output param, input param): the output is written over the input, which dies
     # there (decided by aot/planner/in_place.py once the kernel order is final).
-    in_place: list[tuple[int, int, int]] = field(default_factory=list)
-    schedule: str = ""  # how aot/planner/schedule.py chose the kernel order ("" = not yet)
-    # in_place by kernel, and the (list, length) it was built from: looking the pairs up by a scan
-    # of in_place for every kernel was quadratic in the kernels.
-    _in_place_index: tuple[tuple[int, int], dict[int, list[tuple[int, int]]]] = field(
-        default=((0, 0), {}), repr=False, compare=False)
+    in_place: tuple[tuple[int, int, int], ...] = ()
 
     def reordered(self, order: list[int]) -> Program:
         """The same kernels run in `order` (a permutation of kernel indices)."""
@@ -68,19 +68,22 @@ class Program:
 
     def _in_place_of(self, kernel_index: int) -> list[tuple[int, int]]:
         """The (output param, input param) pairs of one kernel in self.in_place."""
-        built_from = (id(self.in_place), len(self.in_place))
-        if self._in_place_index[0] != built_from:
-            index: dict[int, list[tuple[int, int]]] = {}
-            for k, out_param, in_param in self.in_place:
-                index.setdefault(k, []).append((out_param, in_param))
-            self._in_place_index = (built_from, index)
-        return self._in_place_index[1].get(kernel_index, [])
+        return self._in_place_by_kernel.get(kernel_index, [])
+
+    @functools.cached_property
+    def _in_place_by_kernel(self) -> dict[int, list[tuple[int, int]]]:
+        # Built once: looking the pairs up by a scan of in_place for every kernel was quadratic.
+        index: dict[int, list[tuple[int, int]]] = {}
+        for k, out_param, in_param in self.in_place:
+            index.setdefault(k, []).append((out_param, in_param))
+        return index
 
 
 def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES,
-                parallel: bool = True, conv_algorithm: str = "auto") -> Program:
+                parallel: bool = False, conv_algorithm: str = "auto") -> Program:
     """`parallel`: lowerings may mark loops that pay for splitting over threads (aot/lowering/
-    parallel.py); False for targets without threads, whose kernels then have none."""
+    parallel.py); False (the default, as `aot compile` without --parallel) for packages without
+    threads, whose kernels then have none. aot/pipeline.py chooses these from the options."""
     ctx = LoweringContext(graph, tiles, parallel, conv_algorithm)
     ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
     if fuse:

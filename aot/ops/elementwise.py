@@ -278,9 +278,7 @@ def _prelu(node: Node, ctx: LoweringContext) -> Form:
     if slope.rank == 1 and x.rank > 2 and slope.size == x.shape[1] and not _broadcasts(slope.shape, x.shape):
         # PRelu before opset 7 (kept by exporters that upgrade the opset number only) gives one
         # slope per channel (axis 1), which numpy broadcasting would align with the last axis.
-        per_channel = Tensor(ctx.graph.unique_name(f"{slope.name}__per_channel"), slope.dtype,
-                             (slope.size,) + (1,) * (x.rank - 2))
-        ctx.graph.add_tensor(per_channel)
+        per_channel = ctx.new_tensor(f"{slope.name}__per_channel", slope.dtype, (slope.size,) + (1,) * (x.rank - 2))
         ctx.alias(per_channel, slope)
         slope = per_channel
     return Form([x, slope], lambda v: select(lt(v[0], const(0, v[0].dtype)), v[0] * v[1], v[0]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.graph import Node, Tensor
+from aot.ir.graph import Node
 from aot.kernel.ir import Expr, const, unary
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
@@ -37,7 +37,7 @@ def batchnorm_form(node: Node, ctx: LoweringContext) -> Form:
     reshaped = []
     for p in params:
         if p.shape != per_channel:
-            view = ctx.graph.add_tensor(Tensor(ctx.graph.unique_name(f"{p.name}__bn"), p.dtype, per_channel))
+            view = ctx.new_tensor(f"{p.name}__bn", p.dtype, per_channel)
             ctx.alias(view, p)
             reshaped.append(view)
         else:

@@ -21,8 +21,7 @@ from aot.lowering.context import LoweringContext
 def scratch_tensor(ctx: LoweringContext, node: Node, shape: Sequence[int], dtype: np.dtype | str,
                    hint: str) -> Tensor:
     """A fresh arena tensor named after `node` (names must be unique: the planner keys on them)."""
-    name = ctx.graph.unique_name(f"{node.name}__{hint}")
-    return ctx.graph.add_tensor(Tensor(name, np.dtype(dtype), tuple(int(d) for d in shape)))
+    return ctx.new_tensor(f"{node.name}__{hint}", np.dtype(dtype), shape)
 
 
 def fill_phase_border(kb: KernelBuilder, store: Callable[[Expr, Expr, Expr], Stmt], shape: tuple[int, int, int],

@@ -20,6 +20,7 @@ from aot.kernel.parallel import Segment, has_parallel, segments, serial_copy
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.package.blob import FileData, WeightsBlob
 from aot.package.isa_check import vector_isa_check, widest_vector
+from aot.planner.arena import PlannedProgram
 from aot.planner.memory import MemoryPlan, align_up
 from aot.resources import resource_dir
 from aot.targets import Target
@@ -212,19 +213,21 @@ def _model_code(printer: KernelPrinter, program: Program, plan: MemoryPlan, name
     return kernels, calls, tasks
 
 
-def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
+def render_c_sources(planned: PlannedProgram, name: str, source: str,
                      llvm_targets: Sequence[Mapping[str, Any]] = (),
                      target: Target | None = None, weights_format: str = "auto", threads: bool = True,
                      ) -> tuple[dict[str, FileData], dict]:
     """The package's C and build files, plus the I/O descriptors and weight sizes for the manifest.
 
     `llvm_targets` describes the LLVM objects the package carries, so that the build files can
-    use them instead of <name>.c (see aot/compiler.py `_build_entry`). `weights_format` (see
+    use them instead of <name>.c (see aot/compiler.py `_build_entry`); `target`: the one target
+    the package is for, if it is for one. `weights_format` (see
     WEIGHTS_FORMATS) chooses between <name>_weights.c and <name>_weights.S + <name>_weights.bin;
     either defines the same <name>_weights object, so the rest of the package is the same.
     `threads`: the build files compile runtime/aot_threads.c (the pthread pool) into the library
     and the runner (Linux targets; not for bare metal).
     """
+    program, plan = planned.program, planned.memory
     env = _environment()
     inputs, outputs = _io_descriptors(program, name)
     slot_list, weights_struct_bytes = layout_weights(program.weights)

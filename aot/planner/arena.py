@@ -14,32 +14,51 @@ the input dies and the output is born.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from aot.kernel.ir import Kernel
 from aot.lowering.program import Program
 from aot.planner.in_place import InPlace, find_in_place, in_place_candidates
 from aot.planner.intervals import Span, find_live_overlap
 from aot.planner.liveness import arena_intervals, buffer_intervals
 from aot.planner.memory import Interval, MemoryPlan, align_up, plan_memory
-from aot.planner.schedule import schedule
+from aot.planner.schedule import choose_order, in_run_order
 
 
-def plan_program(program: Program, alignment: int = 64, reorder: bool = True, in_place: bool = True) -> MemoryPlan:
-    """Offsets for every arena tensor of `program` (keyed by tensor name). Reorders the program's
-    kernels (unless `reorder` is false) and records its in-place pairs in `program.in_place`."""
+@dataclass(frozen=True)
+class PlannedProgram:
+    """What the planner decided for a lowered program, as a value: the program with its kernels
+    in the order they run and the in-place pairs for that order (a new Program: the lowered one
+    is not changed), every arena tensor's offset, and how the order was chosen. The printers
+    (aot/package/c_sources.py, aot/backends/llvm/) take this, so they cannot see an unplanned
+    program."""
+
+    program: Program
+    memory: MemoryPlan
+    schedule: str  # the strategy of aot/planner/schedule.py that gave the order ("original": the lowering's)
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return self.program.kernels
+
+
+def plan_program(program: Program, alignment: int = 64, reorder: bool = True, in_place: bool = True) -> PlannedProgram:
+    """The plan of `program`'s arena (offsets keyed by tensor name), with the kernel order for the
+    smallest peak (unless `reorder` is false) and the in-place pairs (unless `in_place` is false)."""
     candidates = {id(k): in_place_candidates(k) if in_place else [] for k in program.kernels}
-    if reorder:
-        schedule(program, alignment, candidates)
-    pairs = find_in_place(program, candidates)
-    program.in_place = [(p.kernel, p.out_param, p.in_param) for p in pairs]
-    tensors = arena_intervals(program)
+    order, strategy = choose_order(program, alignment, candidates) if reorder else (list(range(len(program.kernels))),
+                                                                                    "original")
+    ordered = program.reordered(order)
+    pairs = find_in_place(ordered, candidates)
+    tensors = arena_intervals(ordered)
     buffers, joined = buffer_intervals(tensors, pairs)
     plan = plan_memory(buffers, alignment)
     offsets = {t.key: plan.offsets[joined.get(t.key, t.key)] for t in tensors}
     verify_sharing(tensors, offsets, pairs, alignment)
     # "Unshared" stays the arena with no sharing at all, each tensor on its own.
     unshared = sum(align_up(max(t.size, 1), alignment) for t in tensors)
-    return replace(plan, offsets=offsets, unshared_bytes=unshared)
+    run = in_run_order(program, order, [(p.kernel, p.out_param, p.in_param) for p in pairs])
+    return PlannedProgram(run, replace(plan, offsets=offsets, unshared_bytes=unshared), strategy)
 
 
 def verify_sharing(tensors: Sequence[Interval], offsets: dict[str, int], pairs: Sequence[InPlace],

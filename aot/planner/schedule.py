@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from aot.lowering.program import ARENA, INPUT, WEIGHT, Program
 from aot.planner.in_place import find_in_place
@@ -214,19 +215,12 @@ def choose_order(program: Program, alignment: int,
     return best[1], best[2]
 
 
-def schedule(program: Program, alignment: int,
-             candidates: Mapping[int, Sequence[tuple[int, int]]] | None = None) -> str:
-    """Reorder `program`'s kernels in place (see choose_order); returns the strategy used. Kernels
-    are renamed k0, k1, ... in their new order so generated code reads in execution order. A
-    program is scheduled once: later calls leave it as it is."""
-    if program.schedule:
-        return program.schedule
-    order, strategy = choose_order(program, alignment, candidates)
-    if strategy != "original":
-        program.kernels[:] = [program.kernels[i] for i in order]
-        program.bindings[:] = [program.bindings[i] for i in order]
-        program.offsets[:] = [program.offsets[i] for i in order]
-        for i, kernel in enumerate(program.kernels):
-            kernel.name = f"k{i}"
-    program.schedule = strategy
-    return strategy
+def in_run_order(program: Program, order: list[int], in_place: Sequence[tuple[int, int, int]] = ()) -> Program:
+    """A new Program running `program`'s kernels in `order`, with the in-place pairs chosen for
+    that order; `program` keeps its kernels and their names. When the order is not the
+    lowering's, the kernels are copies renamed k0, k1, ... so generated code reads in execution
+    order."""
+    ordered = program.reordered(order)
+    if order != list(range(len(order))):
+        ordered.kernels = [replace(kernel, name=f"k{i}") for i, kernel in enumerate(ordered.kernels)]
+    return replace(ordered, in_place=tuple(in_place))

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from aot.backends.llvm.module import build_model_module
-from aot.backends.llvm.target import LlvmTarget, emit_object, get_target, host_target, runs_on_host
+from aot.backends.llvm.target import LlvmTarget, emit_object, from_preset, get_target, host_target, runs_on_host
 from aot.errors import AotError
-from aot.lowering.program import Program
-from aot.planner.memory import MemoryPlan
+from aot.planner.arena import PlannedProgram
 from aot.target_fields import TRIPLE
+from aot.targets import Target
 
 _BUILD_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
@@ -29,16 +29,16 @@ def object_name(model: str, spec: LlvmTarget) -> str:
     return f"{model}.{spec.triple}.o"
 
 
-def resolve_targets(names: str | Sequence[str] | None) -> list[LlvmTarget]:
-    """The targets (preset names or .toml paths) to build objects for: the host's by default.
+def llvm_targets(targets: Sequence[Target]) -> list[LlvmTarget]:
+    """The targets to build objects for, as the LLVM backend sees them (aot/backends/llvm/
+    target.py): the host's when the package is for any target (an object is for one machine).
     Objects are named by triple, so two targets sharing one (x86_64 and x86_64-v3, rpi3 and
     rpi-zero2) cannot go into the same package."""
-    if names is None or (not isinstance(names, str) and len(names) == 0):
+    if not targets:
         return [host_target()]
-    specs = [get_target(n) for n in ([names] if isinstance(names, str) else names)]
     seen: dict[str, str] = {}
     unique = []
-    for spec in specs:
+    for spec in map(from_preset, targets):
         if not _BUILD_NAME.fullmatch(spec.name):
             # The name becomes part of make and CMake variable names in the package.
             raise AotError(f"--target {spec.name!r}: target names may only use letters, digits and _ . + -")
@@ -52,15 +52,15 @@ def resolve_targets(names: str | Sequence[str] | None) -> list[LlvmTarget]:
     return unique
 
 
-def compile_objects(program: Program, plan: MemoryPlan, name: str, inputs: Sequence[dict[str, Any]],
+def compile_objects(planned: PlannedProgram, name: str, inputs: Sequence[dict[str, Any]],
                     outputs: Sequence[dict[str, Any]], specs: Sequence[LlvmTarget]) -> dict[str, bytes]:
     """`<name>.<triple>.o` for each target."""
     objects = {}
     for spec in specs:
-        text, hidden = build_model_module(program, plan, name, inputs, outputs, spec)
+        text, hidden = build_model_module(planned.program, planned.memory, name, inputs, outputs, spec)
         objects[object_name(name, spec)] = emit_object(text, spec, hidden)
     return objects
 
 
-__all__ = ["LlvmTarget", "compile_objects", "get_target", "host_target", "object_name", "resolve_targets",
+__all__ = ["LlvmTarget", "compile_objects", "get_target", "host_target", "llvm_targets", "object_name",
            "runs_on_host"]

@@ -1,0 +1,84 @@
+"""From a graph to a planned program: the one path `aot compile`, `aot inspect` (and its footprint
+per target) and `aot report` all take, so they show the same plan for the same options.
+
+    graph (after aot/passes) --lower--> Program (kernels in ONNX order) --plan--> PlannedProgram
+
+Lowering leaves the graph as it is, so one graph can be lowered for several targets' register
+tiles; planning returns its result and leaves the lowered Program as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aot.errors import AotError
+from aot.ir.graph import Graph
+from aot.lowering.program import Program, lower_graph
+from aot.lowering.tiles import DEFAULT_TILES, TileConfig
+from aot.planner.arena import PlannedProgram, plan_program
+from aot.progress import SILENT, Progress
+from aot.targets import Target
+
+CONV_ALGORITHMS = ("auto", "direct")
+DEFAULT_ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """What lowering and planning depend on. `targets`: the targets the package is for (none: any
+    target); they decide the register tiles, the arena alignment and whether there are threads.
+    The defaults are those of `aot compile` without options."""
+
+    targets: tuple[Target, ...] = ()
+    # Parallel loops only when asked for (each split kernel is also kept whole for runs without
+    # threads, so the code grows; per-slot scratch grows the arena).
+    parallel: bool = False
+    conv_algorithm: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.conv_algorithm not in CONV_ALGORITHMS:
+            raise AotError(f"--conv-algorithm {self.conv_algorithm!r}: use {' or '.join(CONV_ALGORITHMS)}")
+
+    @property
+    def tiles(self) -> TileConfig:
+        return tiles_for(self.targets)
+
+    @property
+    def alignment(self) -> int:
+        """The strictest arena alignment any of the targets asks for (64 bytes by default)."""
+        return max((t.alignment for t in self.targets), default=DEFAULT_ALIGNMENT)
+
+    @property
+    def threads(self) -> bool:
+        """Whether kernels get parallel loops: when asked for, and never for bare-metal targets
+        (no threads)."""
+        return self.parallel and not any(t.bare_metal for t in self.targets)
+
+
+def tiles_for(targets: tuple[Target, ...] | list[Target]) -> TileConfig:
+    """Register tiles for the targets' vector registers: the narrowest of them when a package is
+    built for several (one C source serves them all); AVX2-sized for a package for any target."""
+    if not targets:
+        return DEFAULT_TILES
+    return TileConfig.for_registers(min(t.vector_bits for t in targets), min(t.vector_registers for t in targets))
+
+
+def lower(graph: Graph, options: PipelineOptions) -> Program:
+    """`graph`'s kernels for the options' tiles, threads and convolution algorithm."""
+    return lower_graph(graph, tiles=options.tiles, parallel=options.threads, conv_algorithm=options.conv_algorithm)
+
+
+def plan(program: Program, options: PipelineOptions) -> PlannedProgram:
+    """The kernel order, in-place pairs and arena offsets of `program` for the options' alignment."""
+    return plan_program(program, options.alignment)
+
+
+def lower_and_plan(graph: Graph, options: PipelineOptions | None = None,
+                   progress: Progress | None = None) -> PlannedProgram:
+    """`graph` (after the graph passes, aot/passes/pipeline.py) lowered and planned."""
+    options = options or PipelineOptions()
+    progress = progress or SILENT
+    progress.start("lowering to kernels")
+    program = lower(graph, options)
+    progress.start("memory planning")
+    return plan(program, options)
