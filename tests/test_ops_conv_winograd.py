@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) convolutions (aot/ops/conv_winograd.py): the transforms, which
+"""Winograd F(2x2, 3x3) convolutions (aot/ops/conv/winograd.py): the transforms, which
 convolutions take it, and its results against onnxruntime through every vector register shape,
 every way its tiles are cut (partial last tile row and column, runs of whole tile rows, rows in
 pieces, several blocks of tile rows), padding, fused epilogues and batches."""
@@ -13,7 +13,7 @@ import aot.compiler
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
 from aot.lowering.tiles import TileConfig
-from aot.ops.conv_winograd import F2X2_3X3
+from aot.ops.conv.winograd import F2X2_3X3
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 SHAPES = {"sse-neon": TileConfig(4, 12), "avx2": TileConfig(8, 12), "avx512": TileConfig(16, 24)}

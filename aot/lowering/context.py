@@ -59,7 +59,7 @@ class LoweringContext:
     def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = True,
                  conv_algorithm: str = "auto") -> None:
         self.graph = graph
-        # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv_winograd.py);
+        # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv/winograd.py);
         # "direct": every convolution sums its taps directly.
         self.conv_algorithm = conv_algorithm
         self.tiles = tiles  # register-tile shape for the target's vector registers

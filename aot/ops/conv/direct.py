@@ -1,6 +1,6 @@
 """Conv: N-d direct convolution with groups (incl. depthwise), strides, dilations and padding.
 
-1-D and 2-D convolutions use the vectorisable row kernels of aot/ops/conv_rows.py; the loop nest
+1-D and 2-D convolutions use the vectorisable row kernels of aot/ops/conv/rows.py; the loop nest
 below (reduction innermost, a bounds check per tap) remains for 3-D and higher convolutions.
 """
 
@@ -10,8 +10,8 @@ from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, Assign, Const, Declare, Expr, If, Stmt, const, ge, logical_and, lt
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import conv_operands, fail, spatial_padding, window_output_size, window_steps
-from aot.ops.conv_rows import lower_conv_rows
-from aot.ops.conv_winograd import lower_conv_winograd, winograd_fits
+from aot.ops.conv.rows import lower_conv_rows
+from aot.ops.conv.winograd import lower_conv_winograd, winograd_fits
 from aot.ops.registry import register
 
 

@@ -1,4 +1,4 @@
-"""1-D and 2-D Conv as vectorisable row updates (see aot/ops/conv_kernels.py for the scheme).
+"""1-D and 2-D Conv as vectorisable row updates (see aot/ops/contraction/row_updates.py for the scheme).
 
 Two shapes of loop nest:
 
@@ -25,7 +25,7 @@ from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import mark_outer, pays
 from aot.ops.attrs import required_input
-from aot.ops.conv_kernels import (
+from aot.ops.contraction.row_updates import (
     WEIGHT_REGISTERS,
     Step,
     blocks,
@@ -35,7 +35,7 @@ from aot.ops.conv_kernels import (
     update_rows,
     valid_range,
 )
-from aot.ops.conv_tiled import (
+from aot.ops.conv.tiled import (
     TiledConv,
     channel_tiles_pay,
     flat_depthwise_fits,
@@ -156,7 +156,7 @@ def _padded_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
                  pad_begin: list[int], pad_end: list[int], rows_first: bool) -> tuple[list[Stmt], View, int, int]:
     """Statements copying X into a new scratch tensor with zero borders, at the start of the
     convolution's own kernel (one kernel per node, and the scratch lives only while it runs),
-    row-interleaved when `rows_first` (aot/ops/conv_tiled.py interleave_rows); the scratch,
+    row-interleaved when `rows_first` (aot/ops/conv/tiled.py interleave_rows); the scratch,
     viewed as [n][c][row][column], which the convolution then reads, and its 2-D size."""
     batch, channels = x.shape[0], x.shape[1]
     in_h, in_w = in_hw

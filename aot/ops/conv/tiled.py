@@ -1,4 +1,4 @@
-"""Conv as register tiles (aot/ops/register_tiles.py): the fast path for every 1-D/2-D
+"""Conv as register tiles (aot/ops/contraction/register_tiles.py): the fast path for every 1-D/2-D
 convolution whose groups have several output channels.
 
 Each tile is a block of output channels (rows) by a run of output pixels (columns) of one output
@@ -22,9 +22,9 @@ from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, bi
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, parallel_blocks, pays, slot_blocks
-from aot.ops.conv_kernels import blocks, valid_range
+from aot.ops.contraction.row_updates import blocks, valid_range
 from aot.ops.gemm import pack_column_panels
-from aot.ops.register_tiles import Reduction, TileConfig, register_tile, vector_starts
+from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile, vector_starts
 from aot.ops.scratch import fill_phase_border, scratch_tensor
 
 

@@ -11,7 +11,7 @@ over input channels:
 The sum over c, for each of the (m + 2)^2 transform positions `xi`, is a matrix product
 U[xi] (OC x C, the transformed weights, made at compile time) times V[xi] (C x tiles, the
 transformed input), done by the same register tiles as every other conv (aot/ops/
-register_tiles.py). F(2x2, 3x3) spends 16 multiply-adds per 4 outputs instead of 36: 2.25x
+contraction/register_tiles.py). F(2x2, 3x3) spends 16 multiply-adds per 4 outputs instead of 36: 2.25x
 fewer, for a transform of the input and the output that costs additions only.
 
 Numerics: the transforms reassociate the 9 taps (F(2, 3)'s G has halves: exact in binary), so
@@ -21,7 +21,7 @@ the usual 1e-4. Packages that must match a direct sum bit for bit compile with
 `--conv-algorithm direct`.
 
 Layout of the work, per image:
-  * the input is copied once into a zero-padded, column-phase-split scratch (conv_tiled.
+  * the input is copied once into a zero-padded, column-phase-split scratch (copies.
     strided_copy with stride m), extended to whole tiles: element j of a tile row's patch is
     phase j % m at column tx + j // m, so every patch element of consecutive tiles is one
     contiguous vector load;
@@ -45,9 +45,9 @@ from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, pays, slot_blocks
 from aot.lowering.tiles import TileConfig
-from aot.ops.conv_kernels import blocks
-from aot.ops.conv_tiled import pack_weights, strided_copy
-from aot.ops.register_tiles import Reduction, register_tile
+from aot.ops.contraction.row_updates import blocks
+from aot.ops.conv.tiled import pack_weights, strided_copy
+from aot.ops.contraction.register_tiles import Reduction, register_tile
 from aot.ops.scratch import scratch_tensor
 
 
