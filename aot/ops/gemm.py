@@ -17,8 +17,8 @@ from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, parallel_blocks, pays
 from aot.ops.attrs import fail, required_input
-from aot.ops.contraction.row_updates import blocks, index, matmul_rows
 from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.contraction.row_updates import blocks, index, matmul_rows
 from aot.ops.registry import register
 
 

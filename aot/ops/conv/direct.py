@@ -1,7 +1,6 @@
-"""Conv: N-d direct convolution with groups (incl. depthwise), strides, dilations and padding.
-
-1-D and 2-D convolutions use the vectorisable row kernels of aot/ops/conv/rows.py; the loop nest
-below (reduction innermost, a bounds check per tap) remains for 3-D and higher convolutions.
+"""Conv as a direct loop nest: N-d, with groups (incl. depthwise), strides, dilations and padding,
+the reduction innermost and a bounds check per tap. 1-D and 2-D convolutions have faster
+algorithms (algorithm.py); this one remains for 3-D and higher and for negative padding.
 """
 
 from __future__ import annotations
@@ -9,46 +8,23 @@ from __future__ import annotations
 from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, Assign, Const, Declare, Expr, If, Stmt, const, ge, logical_and, lt
 from aot.lowering.context import LoweringContext
-from aot.ops.attrs import conv_operands, fail, spatial_padding, window_output_size, window_steps
-from aot.ops.conv.rows import lower_conv_rows
-from aot.ops.conv.winograd import lower_conv_winograd, winograd_fits
-from aot.ops.registry import register
+from aot.ops.attrs import required_input
+from aot.ops.conv.geometry import ConvGeometry
 
 
-@register("Conv")
-def lower_conv(node: Node, ctx: LoweringContext) -> None:
-    x, w, bias, y, nd = conv_operands(node, "convolution")
-    batch, in_channels = x.shape[0], x.shape[1]
-    out_channels, group_in = w.shape[0], w.shape[1]
-    kernel = list(node.attr("kernel_shape", w.shape[2:]))
-    if tuple(kernel) != tuple(w.shape[2:]):
-        raise fail(node, f"kernel_shape {kernel} differs from the weight shape {list(w.shape[2:])}")
-    groups = int(node.attr("group", 1))
-    strides, dilations = window_steps(node, x.shape[2:])
-    if groups <= 0 or in_channels != group_in * groups or out_channels % groups:
-        raise fail(node, f"group={groups} does not divide X channels {in_channels} and W {list(w.shape)}")
-    in_spatial = x.shape[2:]
-    pad_begin, pad_end = spatial_padding(node, in_spatial, kernel, strides, dilations)
-    out_spatial = window_output_size(node, in_spatial, kernel, strides, dilations, pad_begin, pad_end)
-    if y.shape != (batch, out_channels, *out_spatial):
-        expected = [batch, out_channels, *out_spatial]
-        raise fail(node, f"output shape {list(y.shape)} differs from the computed {expected}")
-    if bias is not None and bias.shape != (out_channels,):
-        raise fail(node, f"bias shape {list(bias.shape)} should be [{out_channels}]")
-
-    if (nd == 2 and w.is_constant and ctx.conv_algorithm != "direct" and min(pad_begin + pad_end) >= 0
-            and winograd_fits(groups, in_channels, out_channels, kernel, strides, dilations, out_spatial, ctx.tiles,
-                              y.dtype.name)
-            and lower_conv_winograd(node, ctx, x, w, bias, pad_begin, pad_end)):
-        return
-    if nd <= 2 and lower_conv_rows(node, ctx, groups, kernel, strides, dilations, pad_begin, pad_end):
-        return
+def lower_conv_direct(node: Node, ctx: LoweringContext, geometry: ConvGeometry) -> None:
+    """Emit the Conv `node` (validated) as the loop nest over every output and tap."""
+    x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
+    batch, groups, out_channels = geometry.batch, geometry.groups, geometry.out_channels
+    group_in, kernel, in_spatial = geometry.group_in, list(geometry.kernel), geometry.in_spatial
+    strides, dilations = geometry.strides, geometry.dilations
+    pad_begin, pad_end, out_spatial = geometry.pad_begin, geometry.pad_end, geometry.out_spatial
     kb = ctx.builder(node)
     final, epilogue = ctx.epilogue(node, kb)
     xv, wv, yv = kb.input(x), kb.input(w), kb.output(final)
     bv = kb.input(bias) if bias is not None else None
     out_per_group = out_channels // groups
-    dt = y.dtype.name
+    dt = final.dtype.name
 
     def body(idx: list[Expr]) -> list[Stmt]:
         n, g, m, *o = idx

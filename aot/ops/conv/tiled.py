@@ -4,8 +4,9 @@ convolution whose groups have several output channels.
 Each tile is a block of output channels (rows) by a run of output pixels (columns) of one output
 row, accumulated over (input channel, kernel row, kernel column) with the kernel columns written
 out. A 1x1, stride-1 convolution is a matrix product over the flattened image, so its pixel runs
-cross output rows. Padding has been turned into a zero-bordered copy of the input by the caller,
-so every tap of every tile reads inside the image and no load is guarded.
+cross output rows. Padding has been turned into a zero-bordered copy of the input (copies.py), so
+every tap of every tile reads inside the image and no load is guarded. Which of the modes runs
+(channels, flat, pointwise, grid, rows) is decided by algorithm.tile_mode.
 
 The weights are repacked at compile time, block by block of output channels, so that the tile's
 broadcasts walk memory contiguously: block b (rows oc0 .. oc0 + r) is stored as [K][r] at offset
@@ -15,197 +16,77 @@ package (same size).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, binary, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
-from aot.lowering.parallel import SCRATCH_SLOTS, parallel_blocks, pays, slot_blocks
-from aot.ops.contraction.row_updates import blocks, valid_range
+from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, parallel_blocks, pays, slot_blocks
+from aot.ops.attrs import required_input
+from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.contraction.row_updates import blocks
+from aot.ops.conv.algorithm import ConvAlgorithm, TileMode, im2col_spec, interleave_rows
+from aot.ops.conv.copies import im2col, padded_copy, strided_copy
+from aot.ops.conv.geometry import ConvGeometry, ConvSpec
+from aot.ops.conv.packing import pack_weights
 from aot.ops.gemm import pack_column_panels
-from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile, vector_starts
-from aot.ops.scratch import fill_phase_border, scratch_tensor
+from aot.ops.scratch import scratch_tensor
 
 
-def pack_weights(w: np.ndarray, groups: int, rows: int) -> np.ndarray:
-    """[OC, group_in, kh, kw] -> per group, per block of `rows` output channels, [K][rows]."""
-    out_channels = w.shape[0]
-    per_group = out_channels // groups
-    flat = w.reshape(groups, per_group, -1)
-    parts = []
-    for g in range(groups):
-        for oc0 in range(0, per_group, rows):
-            parts.append(np.ascontiguousarray(flat[g, oc0:oc0 + rows].T).reshape(-1))
-    return np.concatenate(parts).astype(w.dtype, copy=False)
+def lower_conv_tiled(node: Node, ctx: LoweringContext, planar: ConvGeometry, algorithm: ConvAlgorithm) -> None:
+    """Emit the Conv `node` (validated, `planar` its 2-D geometry) as register tiles over its
+    input or the copy of it that `algorithm` names."""
+    x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
+    kb = ctx.builder(node)
+    final, epilogue = ctx.epilogue(node, kb)
+    in_hw, stride = planar.in_spatial, planar.strides[1]
+    pad_begin, pad_end = list(planar.pad_begin), list(planar.pad_end)
+    if algorithm.copy == "strided":
+        copy, xv, _, _ = strided_copy(node, ctx, kb, x, in_hw, pad_begin, pad_end, stride,
+                                      rows_first=algorithm.rows_first)
+    elif algorithm.copy == "padded":
+        copy, xv, _, _ = padded_copy(node, ctx, kb, x, in_hw, pad_begin, pad_end, algorithm.rows_first)
+    else:
+        copy, xv = [], View(kb.input(x).buffer, (planar.batch, planar.channels, *in_hw))
+    spec = planar.spec(over_padded_copy=algorithm.copy != "none")
+    yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, *planar.out_spatial))
+    bv = kb.input(bias) if bias is not None else None
+    parallel, split_blocks = _threads(ctx, planar)
+    tiled = TiledConv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, final.dtype.name, ctx.tiles, algorithm.mode,
+                      parallel=split_blocks, rows_first=algorithm.rows_first)
+    body = kb.loops([planar.batch], lambda idx: tiled.emit_image(idx[0]))
+    ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and tiled.shares_nothing else body))
 
 
-def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
-                 pad_begin: list[int], pad_end: list[int], stride: int,
-                 fill: float = 0.0, rows_first: bool = False) -> tuple[list[Stmt], View, int, int]:
-    """Statements copying X into a zero-padded scratch image whose columns are split into
-    `stride` phases, [n][c][row][phase][column // stride]: output column ow of tap kw then reads
-    phase (kw * dilation) % stride at column ow + (kw * dilation) // stride, so a run of output
-    columns reads a contiguous run of the scratch, as the tiles' vector loads need. The padding
-    holds `fill` (MaxPool pads with -inf). `rows_first` stores it row-interleaved (see
-    interleave_rows). Returns the statements, the scratch viewed as [n][c][row][phase][column]
-    and its padded (height, width)."""
-    batch, channels = x.shape[0], x.shape[1]
-    in_h, in_w = in_hw
-    (top, left), (bottom, right) = pad_begin, pad_end
-    height, width = in_h + top + bottom, in_w + left + right
-    per_phase = -(-width // stride)
-    dst = scratch_image(ctx, node, kb, (batch, channels, height, stride, per_phase), x, "strided", rows_first)
-    src = View(kb.input(x).buffer, (batch, channels, in_h, in_w))
-    zero = const(fill, x.dtype.name)
-    columns = [valid_range(per_phase, in_w, stride, phase - left) for phase in range(stride)]
-    stmts = kb.loops([batch, channels], lambda nc: fill_phase_border(
-        kb, lambda h, p, q: dst.store([nc[0], nc[1], h, p, q], zero), (height, stride, per_phase),
-        (top, top + in_h), columns), prefix="b")
-    # The columns every phase copies go in one loop that stores all phases from consecutive
-    # loads: an interleaved access group, which the compilers vectorise as whole-vector loads and
-    # shuffles (a loop per phase of 24 strided loads became scalar inserts: 2x slower on a
-    # MobileNet's 3x3/2 depthwise convs).
-    joint = (max(lo for lo, _ in columns), min(hi for _, hi in columns))
-    pieces = [(phase, lo, hi) for phase, (lo, hi) in enumerate(columns)]
-    if joint[1] > joint[0]:
-        pieces = [(p, lo, hi) for phase, (lo, hi) in enumerate(columns)
-                  for p, lo, hi in ((phase, lo, joint[0]), (phase, joint[1], hi))]
-
-        def together(idx: list[Expr]) -> list[Stmt]:
-            n, c, ih, q = idx
-            col = q + joint[0]
-            return [dst.store([n, c, ih + top, phase, col], src.load([n, c, ih, col * stride + (phase - left)]))
-                    for phase in range(stride)]
-
-        stmts += kb.loops([batch, channels, in_h, joint[1] - joint[0]], together, prefix="s")
-    for phase, lo, hi in pieces:
-        if hi <= lo:
-            continue
-
-        def copy(idx: list[Expr], phase: int = phase, lo: int = lo) -> list[Stmt]:
-            n, c, ih, q = idx
-            col = q + lo
-            return [dst.store([n, c, ih + top, phase, col], src.load([n, c, ih, col * stride + (phase - left)]))]
-
-        stmts += kb.loops([batch, channels, in_h, hi - lo], copy, prefix="s")
-    return stmts, dst, height, width
+def lower_conv_im2col(node: Node, ctx: LoweringContext, planar: ConvGeometry, algorithm: ConvAlgorithm) -> None:
+    """Emit the Conv `node` as a copy of its column matrix and a matrix product over it (a
+    pointwise convolution over the flattened pixels)."""
+    x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
+    kb = ctx.builder(node)
+    final, epilogue = ctx.epilogue(node, kb)
+    copy, cbuf, rows = im2col(node, ctx, kb, x, planar.in_spatial, planar.out_spatial, list(planar.kernel),
+                              list(planar.strides), list(planar.dilations), list(planar.pad_begin))
+    spec = im2col_spec(planar)
+    yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, *planar.out_spatial))
+    bv = kb.input(bias) if bias is not None else None
+    parallel, split_blocks = _threads(ctx, planar)
+    gemm = TiledConv(kb, ctx, node, spec, View(cbuf, (planar.batch, rows, *planar.out_spatial)), w, yv, bv,
+                     epilogue, final.dtype.name, ctx.tiles, algorithm.mode, parallel=split_blocks)
+    body = kb.loops([planar.batch], lambda idx: gemm.emit(idx[0], const(0, INDEX)))
+    ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and gemm.shares_nothing else body))
 
 
-def scratch_image(ctx: LoweringContext, node: Node, kb: KernelBuilder, shape: tuple[int, ...], x: Tensor, role: str,
-                   rows_first: bool) -> View:
-    """A scratch image [n][c][row][...] for `node`, stored as given or row-interleaved
-    ([n][row][c][...]), viewed with the logical index order either way."""
-    if not rows_first:
-        return View(kb.output(scratch_tensor(ctx, node, shape, x.dtype, role)).buffer, shape)
-    batch, channels, height, *row = shape
-    physical = scratch_tensor(ctx, node, (batch, height, channels, *row), x.dtype, role)
-    strides = View(kb.output(physical).buffer, physical.shape).strides
-    return View(kb.output(physical).buffer, shape, (strides[0], strides[2], strides[1], *strides[3:]))
-
-
-def interleave_rows(spec, mode: str) -> bool:  # noqa: ANN001
-    """Whether the scratch copy of a convolution's input should be row-interleaved, [n][row][c][...]
-    (every channel's row ih, then every channel's row ih + 1): in rows mode with one group and
-    no row dilation, kernel row kh of channel c then sits (kh * C + c) rows of the scratch after
-    the output row's first input row, so a tile's whole reduction reads one contiguous slab of
-    k_h * C rows, a few dozen pages, instead of k_h rows in each of C planes a plane apart (C *
-    k_h pages, more than the first-level TLB holds). With output rows outermost
-    (TiledConv._streams_input) it took light VGG-19 from 1.21 to 1.06 times onnxruntime's time."""
-    return mode == "rows" and spec.groups == 1 and spec.d_h == 1
-
-
-# Largest column matrix (input channels x kernel taps by output pixels) worth materialising.
-IM2COL_LIMIT_BYTES = 256 * 1024
-
-
-def use_im2col(in_channels: int, groups: int, kernel: list[int], strides: list[int], out_hw: tuple[int, int],
-               tile: TileConfig, itemsize: int) -> bool:
-    """Strided convolutions whose output rows are narrower than a vector tile poorly row by row
-    and cannot use the padded grid (its rows advance by the stride): for those, when the column
-    matrix is small (e.g. a keyword-spotting stem: 1 channel x 10x4 taps by 25x5 pixels), copy it
-    out once and run the matrix product over the flattened pixels."""
-    k = (in_channels // groups) * kernel[0] * kernel[1]
-    pixels = out_hw[0] * out_hw[1]
-    return (groups == 1 and max(strides) > 1 and out_hw[1] < 2 * tile.lanes
-            and k * pixels * itemsize <= IM2COL_LIMIT_BYTES)
-
-
-def im2col(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
-           out_hw: tuple[int, int], kernel: list[int], strides: list[int], dilations: list[int],
-           pad_begin: list[int]) -> tuple[list[Stmt], Buffer, int]:
-    """Statements writing the column matrix [n][(c, kh, kw)][(oh, ow)] of X (zeros where a tap
-    falls in the padding), its scratch buffer and its row count K."""
-    batch, channels = x.shape[0], x.shape[1]
-    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
-    k_h, k_w = kernel
-    rows = channels * k_h * k_w
-    cols = kb.output(scratch_tensor(ctx, node, (batch, rows, out_h * out_w), x.dtype, "im2col"))
-    src = View(kb.input(x).buffer, (batch, channels, in_h, in_w))
-    zero = const(0.0, x.dtype.name)
-    stmts = kb.loops([cols.shape[0] * rows * out_h * out_w], lambda i: [Store(cols.buffer, i[0], zero)], prefix="z")
-    for kh in range(k_h):
-        h_lo, h_hi = valid_range(out_h, in_h, strides[0], kh * dilations[0] - pad_begin[0])
-        for kw in range(k_w):
-            w_lo, w_hi = valid_range(out_w, in_w, strides[1], kw * dilations[1] - pad_begin[1])
-            if h_hi <= h_lo or w_hi <= w_lo:
-                continue
-
-            def copy(idx: list[Expr], kh: int = kh, kw: int = kw, h_lo: int = h_lo, w_lo: int = w_lo) -> list[Stmt]:
-                n, c, r, q = idx
-                oh, ow = r + h_lo, q + w_lo
-                value = src.load([n, c, oh * strides[0] + (kh * dilations[0] - pad_begin[0]),
-                                  ow * strides[1] + (kw * dilations[1] - pad_begin[1])])
-                return [cols.store([n, (c * k_h + kh) * k_w + kw, oh * out_w + ow], value)]
-
-            stmts += kb.loops([batch, channels, h_hi - h_lo, w_hi - w_lo], copy, prefix="s")
-    return stmts, cols.buffer, rows
-
-
-def _lanes_used(length: int, cols: int, lanes: int, narrow_costs_full: bool = False) -> int:
-    """Lanes computed to cover `length` outputs with tiles of `cols` (a ragged last tile takes
-    overlapping vectors, narrower ones for a tail shorter than a register; scalars one lane each).
-    With `narrow_costs_full`, a narrower vector counts as a full one (it takes the same issue
-    slot), which is the fair measure for rows that are all tail (8 outputs on 16-lane AVX-512)."""
-    full, tail = divmod(length, cols)
-    width = TileConfig(lanes).width_for(tail)
-    if width == 1:
-        return full * cols + tail
-    return full * cols + len(vector_starts(tail, width)) * (lanes if narrow_costs_full else width)
-
-
-def pixel_waste(out_hw: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int], padded_w: int,
-                tile: TileConfig) -> float:
-    """Lanes computed per output pixel when tiles run over pixels (flattened for a 1x1 unit-stride
-    conv, on the padded grid or row by row for other unit-stride ones, row by row when strided)."""
-    out_h, out_w = out_hw
-    pixels = out_h * out_w
-    unit = strides == (1, 1)
-    if unit and kernel == (1, 1):
-        return _lanes_used(pixels, tile.cols, tile.lanes) / pixels
-    # Row by row, a row shorter than a register runs at a fraction of the machine's width.
-    rows = out_h * _lanes_used(out_w, tile.cols, tile.lanes, narrow_costs_full=True)
-    if not unit:  # strided: row by row over a column-phase copy
-        return rows / pixels
-    grid = _lanes_used((out_h - 1) * padded_w + out_w, tile.cols, tile.lanes)
-    return min(rows, grid) / pixels
-
-
-def channel_tiles_pay(groups: int, out_channels: int, out_hw: tuple[int, int], kernel: tuple[int, int],
-                      strides: tuple[int, int], padded_w: int, tile: TileConfig, dtype: str,
-                      reduction: int) -> bool:
-    """Whether to vectorise over output channels (see TiledConv._init_channels): the pixels
-    would fill vectors badly and there are channels enough for whole tiles. Channel tiles pay a
-    scalar, channel-major write of every output (about one cycle each); the lanes they save cost
-    `reduction` / lanes vector multiply-adds per output each, so they only win when that saving is
-    larger (an RGB stem, 27 taps by 111 pixels, is better row by row: measured 0.74 -> 0.56 ms on
-    SqueezeNet's first conv), by a margin: a ResNet-50's 3x3 convs at 28x28 (7% of the lanes
-    wasted on the padded grid, 1152 taps: a saving of 5) gain 6% from channel tiles, at 56x56
-    (3.5%, 576 taps: 1.3) they lose 1%."""
-    if groups != 1 or tile.lanes == 1 or dtype != "float32" or out_channels < tile.lanes:
-        return False
-    waste = pixel_waste(out_hw, kernel, strides, padded_w, tile)
-    return (waste - 1.0) * reduction / tile.lanes > 2.0
+def _threads(ctx: LoweringContext, planar: ConvGeometry) -> tuple[bool, bool]:
+    """Whether the convolution runs on threads, and whether it does by splitting the blocks of
+    output channels of one image of one group (TiledConv `parallel`); otherwise several images
+    or groups split the outermost of those loops (when the kernel has no shared scratch)."""
+    macs = planar.batch * planar.out_channels * planar.group_in * math.prod(planar.out_spatial) \
+        * planar.kernel[0] * planar.kernel[1]
+    parallel = pays(ctx, macs)
+    return parallel, parallel and planar.batch == 1 and planar.groups == 1
 
 
 # An input image larger than this is not re-read by each block of output channels (see
@@ -221,53 +102,14 @@ FLAT_VECTORS = 8
 FLAT_BLOCK_BYTES = 16 * 1024
 
 
-def flat_depthwise_fits(spec, tile: TileConfig, dtype: str) -> bool:  # noqa: ANN001
-    """A depthwise convolution (one input and one output channel per group) with unit stride and
-    dilation and 'same' padding (output the size of the input), over at least one vector of
-    pixels: TiledConv's flat mode."""
-    return (spec.group_in == 1 and spec.per_group == 1 and dtype == "float32" and tile.lanes > 1
-            and spec.s_h == spec.s_w == spec.d_h == spec.d_w == 1
-            and (spec.out_h, spec.out_w) == (spec.in_h, spec.in_w)
-            and 0 <= spec.p_w < spec.in_w and spec.k_w - 1 - spec.p_w < spec.in_w
-            and spec.p_h >= 0 and spec.k_h - 1 - spec.p_h >= 0
-            and spec.out_h * spec.out_w >= tile.lanes)
-
-
-def _grid_pays(spec, tile: TileConfig) -> bool:  # noqa: ANN001
-    """Whether computing on the padded grid wastes less than tiling each output row: rows pay
-    for their ragged ends (55 outputs take 64 lanes), the grid for its junk columns (2 of every
-    57 for a padded 3x3) plus the pass that compacts it."""
-    if spec.out_w < tile.lanes:
-        return True
-    rows_work = spec.out_h * _lanes_used(spec.out_w, tile.cols, tile.lanes)
-    grid_work = _lanes_used((spec.out_h - 1) * spec.in_w + spec.out_w, tile.cols, tile.lanes)
-    return grid_work * 1.05 < rows_work
-
-
-def tile_mode(spec, tile: TileConfig, dtype: str, channel_tiles: bool) -> str:  # noqa: ANN001
-    """How TiledConv computes the convolution `spec` (over its padded or phase-split input)."""
-    if channel_tiles:
-        return "channels"
-    if flat_depthwise_fits(spec, tile, dtype):
-        return "flat"
-    unit_stride = spec.s_h == spec.s_w == 1
-    if unit_stride and spec.k_h == spec.k_w == 1:
-        return "pointwise"
-    if unit_stride and spec.out_h > 1 and _grid_pays(spec, tile):
-        # Rows that tile badly (narrower than a vector, or a ragged end in every row): compute
-        # on the padded grid instead (see TiledConv._grid).
-        return "grid"
-    return "rows"
-
-
 class TiledConv:
     """Emits one image and group of a convolution as register tiles."""
 
-    def __init__(self, kb: KernelBuilder, ctx: LoweringContext, node: Node, spec, x: View, w: Tensor, y: View,
-                 bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig,
-                 channel_tiles: bool = False, parallel: bool = False, rows_first: bool = False) -> None:
-        """`x` is the (padded) input image, or for column strides above 1 (without
-        `channel_tiles`, see channel_tiles_pay) the phase-split copy made by strided_copy;
+    def __init__(self, kb: KernelBuilder, ctx: LoweringContext, node: Node, spec: ConvSpec, x: View, w: Tensor,
+                 y: View, bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig, mode: TileMode,
+                 parallel: bool = False, rows_first: bool = False) -> None:
+        """`x` is the (padded) input image, or for column strides above 1 (outside the
+        channels mode) the phase-split copy made by strided_copy; `mode` from algorithm.tile_mode;
         `rows_first` when that copy is row-interleaved (interleave_rows).
         `parallel` (one image, one group): `emit` makes the blocks of output channels a parallel
         loop; the modes with a scratch (grid, channels) get one scratch per slot
@@ -278,7 +120,7 @@ class TiledConv:
         self.epilogue, self.dt, self.tile = epilogue, dtype, tile
         assert w.data is not None
         pixels = spec.out_h * spec.out_w
-        self.mode = tile_mode(spec, tile, dtype, channel_tiles)
+        self.mode = mode
         self.rows_first = rows_first
         assert not rows_first or interleave_rows(spec, self.mode)
         if self.mode == "channels":
