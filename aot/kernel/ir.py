@@ -25,8 +25,6 @@ INDEX = "index"
 FLOAT_DTYPES = {"float32", "float64"}
 INT_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", INDEX}
 COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne"}
-LOGICAL = {"and", "or", "xor"}
-ARITHMETIC = {"add", "sub", "mul", "div", "mod", "min", "max", "pow"}
 # Unary ops map one-to-one onto C math library functions / LLVM intrinsics in the renderers.
 VECTOR_DTYPES = {f"float32x{n}": ("float32", n) for n in (4, 8, 16)}
 UNARY_OPS = {

@@ -10,6 +10,7 @@ from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
 from aot.kernel.let_binding import bind_subexpressions
 from aot.lowering.builder import KernelBuilder
+from aot.lowering.forms import form_for
 from aot.lowering.fusion import FusionPlan
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 
@@ -20,8 +21,6 @@ class Epilogue:
     anchor's kernel builder."""
 
     def __init__(self, ctx: LoweringContext, chain: Sequence[Node], kb: KernelBuilder, start: Tensor) -> None:
-        from aot.ops.elementwise import form_for
-
         self.shape = start.shape
         self.inputs: list[Tensor] = []
         self._steps = []
