@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from aot.kernel.ir import (
     Splat,
     Stmt,
     Store,
+    Var,
     VecArith,
     VecLoad,
     VecMax,
@@ -35,7 +38,7 @@ from aot.kernel.ir import (
     unary,
     vector_of,
 )
-from aot.lowering.builder import View
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, pays, slot_blocks
 from aot.ops.attrs import fail, required_input, spatial_padding, window_output_size, window_steps
@@ -138,62 +141,91 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
         ctx.emit(kb, kb.loops([batch, channels], whole))
         return
 
-    def body(idx: list[Expr]) -> list[Stmt]:
+    windows = _Windows(kb, xv, yv, iv, indices.dtype.name if indices is not None else "", x.shape, kernel, strides,
+                       dilations, pad_begin, pad_end, overhang, is_max, column_major, include_pad, dt)
+    stmts = kb.loops([batch, channels, *out_spatial], windows.body)
+    ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """Every output window of a pool on its own, each tap bounds-checked where it may fall in
+    the padding: MaxPool with its indices, dilated windows, AveragePool's counts."""
+
+    kb: KernelBuilder
+    xv: View
+    yv: View
+    iv: View | None  # MaxPool's indices output
+    index_dtype: str
+    x_shape: tuple[int, ...]
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    pad_begin: list[int]
+    pad_end: list[int]
+    overhang: list[bool]
+    is_max: bool
+    column_major: bool
+    include_pad: bool
+    dt: str
+
+    @property
+    def in_spatial(self) -> tuple[int, ...]:
+        return self.x_shape[2:]
+
+    @property
+    def needs_count(self) -> bool:
+        """Whether the average divides by a count of taps (windows that never reach the padding,
+        or past the end, all hold the same count)."""
+        padded = any(self.pad_begin) or any(self.pad_end) or any(self.overhang)
+        return not self.is_max and padded and not (self.include_pad and not any(self.overhang))
+
+    def body(self, idx: list[Expr]) -> list[Stmt]:
         n, c, *o = idx
-        acc = kb.var("acc", dt)
-        count = kb.var("cnt", dt)
-        best = kb.var("arg", INDEX)
-        stmts: list[Stmt] = [Declare(acc, const(float("-inf") if is_max else 0.0, dt))]
-        if iv is not None:
+        kb, dt = self.kb, self.dt
+        acc, count, best = kb.var("acc", dt), kb.var("cnt", dt), kb.var("arg", INDEX)
+        stmts: list[Stmt] = [Declare(acc, const(float("-inf") if self.is_max else 0.0, dt))]
+        if self.iv is not None:
             stmts.append(Declare(best, const(0, INDEX)))
-        # Windows that never reach the padding (or past the end) all hold the same count.
-        padded = any(pad_begin) or any(pad_end) or any(overhang)
-        needs_count = not is_max and padded and not (include_pad and not any(overhang))
-        if needs_count:
+        if self.needs_count:
             stmts.append(Declare(count, const(0.0, dt)))
-
-        def tap(k: list[Expr]) -> list[Stmt]:
-            pos = [oi * s - pb + ki * d for oi, ki, s, pb, d in zip(o, k, strides, pad_begin, dilations)]
-            inside = _inside(pos, [0] * len(pos), list(in_spatial),
-                             [pb > 0 for pb in pad_begin], [pb > 0 or oh for pb, oh in zip(pad_begin, overhang)])
-            value = xv.load([n, c, *pos])
-            inner: list[Stmt]
-            if is_max:
-                # NaN-propagating running max, first maximum wins (matches onnxruntime's argmax).
-                cond = logical_or(gt(value, acc), unary("isnan", value))
-                update: list[Stmt] = [Assign(acc, value)]
-                if iv is not None:
-                    update.append(Assign(best, _flat_index(n, c, pos, x.shape, column_major)))
-                inner = [If(cond, update)]
-            else:
-                inner = [Assign(acc, acc + value)]
-                if needs_count and not include_pad:
-                    inner.append(Assign(count, count + const(1.0, dt)))
-            guarded = _guard(inside, inner)
-            if needs_count and include_pad:
-                # Count taps inside the padded extent (ceil_mode windows may pass even that).
-                padded = _inside(pos, [-pb for pb in pad_begin], [sz + pe for sz, pe in zip(in_spatial, pad_end)],
-                                 [False] * len(pos), overhang)
-                guarded = guarded + _guard(padded, [Assign(count, count + const(1.0, dt))])
-            return guarded
-
-        stmts += kb.loops(kernel, tap, prefix="r")
-        if is_max:
+        stmts += kb.loops(self.kernel, lambda k: self.tap(n, c, o, k, acc, count, best), prefix="r")
+        if self.is_max:
             result: Expr = acc
-        elif needs_count:
+        elif self.needs_count:
             result = acc / count
         else:
-            window = 1
-            for k in kernel:
-                window *= k
-            result = acc / const(float(window), dt)
-        stmts.append(yv.store([n, c, *o], result))
-        if iv is not None:
-            stmts.append(iv.store([n, c, *o], cast(best, indices.dtype.name)))
+            result = acc / const(float(math.prod(self.kernel)), dt)
+        stmts.append(self.yv.store([n, c, *o], result))
+        if self.iv is not None:
+            stmts.append(self.iv.store([n, c, *o], cast(best, self.index_dtype)))
         return stmts
 
-    stmts = kb.loops([batch, channels, *out_spatial], body)
-    ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
+    def tap(self, n: Expr, c: Expr, o: list[Expr], k: list[Expr], acc: Var, count: Var, best: Var) -> list[Stmt]:
+        dt, pad_begin = self.dt, self.pad_begin
+        pos = [oi * s - pb + ki * d for oi, ki, s, pb, d in zip(o, k, self.strides, pad_begin, self.dilations)]
+        inside = _inside(pos, [0] * len(pos), list(self.in_spatial), [pb > 0 for pb in pad_begin],
+                         [pb > 0 or oh for pb, oh in zip(pad_begin, self.overhang)])
+        value = self.xv.load([n, c, *pos])
+        inner: list[Stmt]
+        if self.is_max:
+            # NaN-propagating running max, first maximum wins (matches onnxruntime's argmax).
+            cond = logical_or(gt(value, acc), unary("isnan", value))
+            update: list[Stmt] = [Assign(acc, value)]
+            if self.iv is not None:
+                update.append(Assign(best, _flat_index(n, c, pos, self.x_shape, self.column_major)))
+            inner = [If(cond, update)]
+        else:
+            inner = [Assign(acc, acc + value)]
+            if self.needs_count and not self.include_pad:
+                inner.append(Assign(count, count + const(1.0, dt)))
+        guarded = _guard(inside, inner)
+        if self.needs_count and self.include_pad:
+            # Count taps inside the padded extent (ceil_mode windows may pass even that).
+            padded = _inside(pos, [-pb for pb in pad_begin], [sz + pe for sz, pe in zip(self.in_spatial, self.pad_end)],
+                             [False] * len(pos), self.overhang)
+            guarded = guarded + _guard(padded, [Assign(count, count + const(1.0, dt))])
+        return guarded
 
 
 # Row maxima of a whole MaxPool plane kept at once when they take at most this (see _vector_pool).
