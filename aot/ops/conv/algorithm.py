@@ -187,7 +187,7 @@ def pixel_waste(out_hw: tuple[int, int], kernel: tuple[int, int], strides: tuple
 def channel_tiles_pay(groups: int, out_channels: int, out_hw: tuple[int, int], kernel: tuple[int, int],
                       strides: tuple[int, int], padded_w: int, tile: TileConfig, dtype: str,
                       reduction: int) -> bool:
-    """Whether to vectorise over output channels (see TiledConv._init_channels): the pixels
+    """Whether to vectorise over output channels (see channel_tiles.ChannelTiles._init_channels): the pixels
     would fill vectors badly and there are channels enough for whole tiles. Channel tiles pay a
     scalar, channel-major write of every output (about one cycle each); the lanes they save cost
     `reduction` / lanes vector multiply-adds per output each, so they only win when that saving is
