@@ -88,7 +88,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     still has <name>_run_parallel, which then runs serially.
 
     conv_algorithm="auto" (default) computes the 3x3 unit-stride convolutions with enough channels
-    as Winograd F(2x2, 3x3) (aot/ops/conv_winograd.py: 2.25x fewer multiply-adds, results within
+    as Winograd F(2x2, 3x3) (aot/ops/conv/winograd.py: 2.25x fewer multiply-adds, results within
     rounding of a direct sum); "direct" sums every convolution's taps directly.
     """
     progress = progress or SILENT

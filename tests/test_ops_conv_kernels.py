@@ -1,4 +1,4 @@
-"""The vectorisable Conv / Gemm / MatMul kernels (aot/ops/conv_kernels.py, conv_rows.py) on shapes
+"""The vectorisable Conv / Gemm / MatMul kernels (aot/ops/contraction/row_updates.py, conv_rows.py) on shapes
 that hit each of their specialisations, against onnxruntime.
 
 The cases are chosen for the kernel structure rather than for ONNX coverage: channel counts that

@@ -1,11 +1,14 @@
-"""Winograd F(2x2, 3x3) convolutions (aot/ops/conv_winograd.py): the transforms, which
+"""Winograd F(2x2, 3x3) convolutions (aot/ops/conv/winograd.py): the transforms, which
 convolutions take it, and its results against onnxruntime through every vector register shape,
 every way its tiles are cut (partial last tile row and column, runs of whole tile rows, rows in
 pieces, several blocks of tile rows), padding, fused epilogues and batches."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import onnx
 import pytest
 from onnx import helper, numpy_helper
 
@@ -13,7 +16,7 @@ import aot.pipeline
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
 from aot.lowering.tiles import TileConfig
-from aot.ops.conv_winograd import F2X2_3X3
+from aot.ops.conv.winograd import F2X2_3X3
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 SHAPES = {"sse-neon": TileConfig(4, 12), "avx2": TileConfig(8, 12), "avx512": TileConfig(16, 24)}
@@ -162,3 +165,20 @@ def test_non_finite_weight_keeps_the_conv_direct() -> None:
     np.testing.assert_array_equal(np.isinf(ours), np.isinf(reference))
     finite = np.isfinite(reference)
     np.testing.assert_allclose(ours[finite], reference[finite], rtol=1e-4, atol=1e-5)
+
+
+def test_extreme_weight_range_keeps_the_conv_direct() -> None:
+    """A filter with one tap 2^30 times its others (bytes of a weight damaged, as the fuzzer
+    makes them): Winograd's rounding, which scales with the filter's largest tap, left tiny_cnn's
+    output 5.7e-4 off against onnxruntime (tolerance 1e-4). Such a Conv runs direct, and matches;
+    the undamaged model keeps Winograd."""
+    model = onnx.load(str(Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx"))
+    assert "Conv/winograd" in compile_model(model).files["tiny_cnn.c"].decode()
+    init = next(i for i in model.graph.initializer if i.name == "expand.w")
+    w = numpy_helper.to_array(init).copy()
+    w.flat[5] *= np.float32(2.0 ** 30)
+    init.CopyFrom(numpy_helper.from_array(w, init.name))
+    assert "Conv/winograd" not in compile_model(model).files["tiny_cnn.c"].decode()
+    x = model.graph.input[0]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    assert_matches_onnxruntime(model, {x.name: rand(*shape)})

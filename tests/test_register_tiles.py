@@ -1,4 +1,4 @@
-"""Register tiles (aot/ops/register_tiles.py) for every target's vector registers: the tile
+"""Register tiles (aot/ops/contraction/register_tiles.py) for every target's vector registers: the tile
 shapes chosen, and Conv/Gemm/MatMul through each shape against onnxruntime."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ dtypes are numpy dtype names ("float32", "int64", "bool", ...) plus INDEX for lo
 element offsets (32-bit signed in generated code; the IR verifier caps tensors at 2**31-1 elements).
 
 Short vectors ("float32x4/x8/x16", as wide as the target's vector registers) exist only for
-register tiles (aot/ops/register_tiles.py): loads and stores of contiguous elements, a
+register tiles (aot/ops/contraction/register_tiles.py): loads and stores of contiguous elements, a
 broadcast, and a multiply-add. They make a tile's
 accumulators explicit vector registers instead of leaving that to the compilers' SLP vectorisers,
 which give up on some loop nests (gcc 12 kept whole tiles in scalar registers and on the stack).
@@ -25,8 +25,6 @@ INDEX = "index"
 FLOAT_DTYPES = {"float32", "float64"}
 INT_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", INDEX}
 COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne"}
-LOGICAL = {"and", "or", "xor"}
-ARITHMETIC = {"add", "sub", "mul", "div", "mod", "min", "max", "pow"}
 # Unary ops map one-to-one onto C math library functions / LLVM intrinsics in the renderers.
 VECTOR_DTYPES = {f"float32x{n}": ("float32", n) for n in (4, 8, 16)}
 UNARY_OPS = {

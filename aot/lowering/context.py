@@ -10,6 +10,7 @@ from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
 from aot.kernel.let_binding import bind_subexpressions
 from aot.lowering.builder import KernelBuilder
+from aot.lowering.forms import form_for
 from aot.lowering.fusion import FusionPlan
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 
@@ -20,8 +21,6 @@ class Epilogue:
     anchor's kernel builder."""
 
     def __init__(self, ctx: LoweringContext, chain: Sequence[Node], kb: KernelBuilder, start: Tensor) -> None:
-        from aot.ops.elementwise import form_for
-
         self.shape = start.shape
         self.inputs: list[Tensor] = []
         self._steps = []
@@ -59,7 +58,7 @@ class LoweringContext:
     def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = False,
                  conv_algorithm: str = "auto") -> None:
         self.graph = graph
-        # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv_winograd.py);
+        # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv/winograd.py);
         # "direct": every convolution sums its taps directly.
         self.conv_algorithm = conv_algorithm
         self.tiles = tiles  # register-tile shape for the target's vector registers

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aot.ir.affine import ANCHORS
 from aot.ir.graph import Graph, Node
-
-ANCHORS = ("Conv", "Gemm", "MatMul")
+from aot.lowering.forms import is_elementwise
 
 
 @dataclass
@@ -30,20 +30,13 @@ class FusionPlan:
         return self.chains.get(id(anchor), [])
 
 
-def _elementwise(node: Node) -> bool:
-    from aot.ops.elementwise import FORMS
-
-    return node.op_type in FORMS and len([o for o in node.outputs if o is not None]) == 1 \
-        and node.outputs[0] is not None
-
-
 def _can_anchor(node: Node) -> bool:
     out = node.outputs[0] if node.outputs else None
     if out is None or len([o for o in node.outputs if o is not None]) != 1:
         return False
     if node.op_type == "MatMul":  # 1-D operands drop dimensions: the epilogue indexes the full shape
         return all(t is not None and t.rank >= 2 for t in node.inputs[:2])
-    return node.op_type in ANCHORS or _elementwise(node)
+    return node.op_type in ANCHORS or is_elementwise(node)
 
 
 def plan_fusion(graph: Graph) -> FusionPlan:
@@ -61,7 +54,7 @@ def plan_fusion(graph: Graph) -> FusionPlan:
             out = follower.outputs[0] if follower.outputs else None
             # Same shape and dtype as the anchor's own output: kernels may accumulate in the final
             # buffer before the epilogue runs (a Cast to another type ends the chain).
-            if id(follower) in plan.absorbed or not _elementwise(follower) or out is None \
+            if id(follower) in plan.absorbed or not is_elementwise(follower) or out is None \
                     or out.shape != tail.shape or out.dtype != tail.dtype:
                 break  # (a follower with two fusable producers joins the first one's chain)
             chain.append(follower)

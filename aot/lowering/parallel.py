@@ -38,7 +38,7 @@ def mark_outer(stmts: list[Stmt]) -> list[Stmt]:
 
 def parallel_blocks(kb: KernelBuilder, total: int, size: int, emit: Callable[[Expr, int], list[Stmt]],
                     prefix: str) -> list[Stmt]:
-    """aot/ops/conv_kernels.py `blocks` with its loop over the full blocks parallel; a shorter
+    """aot/ops/contraction/row_updates.py `blocks` with its loop over the full blocks parallel; a shorter
     tail block follows serially. (The tail as the loop's last iteration, behind a branch in
     every iteration, cost 2.5% of SqueezeNet's single-thread time: the compilers lay out and
     allocate the branchy tile loop worse.)"""

@@ -1,4 +1,4 @@
-"""The shape of register tiles (aot/ops/register_tiles.py) for a target's vector registers.
+"""The shape of register tiles (aot/ops/contraction/register_tiles.py) for a target's vector registers.
 
 A lowering parameter like the target itself: the compiler derives it from the --target presets
 (vector_bits, vector_registers) and the Conv/Gemm/MatMul lowerings read it from the context.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import (
@@ -33,29 +32,10 @@ from aot.kernel.ir import (
 )
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
+from aot.lowering.forms import FORMS, Form, FormBuilder, ScalarFn
 from aot.lowering.parallel import mark_outer, pays
 from aot.ops.attrs import constant_input, fail
 from aot.ops.registry import register
-
-ScalarFn = Callable[[list[Expr]], Expr]
-
-
-@dataclass
-class Form:
-    """out = fn(inputs...) elementwise, with the inputs broadcast (numpy rules) to the output."""
-
-    inputs: list[Tensor]
-    fn: ScalarFn
-
-
-FormBuilder = Callable[[Node, LoweringContext], Form]
-FORMS: dict[str, FormBuilder] = {}
-
-
-def form_for(node: Node, ctx: LoweringContext) -> Form | None:
-    """The elementwise form of `node`, or None when it is not an elementwise op."""
-    builder = FORMS.get(node.op_type)
-    return builder(node, ctx) if builder is not None else None
 
 
 def elementwise(*op_types: str) -> Callable[[FormBuilder], FormBuilder]:

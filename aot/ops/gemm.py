@@ -1,6 +1,6 @@
 """Gemm and MatMul: Y = alpha * op(A) op(B) + beta * C, and numpy-style batched matmul.
 
-Both are row-blocked i-k-j products (aot/ops/conv_kernels.py, matmul_rows): the innermost loop
+Both are row-blocked i-k-j products (aot/ops/contraction/row_updates.py, matmul_rows): the innermost loop
 runs along a row of Y and a row of op(B), which the compiler vectorises.
 """
 
@@ -17,8 +17,8 @@ from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, parallel_blocks, pays
 from aot.ops.attrs import fail, required_input
-from aot.ops.conv_kernels import blocks, index, matmul_rows
-from aot.ops.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.contraction.row_updates import blocks, index, matmul_rows
 from aot.ops.registry import register
 
 

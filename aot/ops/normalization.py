@@ -3,8 +3,7 @@ fuses into the epilogue of the Conv/Gemm before it when the graph pass did not f
 
 from __future__ import annotations
 
-import numpy as np
-
+from aot.ir.affine import batchnorm_affine
 from aot.ir.graph import Node
 from aot.kernel.ir import Expr, const, unary
 from aot.lowering.context import LoweringContext
@@ -28,9 +27,7 @@ def batchnorm_form(node: Node, ctx: LoweringContext) -> Form:
     per_channel = (channels,) + (1,) * (x.rank - 2)
     if all(p.is_constant for p in params):
         # y = x * a + b with a, b computed once at compile time, in float64 then rounded.
-        scale, bias, mean, var = (p.data.astype(np.float64).reshape(-1) for p in params)  # type: ignore[union-attr]
-        a = scale / np.sqrt(var + eps)
-        b = bias - mean * a
+        a, b = batchnorm_affine(*(p.data for p in params), eps)  # type: ignore[misc]
         a_t = ctx.constant(a.astype(x.dtype).reshape(per_channel), f"{node.name}_scale")
         b_t = ctx.constant(b.astype(x.dtype).reshape(per_channel), f"{node.name}_shift")
         return Form([x, a_t, b_t], lambda v: v[0] * v[1] + v[2])

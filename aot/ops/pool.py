@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from aot.ir.graph import Node
+from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import (
     INDEX,
     Assign,
@@ -18,6 +20,7 @@ from aot.kernel.ir import (
     Splat,
     Stmt,
     Store,
+    Var,
     VecArith,
     VecLoad,
     VecMax,
@@ -35,12 +38,12 @@ from aot.kernel.ir import (
     unary,
     vector_of,
 )
-from aot.lowering.builder import View
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, pays, slot_blocks
 from aot.ops.attrs import fail, required_input, spatial_padding, window_output_size, window_steps
+from aot.ops.contraction.register_tiles import vector_starts
 from aot.ops.reduce import chained_sum
-from aot.ops.register_tiles import vector_starts
 from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
@@ -138,62 +141,91 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
         ctx.emit(kb, kb.loops([batch, channels], whole))
         return
 
-    def body(idx: list[Expr]) -> list[Stmt]:
+    windows = _Windows(kb, xv, yv, iv, indices.dtype.name if indices is not None else "", x.shape, kernel, strides,
+                       dilations, pad_begin, pad_end, overhang, is_max, column_major, include_pad, dt)
+    stmts = kb.loops([batch, channels, *out_spatial], windows.body)
+    ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """Every output window of a pool on its own, each tap bounds-checked where it may fall in
+    the padding: MaxPool with its indices, dilated windows, AveragePool's counts."""
+
+    kb: KernelBuilder
+    xv: View
+    yv: View
+    iv: View | None  # MaxPool's indices output
+    index_dtype: str
+    x_shape: tuple[int, ...]
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    pad_begin: list[int]
+    pad_end: list[int]
+    overhang: list[bool]
+    is_max: bool
+    column_major: bool
+    include_pad: bool
+    dt: str
+
+    @property
+    def in_spatial(self) -> tuple[int, ...]:
+        return self.x_shape[2:]
+
+    @property
+    def needs_count(self) -> bool:
+        """Whether the average divides by a count of taps (windows that never reach the padding,
+        or past the end, all hold the same count)."""
+        padded = any(self.pad_begin) or any(self.pad_end) or any(self.overhang)
+        return not self.is_max and padded and not (self.include_pad and not any(self.overhang))
+
+    def body(self, idx: list[Expr]) -> list[Stmt]:
         n, c, *o = idx
-        acc = kb.var("acc", dt)
-        count = kb.var("cnt", dt)
-        best = kb.var("arg", INDEX)
-        stmts: list[Stmt] = [Declare(acc, const(float("-inf") if is_max else 0.0, dt))]
-        if iv is not None:
+        kb, dt = self.kb, self.dt
+        acc, count, best = kb.var("acc", dt), kb.var("cnt", dt), kb.var("arg", INDEX)
+        stmts: list[Stmt] = [Declare(acc, const(float("-inf") if self.is_max else 0.0, dt))]
+        if self.iv is not None:
             stmts.append(Declare(best, const(0, INDEX)))
-        # Windows that never reach the padding (or past the end) all hold the same count.
-        padded = any(pad_begin) or any(pad_end) or any(overhang)
-        needs_count = not is_max and padded and not (include_pad and not any(overhang))
-        if needs_count:
+        if self.needs_count:
             stmts.append(Declare(count, const(0.0, dt)))
-
-        def tap(k: list[Expr]) -> list[Stmt]:
-            pos = [oi * s - pb + ki * d for oi, ki, s, pb, d in zip(o, k, strides, pad_begin, dilations)]
-            inside = _inside(pos, [0] * len(pos), list(in_spatial),
-                             [pb > 0 for pb in pad_begin], [pb > 0 or oh for pb, oh in zip(pad_begin, overhang)])
-            value = xv.load([n, c, *pos])
-            inner: list[Stmt]
-            if is_max:
-                # NaN-propagating running max, first maximum wins (matches onnxruntime's argmax).
-                cond = logical_or(gt(value, acc), unary("isnan", value))
-                update: list[Stmt] = [Assign(acc, value)]
-                if iv is not None:
-                    update.append(Assign(best, _flat_index(n, c, pos, x.shape, column_major)))
-                inner = [If(cond, update)]
-            else:
-                inner = [Assign(acc, acc + value)]
-                if needs_count and not include_pad:
-                    inner.append(Assign(count, count + const(1.0, dt)))
-            guarded = _guard(inside, inner)
-            if needs_count and include_pad:
-                # Count taps inside the padded extent (ceil_mode windows may pass even that).
-                padded = _inside(pos, [-pb for pb in pad_begin], [sz + pe for sz, pe in zip(in_spatial, pad_end)],
-                                 [False] * len(pos), overhang)
-                guarded = guarded + _guard(padded, [Assign(count, count + const(1.0, dt))])
-            return guarded
-
-        stmts += kb.loops(kernel, tap, prefix="r")
-        if is_max:
+        stmts += kb.loops(self.kernel, lambda k: self.tap(n, c, o, k, acc, count, best), prefix="r")
+        if self.is_max:
             result: Expr = acc
-        elif needs_count:
+        elif self.needs_count:
             result = acc / count
         else:
-            window = 1
-            for k in kernel:
-                window *= k
-            result = acc / const(float(window), dt)
-        stmts.append(yv.store([n, c, *o], result))
-        if iv is not None:
-            stmts.append(iv.store([n, c, *o], cast(best, indices.dtype.name)))
+            result = acc / const(float(math.prod(self.kernel)), dt)
+        stmts.append(self.yv.store([n, c, *o], result))
+        if self.iv is not None:
+            stmts.append(self.iv.store([n, c, *o], cast(best, self.index_dtype)))
         return stmts
 
-    stmts = kb.loops([batch, channels, *out_spatial], body)
-    ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
+    def tap(self, n: Expr, c: Expr, o: list[Expr], k: list[Expr], acc: Var, count: Var, best: Var) -> list[Stmt]:
+        dt, pad_begin = self.dt, self.pad_begin
+        pos = [oi * s - pb + ki * d for oi, ki, s, pb, d in zip(o, k, self.strides, pad_begin, self.dilations)]
+        inside = _inside(pos, [0] * len(pos), list(self.in_spatial), [pb > 0 for pb in pad_begin],
+                         [pb > 0 or oh for pb, oh in zip(pad_begin, self.overhang)])
+        value = self.xv.load([n, c, *pos])
+        inner: list[Stmt]
+        if self.is_max:
+            # NaN-propagating running max, first maximum wins (matches onnxruntime's argmax).
+            cond = logical_or(gt(value, acc), unary("isnan", value))
+            update: list[Stmt] = [Assign(acc, value)]
+            if self.iv is not None:
+                update.append(Assign(best, _flat_index(n, c, pos, self.x_shape, self.column_major)))
+            inner = [If(cond, update)]
+        else:
+            inner = [Assign(acc, acc + value)]
+            if self.needs_count and not self.include_pad:
+                inner.append(Assign(count, count + const(1.0, dt)))
+        guarded = _guard(inside, inner)
+        if self.needs_count and self.include_pad:
+            # Count taps inside the padded extent (ceil_mode windows may pass even that).
+            padded = _inside(pos, [-pb for pb in pad_begin], [sz + pe for sz, pe in zip(self.in_spatial, self.pad_end)],
+                             [False] * len(pos), self.overhang)
+            guarded = guarded + _guard(padded, [Assign(count, count + const(1.0, dt))])
+        return guarded
 
 
 # Row maxima of a whole MaxPool plane kept at once when they take at most this (see _vector_pool).
@@ -209,7 +241,7 @@ def _taps(kernel: list[int]) -> int:
     return count
 
 
-def _vector_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: list[int],  # noqa: ANN001
+def _vector_pool(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, yv: View, kernel: list[int],
                  strides: list[int], dilations: list[int], pad_begin: list[int], pad_end: list[int],
                  out_spatial: tuple[int, ...], is_max: bool, include_pad: bool) -> list[Stmt]:
     """A 2-D MaxPool without indices or an AveragePool in two vector passes per plane, the
@@ -226,148 +258,183 @@ def _vector_pool(node: Node, ctx: LoweringContext, kb, x, yv: View, kernel: list
     order of the taps does not change the result. (A copy of the whole plane split into
     phases, read back by k_h * k_w vector maxima per output vector, measured 1.7x slower on
     SqueezeNet's 3x3/2 pool over 64 x 111 x 111.)"""
-    batch, channels, in_h, in_w = x.shape
-    out_h, out_w = out_spatial
-    (k_h, k_w), (s_h, s_w), (d_h, d_w) = kernel, strides, dilations
-    (top, left) = pad_begin
-    # Wide enough for every tap of the last window (ceil_mode windows overhang the end), and a
-    # whole number of column phases.
-    width = max(in_w + left, (out_w - 1) * s_w + (k_w - 1) * d_w + 1)
-    width = -(-width // s_w) * s_w
-    per_phase = width // s_w
-    dt = x.dtype.name
-    # The row maxima of a whole plane when they fit in a quarter of L1, else one row at a time
-    # (a 111-pixel row: measured 1.4x faster than the whole plane through the phase split).
-    rows_kept = out_h if out_h * width * x.dtype.itemsize <= WHOLE_PLANE_BYTES else 1
-    # Threads: one image's planes split over scratch slots (aot/lowering/parallel.py slot_blocks).
-    slots = min(SCRATCH_SLOTS, channels) if batch == 1 and pays(
-        ctx, channels * out_h * out_w * k_h * k_w) else 1
-    row_max = kb.output(scratch_tensor(ctx, node, (slots, rows_kept, width), x.dtype, "rows")).buffer
-    phases = kb.output(scratch_tensor(ctx, node, (slots, s_w, rows_kept * per_phase), x.dtype, "phases")).buffer \
-        if s_w > 1 else row_max
-    phase_size = s_w * rows_kept * per_phase if s_w > 1 else rows_kept * width
-    src = kb.input(x)
-    low = const(float("-inf") if is_max else 0.0, dt)
+    return _VectorPool(node, ctx, kb, x, yv, kernel, strides, dilations, pad_begin, pad_end, out_spatial, is_max,
+                       include_pad).emit()
 
-    def combine(a: Expr, b: Expr) -> Expr:
-        return maximum(a, b) if is_max else a + b
 
-    def combine_vectors(a: Expr, b: Expr) -> Expr:
-        return VecMax(a, b) if is_max else VecArith("add", a, b)
+class _VectorPool:
+    """_vector_pool's two passes: rows_pass (the window's input rows combined, per output row),
+    split (the column phases), columns_pass (the window's columns, per output row)."""
 
-    # AveragePool: the taps each output row and column counts (inside the image, or inside the
-    # padded extent with count_include_pad; ceil_mode windows may pass even that).
-    def counted(o: int, k: int, s: int, d: int, begin: int, size: int, end: int) -> int:
-        lo, hi = (-begin, size + end) if include_pad else (0, size)
+    def __init__(self, node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, yv: View, kernel: list[int],
+                 strides: list[int], dilations: list[int], pad_begin: list[int], pad_end: list[int],
+                 out_spatial: tuple[int, ...], is_max: bool, include_pad: bool) -> None:
+        self.kb, self.yv, self.is_max, self.include_pad = kb, yv, is_max, include_pad
+        self.batch, self.channels, self.in_h, self.in_w = x.shape
+        self.out_h, self.out_w = out_spatial
+        (self.k_h, self.k_w), (self.s_h, self.s_w), (self.d_h, self.d_w) = kernel, strides, dilations
+        (self.top, self.left), self.pad_end = pad_begin, pad_end
+        s_w = self.s_w
+        # Wide enough for every tap of the last window (ceil_mode windows overhang the end), and a
+        # whole number of column phases.
+        width = max(self.in_w + self.left, (self.out_w - 1) * s_w + (self.k_w - 1) * self.d_w + 1)
+        self.width = width = -(-width // s_w) * s_w
+        self.per_phase = width // s_w
+        self.dt = x.dtype.name
+        # The row maxima of a whole plane when they fit in a quarter of L1, else one row at a time
+        # (a 111-pixel row: measured 1.4x faster than the whole plane through the phase split).
+        self.rows_kept = rows_kept = self.out_h if self.out_h * width * x.dtype.itemsize <= WHOLE_PLANE_BYTES else 1
+        # Threads: one image's planes split over scratch slots (aot/lowering/parallel.py slot_blocks).
+        self.slots = min(SCRATCH_SLOTS, self.channels) if self.batch == 1 and pays(
+            ctx, self.channels * self.out_h * self.out_w * self.k_h * self.k_w) else 1
+        self.row_max = kb.output(scratch_tensor(ctx, node, (self.slots, rows_kept, width), x.dtype, "rows")).buffer
+        self.phases = kb.output(scratch_tensor(ctx, node, (self.slots, s_w, rows_kept * self.per_phase), x.dtype,
+                                               "phases")).buffer if s_w > 1 else self.row_max
+        self.phase_size = s_w * rows_kept * self.per_phase if s_w > 1 else rows_kept * width
+        self.src = kb.input(x)
+        self.low = const(float("-inf") if is_max else 0.0, self.dt)
+        self.count_buffer = None
+        if not is_max:
+            column_counts = [self.counted(ow, self.k_w, s_w, self.d_w, self.left, self.in_w, pad_end[1])
+                             for ow in range(self.out_w)]
+            counts = ctx.constant(np.array(column_counts, np.float32), f"{node.name}_counts")
+            self.count_buffer = kb.input(counts).buffer
+        self.in_lanes = ctx.tiles.width_for(self.in_w)
+        self.out_lanes = ctx.tiles.width_for(self.out_w)
+        self.runs = self._runs()
+
+    def combine(self, a: Expr, b: Expr) -> Expr:
+        return maximum(a, b) if self.is_max else a + b
+
+    def combine_vectors(self, a: Expr, b: Expr) -> Expr:
+        return VecMax(a, b) if self.is_max else VecArith("add", a, b)
+
+    def counted(self, o: int, k: int, s: int, d: int, begin: int, size: int, end: int) -> int:
+        """AveragePool: the taps output row or column `o` counts (inside the image, or inside the
+        padded extent with count_include_pad; ceil_mode windows may pass even that)."""
+        lo, hi = (-begin, size + end) if self.include_pad else (0, size)
         return sum(1 for t in range(k) if lo <= o * s + t * d - begin < hi)
 
-    count_buffer = None
-    if not is_max:
-        column_counts = [counted(ow, k_w, s_w, d_w, left, in_w, pad_end[1]) for ow in range(out_w)]
-        count_buffer = kb.input(ctx.constant(np.array(column_counts, np.float32), f"{node.name}_counts")).buffer
+    def _runs(self) -> list[tuple[int, int, tuple[int, ...], int]]:
+        """Output rows whose windows cover the same input rows (all of them, except near
+        padding), and for an AveragePool count the same rows: (first, end, taps, rows counted)."""
+        runs: list[tuple[int, int, tuple[int, ...], int]] = []
+        for oh in range(self.out_h):
+            taps = tuple(kh for kh in range(self.k_h) if 0 <= oh * self.s_h + kh * self.d_h - self.top < self.in_h)
+            rows_counted = self.counted(oh, self.k_h, self.s_h, self.d_h, self.top, self.in_h, self.pad_end[0])
+            if runs and runs[-1][2:] == (taps, rows_counted):
+                runs[-1] = (runs[-1][0], oh + 1, taps, rows_counted)
+            else:
+                runs.append((oh, oh + 1, taps, rows_counted))
+        return runs
 
-    in_lanes = ctx.tiles.width_for(in_w)
-    out_lanes = ctx.tiles.width_for(out_w)
+    def rows_pass(self, n: Expr, c: Expr, oh: Expr, slot: Expr, taps: tuple[int, ...]) -> list[Stmt]:
+        """`slot`: the row's place in the scratch (thread slot and kept row)."""
+        kb, src, width, left, in_lanes = self.kb, self.src, self.width, self.left, self.in_lanes
 
-    # Output rows whose windows cover the same input rows (all of them, except near padding),
-    # and for an AveragePool count the same rows.
-    runs: list[tuple[int, int, tuple[int, ...], int]] = []
-    for oh in range(out_h):
-        taps = tuple(kh for kh in range(k_h) if 0 <= oh * s_h + kh * d_h - top < in_h)
-        rows_counted = counted(oh, k_h, s_h, d_h, top, in_h, pad_end[0])
-        if runs and runs[-1][2:] == (taps, rows_counted):
-            runs[-1] = (runs[-1][0], oh + 1, taps, rows_counted)
-        else:
-            runs.append((oh, oh + 1, taps, rows_counted))
-
-    def rows_pass(n: Expr, c: Expr, oh: Expr, slot: Expr, taps: tuple[int, ...]) -> list[Stmt]:
-        # `slot`: the row's place in the scratch (thread slot and kept row)
         def at(kh: int, iw: Expr) -> Expr:
-            return src.index([n, c, oh * s_h + (kh * d_h - top), iw])
+            return src.index([n, c, oh * self.s_h + (kh * self.d_h - self.top), iw])
 
         if in_lanes == 1:
             def column(i: list[Expr]) -> list[Stmt]:
-                value: Expr = low
+                value: Expr = self.low
                 for kh in taps:
-                    value = combine(Load(src.buffer, at(kh, i[0])), value)
-                return [Store(row_max, slot * width + left + i[0], value)]
-            return kb.loops([in_w], column, prefix="w")
+                    value = self.combine(Load(src.buffer, at(kh, i[0])), value)
+                return [Store(self.row_max, slot * width + left + i[0], value)]
+            return kb.loops([self.in_w], column, prefix="w")
         body: list[Stmt] = []
-        for iw in vector_starts(in_w, in_lanes):
-            column = const(iw, INDEX)
-            acc = kb.var("vmax", vector_of(dt, in_lanes))
-            body.append(Declare(acc, VecLoad(src.buffer, at(taps[0], column), in_lanes) if taps
-                                else Splat(low, in_lanes)))
-            body += [Assign(acc, combine_vectors(VecLoad(src.buffer, at(kh, column), in_lanes), acc))
+        for iw in vector_starts(self.in_w, in_lanes):
+            column_at = const(iw, INDEX)
+            acc = kb.var("vmax", vector_of(self.dt, in_lanes))
+            body.append(Declare(acc, VecLoad(src.buffer, at(taps[0], column_at), in_lanes) if taps
+                                else Splat(self.low, in_lanes)))
+            body += [Assign(acc, self.combine_vectors(VecLoad(src.buffer, at(kh, column_at), in_lanes), acc))
                      for kh in taps[1:]]
-            body.append(VecStore(row_max, slot * width + (iw + left), acc))
+            body.append(VecStore(self.row_max, slot * width + (iw + left), acc))
         return body
 
-    def columns_pass(n: Expr, c: Expr, oh: Expr, slot: Expr, thread: Expr, rows_counted: int) -> list[Stmt]:
-        rows = const(float(rows_counted), dt)
-        if out_lanes == 1:
-            def column(i: list[Expr]) -> list[Stmt]:
-                value: Expr = Load(row_max, slot * width + i[0] * s_w)
-                for kw in range(1, k_w):
-                    value = combine(Load(row_max, slot * width + i[0] * s_w + kw * d_w), value)
-                if count_buffer is not None:
-                    value = value / (Load(count_buffer, i[0]) * rows)
-                return [yv.store([n, c, oh, i[0]], value)]
-            return kb.loops([out_w], column, prefix="c")
+    def columns_pass(self, n: Expr, c: Expr, oh: Expr, slot: Expr, thread: Expr, rows_counted: int) -> list[Stmt]:
+        rows = const(float(rows_counted), self.dt)
+        if self.out_lanes == 1:
+            return self.kb.loops([self.out_w], lambda i: [self.yv.store([n, c, oh, i[0]], self._column(
+                slot, i[0], rows))], prefix="c")
         body: list[Stmt] = []
-        for ow in vector_starts(out_w, out_lanes):
-            acc = kb.var("vmax", vector_of(dt, out_lanes))
-            for kw in range(k_w):
-                phase, shift = (kw * d_w) % s_w, (kw * d_w) // s_w
-                kept = slot - thread * rows_kept  # the row within the thread's scratch
-                tap = VecLoad(phases, thread * phase_size + kept * per_phase
-                              + (phase * rows_kept * per_phase + ow + shift), out_lanes)
-                body.append(Declare(acc, tap) if kw == 0 else Assign(acc, combine_vectors(tap, acc)))
+        lanes, count_buffer = self.out_lanes, self.count_buffer
+        for ow in vector_starts(self.out_w, lanes):
+            acc = self.kb.var("vmax", vector_of(self.dt, lanes))
+            for kw in range(self.k_w):
+                phase, shift = (kw * self.d_w) % self.s_w, (kw * self.d_w) // self.s_w
+                kept = slot - thread * self.rows_kept  # the row within the thread's scratch
+                tap = VecLoad(self.phases, thread * self.phase_size + kept * self.per_phase
+                              + (phase * self.rows_kept * self.per_phase + ow + shift), lanes)
+                body.append(Declare(acc, tap) if kw == 0 else Assign(acc, self.combine_vectors(tap, acc)))
             result: Expr = acc
             if count_buffer is not None:  # the window's count: its columns' times its rows'
-                divisor = VecArith("mul", VecLoad(count_buffer, const(ow, INDEX), out_lanes), Splat(rows, out_lanes))
+                divisor = VecArith("mul", VecLoad(count_buffer, const(ow, INDEX), lanes), Splat(rows, lanes))
                 result = VecArith("div", acc, divisor)
-            body.append(VecStore(yv.buffer, yv.index([n, c, oh, const(ow, INDEX)]), result))
+            body.append(VecStore(self.yv.buffer, self.yv.index([n, c, oh, const(ow, INDEX)]), result))
         return body
 
-    # The borders (padding and overhang) are never written by the rows pass: -inf once.
-    stmts: list[Stmt] = kb.loops([slots * rows_kept, left], lambda i: [Store(row_max, i[0] * width + i[1], low)],
-                                 prefix="z")
-    stmts += kb.loops([slots * rows_kept, width - left - in_w],
-                      lambda i: [Store(row_max, i[0] * width + left + in_w + i[1], low)], prefix="z")
+    def _column(self, slot: Expr, ow: Expr, rows: Expr) -> Expr:
+        """Output column `ow` of the row in `slot`, one tap at a time (rows narrower than a vector)."""
+        at = slot * self.width + ow * self.s_w
+        value: Expr = Load(self.row_max, at)
+        for kw in range(1, self.k_w):
+            value = self.combine(Load(self.row_max, slot * self.width + ow * self.s_w + kw * self.d_w), value)
+        if self.count_buffer is not None:
+            value = value / (Load(self.count_buffer, ow) * rows)
+        return value
 
-    def split(count: int, thread: Expr) -> list[Stmt]:
-        if s_w == 1 or out_lanes == 1:
+    def borders(self) -> list[Stmt]:
+        """The borders (padding and overhang) are never written by the rows pass: -inf once."""
+        kb, width, left, in_w, row_max = self.kb, self.width, self.left, self.in_w, self.row_max
+        stmts = kb.loops([self.slots * self.rows_kept, left], lambda i: [Store(row_max, i[0] * width + i[1], self.low)],
+                         prefix="z")
+        return stmts + kb.loops([self.slots * self.rows_kept, width - left - in_w],
+                                lambda i: [Store(row_max, i[0] * width + left + in_w + i[1], self.low)], prefix="z")
+
+    def split(self, count: int, thread: Expr) -> list[Stmt]:
+        if self.s_w == 1 or self.out_lanes == 1:
             return []
-        rows_at, phases_at = thread * (rows_kept * width), thread * phase_size
-        return [stmt for phase in range(s_w) for stmt in kb.loops([count * per_phase], lambda i, phase=phase: [
-            Store(phases, phases_at + i[0] + phase * rows_kept * per_phase,
-                  Load(row_max, rows_at + i[0] * s_w + phase))], prefix="s")]
+        rows_at, phases_at = thread * (self.rows_kept * self.width), thread * self.phase_size
+        per_phase = self.per_phase
 
-    def plane(idx: list[Expr], thread: Expr) -> list[Stmt]:
+        def copy(i: list[Expr], phase: int) -> list[Stmt]:
+            return [Store(self.phases, phases_at + i[0] + phase * self.rows_kept * per_phase,
+                          Load(self.row_max, rows_at + i[0] * self.s_w + phase))]
+
+        return [stmt for phase in range(self.s_w)
+                for stmt in self.kb.loops([count * per_phase], lambda i, phase=phase: copy(i, phase), prefix="s")]
+
+    def plane(self, idx: list[Expr], thread: Expr) -> list[Stmt]:
         """One plane, with the scratch of thread slot `thread`."""
         n, c = idx
+        kb = self.kb
         body: list[Stmt] = []
-        first_row = thread * rows_kept
-        for first, end, taps, rows_counted in runs:
-            if rows_kept == 1:
+        first_row = thread * self.rows_kept
+        for first, end, taps, rows_counted in self.runs:
+            if self.rows_kept == 1:
                 body += kb.loops([end - first], lambda r, first=first, taps=taps, rows_counted=rows_counted: [
-                    *rows_pass(n, c, r[0] + first, first_row, taps), *split(1, thread),
-                    *columns_pass(n, c, r[0] + first, first_row, thread, rows_counted)], prefix="r")
+                    *self.rows_pass(n, c, r[0] + first, first_row, taps), *self.split(1, thread),
+                    *self.columns_pass(n, c, r[0] + first, first_row, thread, rows_counted)], prefix="r")
             else:
-                body += kb.loops([end - first], lambda r, first=first, taps=taps: rows_pass(
+                body += kb.loops([end - first], lambda r, first=first, taps=taps: self.rows_pass(
                     n, c, r[0] + first, first_row + r[0] + first, taps), prefix="r")
-        if rows_kept == 1:
+        if self.rows_kept == 1:
             return body
-        body += split(out_h, thread)
-        for first, end, _, rows_counted in runs:
-            body += kb.loops([end - first], lambda r, first=first, rows_counted=rows_counted: columns_pass(
+        body += self.split(self.out_h, thread)
+        for first, end, _, rows_counted in self.runs:
+            body += kb.loops([end - first], lambda r, first=first, rows_counted=rows_counted: self.columns_pass(
                 n, c, r[0] + first, first_row + r[0] + first, thread, rows_counted), prefix="r")
         return body
 
-    if slots > 1:
-        return stmts + slot_blocks(kb, channels, 1, lambda c, _, slot: plane([const(0, INDEX), c], slot), "p", slots)
-    return stmts + kb.loops([batch, channels], lambda idx: plane(idx, const(0, INDEX)), prefix="p")
+    def emit(self) -> list[Stmt]:
+        stmts = self.borders()
+        if self.slots > 1:
+            return stmts + slot_blocks(self.kb, self.channels, 1,
+                                       lambda c, _, slot: self.plane([const(0, INDEX), c], slot), "p", self.slots)
+        return stmts + self.kb.loops([self.batch, self.channels], lambda idx: self.plane(idx, const(0, INDEX)),
+                                     prefix="p")
 
 
 def _branchless_max(kb, xv: View, yv: View, idx: list[Expr], kernel: list[int], strides: list[int],  # noqa: ANN001

@@ -44,7 +44,7 @@ from aot.kernel.ir import (
     select,
     unary,
 )
-from aot.lowering.builder import View
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
 from aot.ops.registry import register
@@ -222,8 +222,8 @@ def lower_recurrent(node: Node, ctx: LoweringContext) -> None:
     for d in range(directions):
         reverse = direction == "reverse" or d == 1
         step = _Step(kind, activations[d], clip, input_forget, linear_before_reset)
-        _emit_recurrence(ctx, node, d, reverse, step, shapes, projected, r, bias, peep, lens_tensor, h0, c0,
-                         hidden_state, cell_state, y, gate_row)
+        _emit_recurrence(ctx, node, d, reverse, step, shapes, _RecurrenceTensors(
+            projected, r, bias, peep, lens_tensor, h0, c0, hidden_state, cell_state, y, gate_row))
 
 
 def _emit_projection(ctx: LoweringContext, node: Node, x: Tensor, w: Tensor, bias: Tensor | None,
@@ -274,163 +274,206 @@ class _Step:
         return minimum(maximum(x, const(-self.clip, x.dtype)), const(self.clip, x.dtype))
 
 
-def _emit_recurrence(ctx: LoweringContext, node: Node, d: int, reverse: bool, step: _Step, s: _Shapes,
-                     projected: Tensor, r: Tensor, bias: Tensor | None, peep: Tensor | None,
-                     lens: Tensor | None, h0: Tensor | None, c0: Tensor | None, hidden_state: Tensor,
-                     cell_state: Tensor | None, y: Tensor | None, gate_row: Tensor) -> None:
-    kb = ctx.builder(node)
-    dt = projected.dtype.name
-    H = s.hidden
-    xw, rv = kb.input(projected), kb.input(r)
-    bv = kb.input(bias) if bias is not None and step.linear_before_reset else None
-    pv = kb.input(peep) if peep is not None else None
-    lv = kb.input(lens) if lens is not None else None
-    h0v = _state_view(kb.input(h0), s) if h0 is not None else None
-    c0v = _state_view(kb.input(c0), s) if c0 is not None else None
-    hv = _state_view(kb.output(hidden_state), s)
-    cv = _state_view(kb.output(cell_state), s) if cell_state is not None else None
-    gv = kb.output(gate_row)
-    yv = None
-    if y is not None:
-        yv = kb.output(y)
-        if s.layout == 1:
-            yv = yv.permute([1, 2, 0, 3])  # (batch, seq, dir, hidden) seen as (seq, dir, batch, hidden)
-    zero = const(0.0, dt)
+@dataclass(frozen=True)
+class _RecurrenceTensors:
+    """What one direction's recurrence kernel reads and writes."""
 
-    # Initial state.
-    def init(idx: list[Expr]) -> list[Stmt]:
+    projected: Tensor  # X W^T + biases, [dir][t][batch][gate row]
+    r: Tensor
+    bias: Tensor | None
+    peep: Tensor | None
+    lens: Tensor | None
+    h0: Tensor | None
+    c0: Tensor | None
+    hidden_state: Tensor
+    cell_state: Tensor | None
+    y: Tensor | None
+    gate_row: Tensor  # scratch: one batch row's gates
+
+
+def _emit_recurrence(ctx: LoweringContext, node: Node, d: int, reverse: bool, step: _Step, s: _Shapes,
+                     tensors: _RecurrenceTensors) -> None:
+    recurrence = _Recurrence(ctx.builder(node), d, reverse, step, s, tensors)
+    ctx.emit(recurrence.kb, recurrence.body())
+
+
+class _Recurrence:
+    """The time loop of one direction of an RNN, GRU or LSTM: per step and batch row, the
+    recurrent product into the gate row, then the gates and the new state."""
+
+    def __init__(self, kb: KernelBuilder, d: int, reverse: bool, step: _Step, s: _Shapes,
+                 t: _RecurrenceTensors) -> None:
+        self.kb, self.d, self.reverse, self.step, self.s, self.t = kb, d, reverse, step, s, t
+        self.dt = t.projected.dtype.name
+        self.H = s.hidden
+        self.xw, self.rv = kb.input(t.projected), kb.input(t.r)
+        self.bv = kb.input(t.bias) if t.bias is not None and step.linear_before_reset else None
+        self.pv = kb.input(t.peep) if t.peep is not None else None
+        self.lv = kb.input(t.lens) if t.lens is not None else None
+        self.h0v = _state_view(kb.input(t.h0), s) if t.h0 is not None else None
+        self.c0v = _state_view(kb.input(t.c0), s) if t.c0 is not None else None
+        self.hv = _state_view(kb.output(t.hidden_state), s)
+        self.cv = _state_view(kb.output(t.cell_state), s) if t.cell_state is not None else None
+        self.gv = kb.output(t.gate_row)
+        self.yv = None
+        if t.y is not None:
+            self.yv = kb.output(t.y)
+            if s.layout == 1:
+                self.yv = self.yv.permute([1, 2, 0, 3])  # (batch, seq, dir, hidden) seen as (seq, dir, batch, hidden)
+        self.zero = const(0.0, self.dt)
+        self.row_fn: Callable[[Expr, Expr], list[Stmt]] = {
+            "RNN": self.rnn_row, "GRU": self.gru_row, "LSTM": self.lstm_row}[step.kind]
+
+    def body(self) -> list[Stmt]:
+        kb, s, t = self.kb, self.s, self.t
+        body: list[Stmt] = kb.loops([s.batch, self.H], self.init)
+        body += kb.loops([s.seq, s.batch], self.time_step, prefix="s")
+        if self.lv is not None and not (t.lens is not None and t.lens.is_constant and bool(np.all(t.lens.data > 0))):
+            # A row of length 0 has no last step: onnxruntime gives it a zero final state (not the
+            # initial one), and so do we.
+            body += kb.loops([s.batch, self.H], self.empty_rows)
+        return body
+
+    def init(self, idx: list[Expr]) -> list[Stmt]:
+        """The initial state."""
         b, j = idx
-        stmts = [hv.store([d, b, j], h0v.load([d, b, j]) if h0v is not None else zero)]
-        if cv is not None:
-            stmts.append(cv.store([d, b, j], c0v.load([d, b, j]) if c0v is not None else zero))
+        d, zero = self.d, self.zero
+        stmts = [self.hv.store([d, b, j], self.h0v.load([d, b, j]) if self.h0v is not None else zero)]
+        if self.cv is not None:
+            stmts.append(self.cv.store([d, b, j], self.c0v.load([d, b, j]) if self.c0v is not None else zero))
         return stmts
 
-    body: list[Stmt] = kb.loops([s.batch, H], init)
+    def empty_rows(self, idx: list[Expr]) -> list[Stmt]:
+        b, j = idx
+        assert self.lv is not None
+        reset = [self.hv.store([self.d, b, j], self.zero)]
+        reset += [self.cv.store([self.d, b, j], self.zero)] if self.cv is not None else []
+        return [If(le(cast(self.lv.load([b]), INDEX), const(0, INDEX)), reset)]
 
-    def local(stmts: list[Stmt], prefix: str, value: Expr) -> Expr:
-        v = kb.var(prefix, value.dtype)
-        stmts.append(Declare(v, value))
-        return v
-
-    def recurrent_sum(b: Expr, t: Expr, rows: int) -> list[Stmt]:
-        """gate_row[g] = projected[d, t, b, g] + sum_k H[b, k] R[d, g, k] for the first `rows` gates."""
-        def unit(g: list[Expr]) -> list[Stmt]:
-            acc = kb.var("acc", dt)
-            red = kb.loops([H], lambda k: [Assign(acc, acc + hv.load([d, b, k[0]]) * rv.load([d, g[0], k[0]]))],
-                           prefix="k")
-            return [Declare(acc, xw.load([d, t, b, g[0]])), *red, gv.store([g[0]], acc)]
-        return kb.loops([rows], unit, prefix="g")
-
-    def store_state(stmts: list[Stmt], b: Expr, t: Expr, j: Expr, h_new: Expr) -> None:
-        value = local(stmts, "hnew", h_new)
-        stmts.append(hv.store([d, b, j], value))
-        if yv is not None:
-            stmts.append(yv.store([t, d, b, j], value))
-
-    def rnn_row(b: Expr, t: Expr) -> list[Stmt]:
-        f = step.activations[0]
-
-        def unit(j: list[Expr]) -> list[Stmt]:
-            stmts: list[Stmt] = []
-            pre = local(stmts, "pre", step.clipped(gv.load([j[0]])))
-            store_state(stmts, b, t, j[0], f(pre))
-            return stmts
-        return recurrent_sum(b, t, H) + kb.loops([H], unit, prefix="j")
-
-    def gru_row(b: Expr, t: Expr) -> list[Stmt]:
-        f, g = step.activations
-        stmts = recurrent_sum(b, t, 2 * H)
-
-        def gates_zr(j: list[Expr]) -> list[Stmt]:  # z and r in place
-            out: list[Stmt] = []
-            for offset in (0, H):
-                pre = local(out, "pre", step.clipped(gv.load([j[0] + offset])))
-                out.append(gv.store([j[0] + offset], f(pre)))
-            return out
-
-        def candidate(j: list[Expr]) -> list[Stmt]:  # the hidden gate's pre-activation into gate_row[2H + j]
-            acc = kb.var("acc", dt)
-            row = j[0] + 2 * H
-            if step.linear_before_reset:
-                # r (.) (H R_h^T + Rb_h) + (X W_h^T + Wb_h)
-                red = kb.loops([H], lambda k: [
-                    Assign(acc, acc + hv.load([d, b, k[0]]) * rv.load([d, row, k[0]]))], prefix="k")
-                rb = bv.load([d, j[0] + 5 * H]) if bv is not None else zero
-                value = xw.load([d, t, b, row]) + gv.load([j[0] + H]) * (acc + rb)
-                return [Declare(acc, zero), *red, gv.store([row], value)]
-            # (r (.) H) R_h^T + X W_h^T + Wb_h + Rb_h
-            red = kb.loops([H], lambda k: [
-                Assign(acc, acc + (gv.load([k[0] + H]) * hv.load([d, b, k[0]])) * rv.load([d, row, k[0]]))],
-                prefix="k")
-            return [Declare(acc, xw.load([d, t, b, row])), *red, gv.store([row], acc)]
-
-        def update(j: list[Expr]) -> list[Stmt]:
-            out: list[Stmt] = []
-            pre = local(out, "pre", step.clipped(gv.load([j[0] + 2 * H])))
-            cand = local(out, "cand", g(pre))
-            z = local(out, "z", gv.load([j[0]]))
-            store_state(out, b, t, j[0], (const(1.0, dt) - z) * cand + z * hv.load([d, b, j[0]]))
-            return out
-
-        return (stmts + kb.loops([H], gates_zr, prefix="j") + kb.loops([H], candidate, prefix="j")
-                + kb.loops([H], update, prefix="j"))
-
-    def lstm_row(b: Expr, t: Expr) -> list[Stmt]:
-        f, g, h = step.activations
-        assert cv is not None
-
-        def unit(j: list[Expr]) -> list[Stmt]:
-            out: list[Stmt] = []
-            c_prev = local(out, "cprev", cv.load([d, b, j[0]]))
-
-            def gate_in(row: int, peep_row: int | None, c: Expr) -> Expr:
-                """Gate rows of W/R/B: i, o, f, c; peephole rows of P: i, o, f."""
-                value = gv.load([j[0] + row * H])
-                if pv is not None and peep_row is not None:
-                    value = value + pv.load([d, j[0] + peep_row * H]) * c
-                return local(out, "pre", step.clipped(value))
-
-            i_gate = local(out, "ig", f(gate_in(0, 0, c_prev)))
-            if step.input_forget:
-                f_gate = local(out, "fg", const(1.0, dt) - i_gate)
-            else:
-                f_gate = local(out, "fg", f(gate_in(2, 2, c_prev)))
-            cand = local(out, "cand", g(gate_in(3, None, c_prev)))
-            c_new = local(out, "cnew", f_gate * c_prev + i_gate * cand)
-            # The output gate's peephole sees the new cell state.
-            o_gate = local(out, "og", f(gate_in(1, 1, c_new)))
-            out.append(cv.store([d, b, j[0]], c_new))
-            store_state(out, b, t, j[0], o_gate * h(c_new))
-            return out
-
-        return recurrent_sum(b, t, 4 * H) + kb.loops([H], unit, prefix="j")
-
-    row_fn: Callable[[Expr, Expr], list[Stmt]] = {"RNN": rnn_row, "GRU": gru_row, "LSTM": lstm_row}[step.kind]
-
-    def time_step(idx: list[Expr]) -> list[Stmt]:
+    def time_step(self, idx: list[Expr]) -> list[Stmt]:
         si, b = idx
-        if lv is None:
-            t = (s.seq - 1) - si if reverse else si
-            return row_fn(b, t)
+        s = self.s
+        if self.lv is None:
+            t = (s.seq - 1) - si if self.reverse else si
+            return self.row_fn(b, t)
         # Per-row length, clamped into [0, seq] so that a bad runtime value cannot index outside X.
         stmts: list[Stmt] = []
-        length = local(stmts, "len", minimum(maximum(cast(lv.load([b]), INDEX), const(0, INDEX)),
-                                             const(s.seq, INDEX)))
-        active = row_fn(b, (length - 1) - si if reverse else si)
+        length = self.local(stmts, "len", minimum(maximum(cast(self.lv.load([b]), INDEX), const(0, INDEX)),
+                                                  const(s.seq, INDEX)))
+        active = self.row_fn(b, (length - 1) - si if self.reverse else si)
         padding: list[Stmt] = []
-        if yv is not None:
-            padding = kb.loops([H], lambda j: [yv.store([si, d, b, j[0]], zero)], prefix="j")
+        if self.yv is not None:
+            yv = self.yv
+            padding = self.kb.loops([self.H], lambda j: [yv.store([si, self.d, b, j[0]], self.zero)], prefix="j")
         stmts.append(If(lt(si, length), active, padding))
         return stmts
 
-    body += kb.loops([s.seq, s.batch], time_step, prefix="s")
-    if lv is not None and not (lens is not None and lens.is_constant and bool(np.all(lens.data > 0))):
-        # A row of length 0 has no last step: onnxruntime gives it a zero final state (not the
-        # initial one), and so do we.
-        def empty_rows(idx: list[Expr]) -> list[Stmt]:
-            b, j = idx
-            reset = [hv.store([d, b, j], zero)] + ([cv.store([d, b, j], zero)] if cv is not None else [])
-            return [If(le(cast(lv.load([b]), INDEX), const(0, INDEX)), reset)]
-        body += kb.loops([s.batch, H], empty_rows)
-    ctx.emit(kb, body)
+    def local(self, stmts: list[Stmt], prefix: str, value: Expr) -> Expr:
+        v = self.kb.var(prefix, value.dtype)
+        stmts.append(Declare(v, value))
+        return v
+
+    def recurrent_sum(self, b: Expr, t: Expr, rows: int) -> list[Stmt]:
+        """gate_row[g] = projected[d, t, b, g] + sum_k H[b, k] R[d, g, k] for the first `rows` gates."""
+        kb, d, hv, rv = self.kb, self.d, self.hv, self.rv
+
+        def unit(g: list[Expr]) -> list[Stmt]:
+            acc = kb.var("acc", self.dt)
+            red = kb.loops([self.H], lambda k: [Assign(acc, acc + hv.load([d, b, k[0]]) * rv.load([d, g[0], k[0]]))],
+                           prefix="k")
+            return [Declare(acc, self.xw.load([d, t, b, g[0]])), *red, self.gv.store([g[0]], acc)]
+        return kb.loops([rows], unit, prefix="g")
+
+    def store_state(self, stmts: list[Stmt], b: Expr, t: Expr, j: Expr, h_new: Expr) -> None:
+        value = self.local(stmts, "hnew", h_new)
+        stmts.append(self.hv.store([self.d, b, j], value))
+        if self.yv is not None:
+            stmts.append(self.yv.store([t, self.d, b, j], value))
+
+    # -- RNN ---------------------------------------------------------------------------------
+    def rnn_row(self, b: Expr, t: Expr) -> list[Stmt]:
+        f = self.step.activations[0]
+
+        def unit(j: list[Expr]) -> list[Stmt]:
+            stmts: list[Stmt] = []
+            pre = self.local(stmts, "pre", self.step.clipped(self.gv.load([j[0]])))
+            self.store_state(stmts, b, t, j[0], f(pre))
+            return stmts
+        return self.recurrent_sum(b, t, self.H) + self.kb.loops([self.H], unit, prefix="j")
+
+    # -- GRU ---------------------------------------------------------------------------------
+    def gru_row(self, b: Expr, t: Expr) -> list[Stmt]:
+        kb, H = self.kb, self.H
+        stmts = self.recurrent_sum(b, t, 2 * H)
+        return (stmts + kb.loops([H], self.gru_gates_zr, prefix="j")
+                + kb.loops([H], lambda j: self.gru_candidate(b, t, j[0]), prefix="j")
+                + kb.loops([H], lambda j: self.gru_update(b, t, j[0]), prefix="j"))
+
+    def gru_gates_zr(self, j: list[Expr]) -> list[Stmt]:
+        """z and r, in place."""
+        f = self.step.activations[0]
+        out: list[Stmt] = []
+        for offset in (0, self.H):
+            pre = self.local(out, "pre", self.step.clipped(self.gv.load([j[0] + offset])))
+            out.append(self.gv.store([j[0] + offset], f(pre)))
+        return out
+
+    def gru_candidate(self, b: Expr, t: Expr, j: Expr) -> list[Stmt]:
+        """The hidden gate's pre-activation into gate_row[2H + j]."""
+        kb, d, H, hv, rv, gv = self.kb, self.d, self.H, self.hv, self.rv, self.gv
+        acc = kb.var("acc", self.dt)
+        row = j + 2 * H
+        if self.step.linear_before_reset:
+            # r (.) (H R_h^T + Rb_h) + (X W_h^T + Wb_h)
+            red = kb.loops([H], lambda k: [
+                Assign(acc, acc + hv.load([d, b, k[0]]) * rv.load([d, row, k[0]]))], prefix="k")
+            rb = self.bv.load([d, j + 5 * H]) if self.bv is not None else self.zero
+            value = self.xw.load([d, t, b, row]) + gv.load([j + H]) * (acc + rb)
+            return [Declare(acc, self.zero), *red, gv.store([row], value)]
+        # (r (.) H) R_h^T + X W_h^T + Wb_h + Rb_h
+        red = kb.loops([H], lambda k: [
+            Assign(acc, acc + (gv.load([k[0] + H]) * hv.load([d, b, k[0]])) * rv.load([d, row, k[0]]))],
+            prefix="k")
+        return [Declare(acc, self.xw.load([d, t, b, row])), *red, gv.store([row], acc)]
+
+    def gru_update(self, b: Expr, t: Expr, j: Expr) -> list[Stmt]:
+        g = self.step.activations[1]
+        out: list[Stmt] = []
+        pre = self.local(out, "pre", self.step.clipped(self.gv.load([j + 2 * self.H])))
+        cand = self.local(out, "cand", g(pre))
+        z = self.local(out, "z", self.gv.load([j]))
+        self.store_state(out, b, t, j, (const(1.0, self.dt) - z) * cand + z * self.hv.load([self.d, b, j]))
+        return out
+
+    # -- LSTM --------------------------------------------------------------------------------
+    def lstm_row(self, b: Expr, t: Expr) -> list[Stmt]:
+        assert self.cv is not None
+        return self.recurrent_sum(b, t, 4 * self.H) + self.kb.loops([self.H], lambda j: self.lstm_unit(b, t, j[0]),
+                                                                      prefix="j")
+
+    def lstm_unit(self, b: Expr, t: Expr, j: Expr) -> list[Stmt]:
+        f, g, h = self.step.activations
+        cv, dt = self.cv, self.dt
+        assert cv is not None
+        out: list[Stmt] = []
+        c_prev = self.local(out, "cprev", cv.load([self.d, b, j]))
+        i_gate = self.local(out, "ig", f(self.lstm_gate_in(out, j, 0, 0, c_prev)))
+        if self.step.input_forget:
+            f_gate = self.local(out, "fg", const(1.0, dt) - i_gate)
+        else:
+            f_gate = self.local(out, "fg", f(self.lstm_gate_in(out, j, 2, 2, c_prev)))
+        cand = self.local(out, "cand", g(self.lstm_gate_in(out, j, 3, None, c_prev)))
+        c_new = self.local(out, "cnew", f_gate * c_prev + i_gate * cand)
+        # The output gate's peephole sees the new cell state.
+        o_gate = self.local(out, "og", f(self.lstm_gate_in(out, j, 1, 1, c_new)))
+        out.append(cv.store([self.d, b, j], c_new))
+        self.store_state(out, b, t, j, o_gate * h(c_new))
+        return out
+
+    def lstm_gate_in(self, out: list[Stmt], j: Expr, row: int, peep_row: int | None, c: Expr) -> Expr:
+        """Gate rows of W/R/B: i, o, f, c; peephole rows of P: i, o, f."""
+        value = self.gv.load([j + row * self.H])
+        if self.pv is not None and peep_row is not None:
+            value = value + self.pv.load([self.d, j + peep_row * self.H]) * c
+        return self.local(out, "pre", self.step.clipped(value))
 

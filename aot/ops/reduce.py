@@ -305,16 +305,7 @@ def lower_topk(node: Node, ctx: LoweringContext) -> None:
     values, indices = _output(node, 0), _output(node, 1)
     if x.dtype.kind not in "fiu":
         raise fail(node, f"dtype {x.dtype}: TopK is implemented for float and integer types")
-    if node.opset < 10:
-        k = node.attr("k")
-        if k is None:
-            raise fail(node, "missing attribute k")
-        k = int(k)
-    else:
-        k_value = constant_scalar_int(node, 1, "K")
-        if k_value is None:
-            raise fail(node, "missing required input 1 (K)")
-        k = k_value
+    k = _topk_k(node)
     axis = normalize_axis(node, int(node.attr("axis", -1)), x.rank)
     largest = int(node.attr("largest", 1)) != 0
     outer, length, inner = _around_axis(x.shape, axis)
@@ -335,18 +326,7 @@ def lower_topk(node: Node, ctx: LoweringContext) -> None:
     floating = _is_float(x)
 
     def ahead(a: Expr, ia: Expr, b: Expr, ib: Expr) -> Expr:
-        """Whether (a, index ia) comes before (b, index ib) in the output order."""
-        if floating:
-            a_nan, b_nan = unary("isnan", a), unary("isnan", b)
-            if largest:
-                first = logical_or(gt(a, b), logical_and(a_nan, unary("not", b_nan)))
-            else:
-                first = logical_or(lt(a, b), logical_and(b_nan, unary("not", a_nan)))
-            same = logical_or(eq(a, b), logical_and(a_nan, b_nan))
-        else:
-            first = gt(a, b) if largest else lt(a, b)
-            same = eq(a, b)
-        return logical_or(first, logical_and(same, lt(ia, ib)))
+        return _topk_ahead(a, ia, b, ib, floating, largest)
 
     def row(idx: list[Expr]) -> list[Stmt]:
         o, i = idx
@@ -376,6 +356,34 @@ def lower_topk(node: Node, ctx: LoweringContext) -> None:
         return stmts
 
     ctx.emit(kb, kb.loops([outer, inner], row))
+
+
+def _topk_k(node: Node) -> int:
+    """TopK's k: an attribute before opset 10, a constant input since."""
+    if node.opset < 10:
+        k = node.attr("k")
+        if k is None:
+            raise fail(node, "missing attribute k")
+        return int(k)
+    k_value = constant_scalar_int(node, 1, "K")
+    if k_value is None:
+        raise fail(node, "missing required input 1 (K)")
+    return k_value
+
+
+def _topk_ahead(a: Expr, ia: Expr, b: Expr, ib: Expr, floating: bool, largest: bool) -> Expr:
+    """Whether (a, index ia) comes before (b, index ib) in TopK's output order (NaN largest)."""
+    if floating:
+        a_nan, b_nan = unary("isnan", a), unary("isnan", b)
+        if largest:
+            first = logical_or(gt(a, b), logical_and(a_nan, unary("not", b_nan)))
+        else:
+            first = logical_or(lt(a, b), logical_and(b_nan, unary("not", a_nan)))
+        same = logical_or(eq(a, b), logical_and(a_nan, b_nan))
+    else:
+        first = gt(a, b) if largest else lt(a, b)
+        same = eq(a, b)
+    return logical_or(first, logical_and(same, lt(ia, ib)))
 
 
 # ---------------------------------------------------------------------------------------------

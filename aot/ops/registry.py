@@ -1,6 +1,8 @@
 """The table of supported ONNX ops: op type -> its lowering into kernel IR.
 
 Each op's meaning is written once, in its lowering; every backend prints the resulting kernels.
+Importing this module imports its package, aot/ops/__init__.py, first, which imports every op
+module, so the table is full before anyone can ask it.
 """
 
 from __future__ import annotations
@@ -35,26 +37,15 @@ def register(*op_types: str, constant_inputs: Sequence[int] = ()) -> Callable[[L
     return decorate
 
 
-def _ensure_loaded() -> None:
-    import aot.ops  # noqa: F401  (importing the package registers every op module)
-
-
 def is_supported(domain: str, op_type: str) -> bool:
-    _ensure_loaded()
     return domain in ("", "ai.onnx") and op_type in _LOWERINGS
 
 
 def lowering_for(op_type: str) -> LowerFn:
-    _ensure_loaded()
     return _LOWERINGS[op_type]
 
 
 def constant_inputs(op_type: str) -> tuple[int, ...]:
     """Input positions of `op_type` that must be known at compile time (see register)."""
-    _ensure_loaded()
     return _CONSTANT_INPUTS.get(op_type, ())
 
-
-def supported_ops() -> list[str]:
-    _ensure_loaded()
-    return sorted(_LOWERINGS)

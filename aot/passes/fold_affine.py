@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from aot.ir.affine import ANCHORS, batchnorm_affine
 from aot.ir.graph import Graph, Node, Tensor
-
-_ANCHORS = ("Conv", "Gemm", "MatMul")
 
 
 def _channel_count(anchor: Node) -> int | None:
@@ -49,11 +48,9 @@ def _affine_of(node: Node, chain: Tensor, channels: int, conv: bool) -> tuple[np
         params = node.inputs[1:5]
         if len(params) != 4 or any(p is None or not p.is_constant for p in params):
             return None
-        scale, bias, mean, var = (p.data.astype(np.float64).reshape(-1) for p in params)  # type: ignore[union-attr]
-        if scale.size != channels:
+        if params[0].size != channels:  # type: ignore[union-attr]
             return None
-        a = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
-        return a, bias - mean * a
+        return batchnorm_affine(*(p.data for p in params), float(node.attr("epsilon", 1e-5)))  # type: ignore[union-attr]
     if node.op_type not in ("Mul", "Add", "Sub", "Div") or len(node.inputs) != 2:
         return None
     other_index = 1 if node.inputs[0] is chain else 0
@@ -131,7 +128,7 @@ def fold_affine_into_weights(graph: Graph) -> None:
         changed = False
         removed = []  # followers folded away, dropped together after the sweep
         for anchor in list(graph.nodes):
-            if anchor.op_type not in _ANCHORS:
+            if anchor.op_type not in ANCHORS:
                 continue
             out = anchor.outputs[0]
             channels = _channel_count(anchor)

@@ -12,7 +12,6 @@ import os
 import platform
 import shlex
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -111,9 +110,3 @@ def qemu_for(target: Target) -> list[str]:
         raise BuildError(f"--target {target.name}: running its binaries needs {name}: apt-get install qemu-user")
     return [target.qemu]
 
-
-def check_runs(cmd: list[str]) -> bool:
-    try:
-        return subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False

@@ -11,7 +11,7 @@ over input channels:
 The sum over c, for each of the (m + 2)^2 transform positions `xi`, is a matrix product
 U[xi] (OC x C, the transformed weights, made at compile time) times V[xi] (C x tiles, the
 transformed input), done by the same register tiles as every other conv (aot/ops/
-register_tiles.py). F(2x2, 3x3) spends 16 multiply-adds per 4 outputs instead of 36: 2.25x
+contraction/register_tiles.py). F(2x2, 3x3) spends 16 multiply-adds per 4 outputs instead of 36: 2.25x
 fewer, for a transform of the input and the output that costs additions only.
 
 Numerics: the transforms reassociate the 9 taps (F(2, 3)'s G has halves: exact in binary), so
@@ -21,7 +21,7 @@ the usual 1e-4. Packages that must match a direct sum bit for bit compile with
 `--conv-algorithm direct`.
 
 Layout of the work, per image:
-  * the input is copied once into a zero-padded, column-phase-split scratch (conv_tiled.
+  * the input is copied once into a zero-padded, column-phase-split scratch (copies.
     strided_copy with stride m), extended to whole tiles: element j of a tile row's patch is
     phase j % m at column tx + j // m, so every patch element of consecutive tiles is one
     contiguous vector load;
@@ -44,10 +44,12 @@ from aot.kernel.ir import INDEX, Buffer, Declare, Expr, If, Load, Loop, Stmt, St
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, pays, slot_blocks
-from aot.lowering.tiles import TileConfig
-from aot.ops.conv_kernels import blocks
-from aot.ops.conv_tiled import pack_weights, strided_copy
-from aot.ops.register_tiles import Reduction, register_tile
+from aot.ops.attrs import required_input
+from aot.ops.contraction.register_tiles import Reduction, register_tile
+from aot.ops.contraction.row_updates import blocks
+from aot.ops.conv.copies import strided_copy
+from aot.ops.conv.geometry import ConvGeometry
+from aot.ops.conv.packing import pack_weights
 from aot.ops.scratch import scratch_tensor
 
 
@@ -105,43 +107,17 @@ def combine(coefficients: Sequence[float], terms: Sequence[Expr]) -> Expr:
     return value
 
 
-def winograd_fits(groups: int, in_channels: int, out_channels: int, kernel: Sequence[int], strides: Sequence[int],
-                  dilations: Sequence[int], out_hw: tuple[int, int], tiles: TileConfig, dtype: str) -> bool:
-    """Whether a 2-D convolution runs as Winograd F(2x2, 3x3): 3x3, unit stride and dilation,
-    one group, float32 on a vector target, with channels enough that the multiply-adds saved
-    outweigh the transforms (a transform costs about 2 additions per input or output element
-    and channel: an RGB stem saves little), and at least a vector of 2x2 tiles: the products
-    run over tiles, and fewer than a vector's lanes run narrow (measured on AVX-512: 256 -> 256
-    channels on a 3x3 image, 4 tiles, 184 us against 176 direct; 16 -> 16 on 6x6, 9 tiles, 3.0
-    against 2.4 us; 8 -> 8 on 8x8, 16 tiles, 1.42 against 1.58)."""
-    tile_count = -(-out_hw[0] // F2X2_3X3.m) * -(-out_hw[1] // F2X2_3X3.m)
-    return (groups == 1 and tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
-            and dtype == "float32" and tiles.lanes > 1 and in_channels >= 8 and out_channels >= 8
-            and tile_count >= tiles.lanes)
-
-
-def lower_conv_winograd(node: Node, ctx: LoweringContext, x: Tensor, w: Tensor, bias: Tensor | None,
-                        pad_begin: list[int], pad_end: list[int]) -> bool:
-    """Emit the Conv `node` as Winograd F(2x2, 3x3); False when its output buffer cannot hold it
-    (a fused epilogue that changes the type, or a weight that is not finite), and the caller
-    lowers it directly."""
-    assert w.data is not None
-    # G g G^T mixes every tap of a filter into its 16 transformed taps: one Inf weight makes them
-    # all Inf or NaN (Inf - Inf), and every output of that channel NaN, where a direct sum gives
-    # Inf or NaN only where the products do. Weights are known here: such a Conv stays direct.
-    if not np.isfinite(w.data).all():
-        return False
+def lower_conv_winograd(node: Node, ctx: LoweringContext, geometry: ConvGeometry) -> None:
+    """Emit the Conv `node` (validated, chosen for Winograd by algorithm.choose_algorithm) as
+    Winograd F(2x2, 3x3)."""
+    x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
     kb = ctx.builder(node)
     # Named in the kernel's C comment and in `aot report`: which convolutions run as Winograd.
     kb.op = "Conv/winograd" + kb.op[len(node.op_type):]
     final, epilogue = ctx.epilogue(node, kb)
-    y = node.outputs[0]
-    assert y is not None and w.data is not None
-    if final.dtype != y.dtype:
-        return False
-    emitter = _Winograd(ctx, node, kb, x, w, bias, final, epilogue, pad_begin, pad_end, F2X2_3X3)
+    emitter = _Winograd(ctx, node, kb, x, w, bias, final, epilogue, list(geometry.pad_begin), list(geometry.pad_end),
+                        F2X2_3X3)
     ctx.emit(kb, emitter.copy + kb.loops([x.shape[0]], lambda idx: emitter.image(idx[0]), prefix="n"))
-    return True
 
 
 class _Winograd:

@@ -1,0 +1,44 @@
+"""The table of elementwise forms: op type -> how to build its scalar meaning for one node.
+
+aot/ops/elementwise.py writes each op's form once and registers it here; the lowering framework
+reads the table to fuse elementwise chains into an anchor's epilogue (fusion.py, context.py)
+without reaching up into the op modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aot.ir.graph import Node, Tensor
+from aot.kernel.ir import Expr
+
+if TYPE_CHECKING:
+    from aot.lowering.context import LoweringContext
+
+ScalarFn = Callable[[list[Expr]], Expr]
+
+
+@dataclass
+class Form:
+    """out = fn(inputs...) elementwise, with the inputs broadcast (numpy rules) to the output."""
+
+    inputs: list[Tensor]
+    fn: ScalarFn
+
+
+FormBuilder = Callable[[Node, "LoweringContext"], Form]
+FORMS: dict[str, FormBuilder] = {}
+
+
+def form_for(node: Node, ctx: LoweringContext) -> Form | None:
+    """The elementwise form of `node`, or None when it is not an elementwise op."""
+    builder = FORMS.get(node.op_type)
+    return builder(node, ctx) if builder is not None else None
+
+
+def is_elementwise(node: Node) -> bool:
+    """Whether `node` is an elementwise op with a single output."""
+    return node.op_type in FORMS and len([o for o in node.outputs if o is not None]) == 1 \
+        and node.outputs[0] is not None

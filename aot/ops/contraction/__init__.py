@@ -1,0 +1,1 @@
+"""Contractions (sums of products) shared by Conv, Gemm and MatMul: register tiles and row updates."""

@@ -1,0 +1,62 @@
+"""Conv: validation of the node, then the algorithm algorithm.choose_algorithm picks."""
+
+from __future__ import annotations
+
+from aot.ir.graph import Node
+from aot.lowering.context import LoweringContext
+from aot.ops.attrs import conv_operands, fail, spatial_padding, window_output_size, window_steps
+from aot.ops.conv.algorithm import choose_algorithm
+from aot.ops.conv.direct import lower_conv_direct
+from aot.ops.conv.geometry import ConvGeometry
+from aot.ops.conv.rows import lower_conv_rows
+from aot.ops.conv.tiled import lower_conv_im2col, lower_conv_tiled
+from aot.ops.conv.winograd import lower_conv_winograd
+from aot.ops.registry import register
+
+
+@register("Conv")
+def lower_conv(node: Node, ctx: LoweringContext) -> None:
+    geometry = conv_geometry(node)
+    _, w, _, y, _ = conv_operands(node, "convolution")
+    weights = w.data if w.is_constant else None
+    algorithm = choose_algorithm(geometry, weights, y.dtype.name, ctx.tiles, ctx.conv_algorithm != "direct")
+    if algorithm.kind == "winograd":
+        lower_conv_winograd(node, ctx, geometry)
+    elif algorithm.kind == "im2col":
+        lower_conv_im2col(node, ctx, geometry.planar(), algorithm)
+    elif algorithm.kind == "tiled":
+        lower_conv_tiled(node, ctx, geometry.planar(), algorithm)
+    elif algorithm.kind == "rows":
+        lower_conv_rows(node, ctx, geometry.planar(), algorithm)
+    else:
+        lower_conv_direct(node, ctx, geometry)
+
+
+def conv_geometry(node: Node) -> ConvGeometry:
+    """The shape of the Conv `node`, its attributes checked against its operands."""
+    x, w, bias, y, nd = conv_operands(node, "convolution")
+    batch, in_channels = x.shape[0], x.shape[1]
+    out_channels, group_in = w.shape[0], w.shape[1]
+    kernel = list(node.attr("kernel_shape", w.shape[2:]))
+    if tuple(kernel) != tuple(w.shape[2:]):
+        raise fail(node, f"kernel_shape {kernel} differs from the weight shape {list(w.shape[2:])}")
+    groups = int(node.attr("group", 1))
+    strides, dilations = window_steps(node, x.shape[2:])
+    if groups <= 0 or in_channels != group_in * groups or out_channels % groups:
+        raise fail(node, f"group={groups} does not divide X channels {in_channels} and W {list(w.shape)}")
+    in_spatial = x.shape[2:]
+    pad_begin, pad_end = spatial_padding(node, in_spatial, kernel, strides, dilations)
+    out_spatial = window_output_size(node, in_spatial, kernel, strides, dilations, pad_begin, pad_end)
+    if y.shape != (batch, out_channels, *out_spatial):
+        expected = [batch, out_channels, *out_spatial]
+        raise fail(node, f"output shape {list(y.shape)} differs from the computed {expected}")
+    if bias is not None and bias.shape != (out_channels,):
+        raise fail(node, f"bias shape {list(bias.shape)} should be [{out_channels}]")
+    return ConvGeometry(batch=int(batch), channels=int(in_channels), out_channels=int(out_channels), groups=groups,
+                        in_spatial=_ints(in_spatial), out_spatial=_ints(out_spatial), kernel=_ints(kernel),
+                        strides=_ints(strides), dilations=_ints(dilations), pad_begin=_ints(pad_begin),
+                        pad_end=_ints(pad_end), nd=nd)
+
+
+def _ints(values: object) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)  # type: ignore[attr-defined]

@@ -1,0 +1,290 @@
+"""Conv as register tiles over output pixels (aot/ops/contraction/register_tiles.py): the fast
+path for every 1-D/2-D convolution whose groups have several output channels.
+
+Each tile is a block of output channels (rows) by a run of output pixels (columns) of one output
+row, accumulated over (input channel, kernel row, kernel column) with the kernel columns written
+out. A 1x1, stride-1 convolution is a matrix product over the flattened image (pointwise mode),
+so its pixel runs cross output rows; unit-stride convolutions with rows that tile badly compute
+on the padded grid (grid mode); the others tile each output row (rows mode). Padding has been
+turned into a zero-bordered copy of the input (copies.py), so every tap of every tile reads
+inside the image and no load is guarded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.graph import Node, Tensor
+from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, binary, const
+from aot.lowering.builder import KernelBuilder, View
+from aot.lowering.context import Epilogue, LoweringContext
+from aot.lowering.parallel import SCRATCH_SLOTS, parallel_blocks, slot_blocks
+from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.contraction.row_updates import blocks
+from aot.ops.conv.algorithm import TileMode, interleave_rows
+from aot.ops.conv.geometry import ConvSpec
+from aot.ops.conv.packing import pack_weights
+from aot.ops.scratch import scratch_tensor
+
+# An input image larger than this is not re-read by each block of output channels (see
+# TiledConv.emit): about half of a big core's L2.
+STREAM_LIMIT_BYTES = 512 * 1024
+BAND_BYTES = 128 * 1024
+BAND_TILE_BYTES = 8 * 1024
+
+
+class TiledConv:
+    """Emits one image and group of a convolution as register tiles over pixels (pointwise,
+    grid and rows modes); the channels and flat modes are subclasses (channel_tiles.py,
+    flat_depthwise.py) that share its tiles, weights and epilogue."""
+
+    def __init__(self, kb: KernelBuilder, ctx: LoweringContext, node: Node, spec: ConvSpec, x: View, w: Tensor,
+                 y: View, bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig, mode: TileMode,
+                 parallel: bool = False, rows_first: bool = False) -> None:
+        """`x` is the (padded) input image, or for column strides above 1 (outside the
+        channels mode) the phase-split copy made by strided_copy; `mode` from algorithm.tile_mode;
+        `rows_first` when that copy is row-interleaved (interleave_rows).
+        `parallel` (one image, one group): `emit` makes the blocks of output channels a parallel
+        loop; the modes with a scratch (grid, channels) get one scratch per slot
+        (aot/lowering/parallel.py slot_blocks)."""
+        self.kb, self.s, self.xv, self.yv, self.bv = kb, spec, x, y, bias
+        self.parallel = parallel
+        self.slots = 1
+        self.epilogue, self.dt, self.tile = epilogue, dtype, tile
+        assert w.data is not None
+        self.mode = mode
+        self.rows_first = rows_first
+        assert not rows_first or interleave_rows(spec, self.mode)
+        self.k = spec.group_in * spec.k_h * spec.k_w
+        self._prepare(ctx, node, w)
+        # Side inputs of a fused epilogue that are whole tensors of the output's shape (or
+        # scalars) can be addressed by the flat output index; others need the full index.
+        self.flat_epilogue = all(t.shape == epilogue.shape or t.size == 1 for t in epilogue.inputs)
+        probe = Var("probe", dtype)
+        self.has_epilogue = epilogue.apply(probe, [const(0, INDEX)] * len(epilogue.shape)) is not probe
+
+    def _prepare(self, ctx: LoweringContext, node: Node, w: Tensor) -> None:
+        """The tile width, the scratch (grid mode) and the packed weights."""
+        spec, tile = self.s, self.tile
+        if self.mode == "pointwise":
+            width = min(tile.cols, spec.out_h * spec.out_w)
+        elif self.mode == "grid":
+            self.grid_size = (spec.out_h - 1) * spec.in_w + spec.out_w
+            width = min(self.grid_size, tile.cols)
+            if spec.per_group < tile.rows_for(width, spec.per_group + 1):  # few rows (depthwise): wider tiles
+                width = min(self.grid_size, tile.lanes * max(1, min(4, tile.accumulators // spec.per_group)))
+            # One block of channels at a time: the scratch holds `rows` grids (per slot).
+            block_rows = tile.rows_for(width, spec.per_group)
+            self.slots = self._slots(-(-spec.per_group // block_rows))
+            self.grid_stride = block_rows * self.grid_size
+            self.grid = self.kb.output(scratch_tensor(ctx, node, (self.slots, block_rows, self.grid_size), self.dt,
+                                                      "grid")).buffer
+        else:
+            width = min(tile.cols, spec.out_w)
+        self._pack(ctx, w, width)
+
+    def _pack(self, ctx: LoweringContext, w: Tensor, width: int) -> None:
+        """Tiles `width` pixels wide, and the weights packed for their rows (packing.py)."""
+        spec = self.s
+        self.width = width
+        self.rows = self.tile.rows_for(width, spec.per_group)
+        weights = np.asarray(w.data)
+        if self.rows_first:  # the reduction runs over (kernel row, channel, kernel column)
+            weights = weights.reshape(spec.out_channels, spec.group_in, spec.k_h, spec.k_w).transpose(0, 2, 1, 3)
+        packed = pack_weights(weights, spec.groups, self.rows)
+        self.wbuf: Buffer = self.kb.input(ctx.constant(packed, w.name)).buffer
+
+    @property
+    def shares_nothing(self) -> bool:
+        """Whether emit's statements for different images and groups touch disjoint memory
+        (no scratch reused between them), so a loop over those may be parallel."""
+        return self.mode in ("pointwise", "rows")
+
+    def _slots(self, blocks_count: int) -> int:
+        return min(SCRATCH_SLOTS, blocks_count) if self.parallel else 1
+
+    def out_index(self, n: Expr, oc: Expr, oh: Expr, ow: Expr) -> list[Expr]:
+        return [n, oc, ow] if self.s.nd == 1 else [n, oc, oh, ow]
+
+    def emit_image(self, n: Expr) -> list[Stmt]:
+        """Image n, every group."""
+        return self.kb.loops([self.s.groups], lambda g: self.emit(n, g[0]), prefix="g")
+
+    def emit(self, n: Expr, g: Expr) -> list[Stmt]:
+        """Image n, group g."""
+        if self.mode == "grid":
+            if self.slots > 1:
+                return slot_blocks(self.kb, self.s.per_group, self.rows,
+                                   lambda oc0, count, slot: self._grid(n, g, oc0, count, slot), "o", self.slots)
+            return blocks(self.kb, self.s.per_group, self.rows,
+                          lambda oc0, count: self._grid(n, g, oc0, count, const(0, INDEX)), "o")
+        split = parallel_blocks if self.parallel else blocks
+        if self.mode == "rows" and self._streams_input():
+            # Output rows outermost: the input rows one output row reads (a few hundred KB at
+            # most) stay in L2 for every block of channels, instead of each block streaming the
+            # whole image again from L3 or memory. With the row-interleaved copy this took
+            # VGG-19's 64-channel 224x224 conv from 44 to 39 ms (interleaved alone: 64 ms).
+            return split(self.kb, self.s.out_h, 1, lambda oh, _: blocks(
+                self.kb, self.s.per_group, self.rows, lambda oc0, count: self._row(n, g, oc0, count, oh), "o"), "h")
+        s, cols = self.s, self.tile.cols
+        itemsize = np.dtype(self.dt).itemsize
+        if self.mode == "pointwise" and self._streams_input() and s.group_in * cols * itemsize <= BAND_TILE_BYTES:
+            # Short reductions on big images: bands of pixels outermost, so a band of the input
+            # (C x band) stays in L2 for every block of output channels instead of each block
+            # streaming the whole image (a ResNet-50's 64 -> 256 1x1 convs at 56x56 with their
+            # residual Add: 1.11 -> 1.02 ms). With longer reductions (a tile's input column
+            # beyond a quarter of L1) the bands measured much slower (256 -> 64: 0.97 -> 1.73 ms).
+            band = max(cols, BAND_BYTES // (s.group_in * itemsize) // cols * cols)
+
+            def in_band(q0: Expr, width: int) -> list[Stmt]:
+                return blocks(self.kb, s.per_group, self.rows, lambda oc0, count: blocks(
+                    self.kb, width, cols, lambda p0, c: self._pointwise_tile(n, g, oc0, count, q0 + p0, c), "p"), "o")
+
+            return split(self.kb, s.out_h * s.out_w, band, in_band, "q")
+        body = {"pointwise": self._pointwise, "rows": self._rows}[self.mode]
+        return split(self.kb, self.s.per_group, self.rows, lambda oc0, count: body(n, g, oc0, count), "o")
+
+    def _streams_input(self) -> bool:
+        """Whether one group's input image is too big to stay in cache between blocks of output
+        channels (and there are several blocks)."""
+        s = self.s
+        image = s.group_in * s.in_h * s.in_w * np.dtype(self.dt).itemsize
+        return s.per_group > self.rows and image > STREAM_LIMIT_BYTES
+
+    def _grid(self, n: Expr, g: Expr, oc0: Expr, count: int, slot: Expr) -> list[Stmt]:
+        """Unit-stride convolutions with rows narrower than a vector: the outputs are computed on
+        the padded input's grid, q = oh * padded_width + ow, where every tap reads x[q + offset]
+        contiguously across row ends; the columns ow >= out_w of that grid are junk, which a
+        second pass (with the fused epilogue) drops while copying the rest into the output.
+        (Junk reads stay in the padded image: q stops at the last real output.)"""
+        s, kb = self.s, self.kb
+        reduction = Reduction((s.group_in, s.k_h, s.k_w), unrolled=2)
+        stride_row = s.in_w
+        base = slot * self.grid_stride
+
+        def tile(q0: Expr, cols: int) -> list[Stmt]:
+            def b_base(k: list[Expr]) -> tuple[Buffer, Expr]:
+                c, kh, kw = k
+                return self.xv.buffer, (self.xv.index([n, g * s.group_in + c, 0, 0]) + q0
+                                        + kh * (s.d_h * stride_row) + kw * s.d_w)
+
+            def out_at(i: int, j: Expr) -> Expr:
+                return base + i * self.grid_size + q0 + j
+
+            return register_tile(kb, self.dt, self.tile.lanes, count, cols, reduction, self._a_at(g, oc0, count),
+                                 b_base, self._init(g, oc0, count), self.grid, out_at)
+
+        stmts = blocks(kb, self.grid_size, self.width, tile, "q")
+
+        def copy_out(idx: list[Expr]) -> list[Stmt]:
+            i, oh, ow = idx
+            oc = g * s.per_group + oc0 + i
+            value = Load(self.grid, base + i * self.grid_size + oh * stride_row + ow)
+            apply = self._finish(n, oc, oh * s.out_w + ow, (oh, ow))
+            at = self.yv.index([n, oc, oh, ow])
+            return [Store(self.yv.buffer, at, apply(value) if apply is not None else value)]
+
+        return stmts + kb.loops([count, s.out_h, s.out_w], copy_out, prefix="g")
+
+    def _a_at(self, g: Expr, oc0: Expr, count: int):
+        s = self.s
+
+        def a_at(i: int, k: list[Expr]) -> Expr:
+            if self.rows_first:  # packed in (kernel row, channel, kernel column) order
+                kc, kw = k
+                kflat = kc * s.k_w + kw
+            else:
+                c, kh, kw = k
+                kflat = (c * s.k_h + kh) * s.k_w + kw
+            return Load(self.wbuf, (g * s.per_group + oc0) * self.k + kflat * count + i)
+        return a_at
+
+    def _init(self, g: Expr, oc0: Expr, count: int) -> list[Expr]:
+        s = self.s
+        if self.bv is None:
+            return [const(0.0, self.dt)] * count
+        return [self.bv.load([g * s.per_group + oc0 + i]) for i in range(count)]
+
+    def _finish(self, n: Expr, oc: Expr, pixel: Expr, hw: tuple[Expr, Expr] | None):
+        """The fused epilogue for output `pixel` (flat within the plane; (row, column) `hw` when
+        known) of channel `oc`, or None when there is nothing to apply."""
+        if not self.has_epilogue:
+            return None
+        s = self.s
+        if self.flat_epilogue:
+            flat = (n * s.out_channels + oc) * (s.out_h * s.out_w) + pixel
+            return lambda value: self.epilogue.apply(value, flat_index=flat)
+        if hw is None:
+            hw = ((const(0, INDEX), pixel) if s.out_h == 1
+                  else (binary("div", pixel, s.out_w), binary("mod", pixel, s.out_w)))
+        index = self.out_index(n, oc, *hw)
+        return lambda value: self.epilogue.apply(value, index)
+
+    def _tile(self, n: Expr, g: Expr, oc0: Expr, count: int, cols: int, reduction: Reduction,
+              b_base, first_pixel: Expr, row: Expr | None, first_col: Expr | None) -> list[Stmt]:
+        """A tile of `count` channels from oc0 by `cols` pixels from `first_pixel` of the plane."""
+        s = self.s
+
+        def out_at(i: int, j: Expr) -> Expr:
+            return self.yv.index([n, g * s.per_group + oc0 + i, const(0, INDEX), const(0, INDEX)]) + first_pixel + j
+
+        finish = None
+        if self.has_epilogue:
+            def finish(i: int, j: Expr, value: Expr) -> Expr:
+                hw = (row, first_col + j) if row is not None and first_col is not None else None
+                apply = self._finish(n, g * s.per_group + oc0 + i, first_pixel + j, hw)
+                assert apply is not None
+                return apply(value)
+
+        return register_tile(self.kb, self.dt, self.tile.lanes, count, cols, reduction, self._a_at(g, oc0, count),
+                             b_base, self._init(g, oc0, count), self.yv.buffer, out_at, finish)
+
+    def _rows(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
+        """Tiles along each output row (any kernel size and dilation, unit column stride)."""
+        return self.kb.loops([self.s.out_h], lambda idx: self._row(n, g, oc0, count, idx[0]), prefix="h")
+
+    def _row(self, n: Expr, g: Expr, oc0: Expr, count: int, oh: Expr) -> list[Stmt]:
+        """The tiles of output row oh."""
+        s, kb = self.s, self.kb
+        if self.rows_first:
+            # Step kc = kh * C + c of the reduction reads scratch row kc after the first one.
+            reduction = Reduction((s.k_h * s.group_in, s.k_w), unrolled=1)
+            row_step = self.xv.strides[1]
+        else:
+            reduction = Reduction((s.group_in, s.k_h, s.k_w), unrolled=2)
+
+        def tile(ow0: Expr, cols: int) -> list[Stmt]:
+            def b_base(k: list[Expr]) -> tuple[Buffer, Expr]:
+                if self.rows_first:
+                    kc, kw = k
+                    c, kh = const(0, INDEX), const(0, INDEX)
+                else:
+                    c, kh, kw = k
+                ih = oh * s.s_h + kh * s.d_h
+                if s.s_w == 1:
+                    at = self.xv.index([n, g * s.group_in + c, ih, ow0 + kw * s.d_w])
+                else:
+                    assert isinstance(kw, Const)  # unrolled: the phase is known here
+                    phase, shift = divmod(int(kw.value) * s.d_w, s.s_w)[::-1]
+                    at = self.xv.index([n, g * s.group_in + c, ih, phase, ow0 + shift])
+                return self.xv.buffer, (at + kc * row_step if self.rows_first else at)
+
+            return self._tile(n, g, oc0, count, cols, reduction, b_base, oh * s.out_w + ow0, oh, ow0)
+
+        return blocks(kb, s.out_w, self.tile.cols, tile, "w")
+
+    def _pointwise(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
+        """A 1x1 stride-1 convolution: tiles run over the flattened image."""
+        s = self.s
+        assert s.out_h * s.out_w == s.in_h * s.in_w
+        return blocks(self.kb, s.out_h * s.out_w, self.tile.cols,
+                      lambda p0, cols: self._pointwise_tile(n, g, oc0, count, p0, cols), "p")
+
+    def _pointwise_tile(self, n: Expr, g: Expr, oc0: Expr, count: int, p0: Expr, cols: int) -> list[Stmt]:
+        s = self.s
+        reduction = Reduction((s.group_in, 1, 1), unrolled=2)
+
+        def b_base(k: list[Expr]) -> tuple[Buffer, Expr]:
+            return self.xv.buffer, self.xv.index([n, g * s.group_in + k[0], 0, 0]) + p0
+
+        return self._tile(n, g, oc0, count, cols, reduction, b_base, p0, None, None)

@@ -1,0 +1,85 @@
+"""Conv as register tiles (aot/ops/contraction/register_tiles.py): the fast path for every 1-D/2-D
+convolution with constant float weights, over its input or a copy of it (copies.py), or over its
+column matrix (im2col). The emitters, one per mode that algorithm.tile_mode picks: TiledConv
+(pixel_tiles.py: pointwise, grid, rows), ChannelTiles (channel_tiles.py), FlatDepthwise
+(flat_depthwise.py). Their weights are repacked at compile time (packing.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from aot.ir.graph import Node, Tensor
+from aot.kernel.ir import INDEX, const
+from aot.lowering.builder import KernelBuilder, View
+from aot.lowering.context import Epilogue, LoweringContext
+from aot.lowering.parallel import mark_outer, pays
+from aot.ops.attrs import required_input
+from aot.ops.contraction.register_tiles import TileConfig
+from aot.ops.conv.algorithm import ConvAlgorithm, TileMode, im2col_spec
+from aot.ops.conv.channel_tiles import ChannelTiles
+from aot.ops.conv.copies import im2col, padded_copy, strided_copy
+from aot.ops.conv.flat_depthwise import FlatDepthwise
+from aot.ops.conv.geometry import ConvGeometry, ConvSpec
+from aot.ops.conv.pixel_tiles import TiledConv
+
+
+def lower_conv_tiled(node: Node, ctx: LoweringContext, planar: ConvGeometry, algorithm: ConvAlgorithm) -> None:
+    """Emit the Conv `node` (validated, `planar` its 2-D geometry) as register tiles over its
+    input or the copy of it that `algorithm` names."""
+    x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
+    kb = ctx.builder(node)
+    final, epilogue = ctx.epilogue(node, kb)
+    in_hw, stride = planar.in_spatial, planar.strides[1]
+    pad_begin, pad_end = list(planar.pad_begin), list(planar.pad_end)
+    if algorithm.copy == "strided":
+        copy, xv, _, _ = strided_copy(node, ctx, kb, x, in_hw, pad_begin, pad_end, stride,
+                                      rows_first=algorithm.rows_first)
+    elif algorithm.copy == "padded":
+        copy, xv, _, _ = padded_copy(node, ctx, kb, x, in_hw, pad_begin, pad_end, algorithm.rows_first)
+    else:
+        copy, xv = [], View(kb.input(x).buffer, (planar.batch, planar.channels, *in_hw))
+    spec = planar.spec(over_padded_copy=algorithm.copy != "none")
+    yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, *planar.out_spatial))
+    bv = kb.input(bias) if bias is not None else None
+    parallel, split_blocks = _threads(ctx, planar)
+    tiled = tiled_conv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, final.dtype.name, ctx.tiles, algorithm.mode,
+                      parallel=split_blocks, rows_first=algorithm.rows_first)
+    body = kb.loops([planar.batch], lambda idx: tiled.emit_image(idx[0]))
+    ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and tiled.shares_nothing else body))
+
+
+def lower_conv_im2col(node: Node, ctx: LoweringContext, planar: ConvGeometry, algorithm: ConvAlgorithm) -> None:
+    """Emit the Conv `node` as a copy of its column matrix and a matrix product over it (a
+    pointwise convolution over the flattened pixels)."""
+    x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
+    kb = ctx.builder(node)
+    final, epilogue = ctx.epilogue(node, kb)
+    copy, cbuf, rows = im2col(node, ctx, kb, x, planar.in_spatial, planar.out_spatial, list(planar.kernel),
+                              list(planar.strides), list(planar.dilations), list(planar.pad_begin))
+    spec = im2col_spec(planar)
+    yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, *planar.out_spatial))
+    bv = kb.input(bias) if bias is not None else None
+    parallel, split_blocks = _threads(ctx, planar)
+    gemm = tiled_conv(kb, ctx, node, spec, View(cbuf, (planar.batch, rows, *planar.out_spatial)), w, yv, bv,
+                     epilogue, final.dtype.name, ctx.tiles, algorithm.mode, parallel=split_blocks)
+    body = kb.loops([planar.batch], lambda idx: gemm.emit(idx[0], const(0, INDEX)))
+    ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and gemm.shares_nothing else body))
+
+
+def _threads(ctx: LoweringContext, planar: ConvGeometry) -> tuple[bool, bool]:
+    """Whether the convolution runs on threads, and whether it does by splitting the blocks of
+    output channels of one image of one group (TiledConv `parallel`); otherwise several images
+    or groups split the outermost of those loops (when the kernel has no shared scratch)."""
+    macs = planar.batch * planar.out_channels * planar.group_in * math.prod(planar.out_spatial) \
+        * planar.kernel[0] * planar.kernel[1]
+    parallel = pays(ctx, macs)
+    return parallel, parallel and planar.batch == 1 and planar.groups == 1
+
+
+def tiled_conv(kb: KernelBuilder, ctx: LoweringContext, node: Node, spec: ConvSpec, x: View, w: Tensor, y: View,
+               bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig, mode: TileMode,
+               parallel: bool = False, rows_first: bool = False) -> TiledConv:
+    """The emitter of `mode` (see TiledConv)."""
+    kind = {"channels": ChannelTiles, "flat": FlatDepthwise}.get(mode, TiledConv)
+    return kind(kb, ctx, node, spec, x, w, y, bias, epilogue, dtype, tile, mode, parallel, rows_first)
