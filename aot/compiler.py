@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from aot import __version__
 from aot.codegen.c_names import model_identifier
 from aot.errors import AotError
 from aot.frontend.importer import import_model
@@ -26,6 +25,7 @@ from aot.planner.arena import PlannedProgram
 from aot.progress import SILENT, Progress
 from aot.resources import resource_dir
 from aot.targets import Target, resolve_targets
+from aot.version import __version__
 
 if TYPE_CHECKING:  # the LLVM backend (llvmlite) is imported only when it is used
     from aot.backends.llvm import LlvmTarget

@@ -11,13 +11,13 @@ from typing import Any
 
 import jinja2
 
-from aot import __version__
 from aot.analysis import node_macs
 from aot.compiler import load
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
 from aot.planner.liveness import arena_intervals
 from aot.resources import resource_dir
+from aot.version import __version__
 
 CHART_WIDTH, CHART_HEIGHT = 960, 420
 

@@ -30,11 +30,6 @@ LONG_FUNCTION_EXCEPTIONS: dict[str, str] = {}
 PENDING_OTHER_BRANCHES: dict[str, str] = {
     "aot/backends/llvm/module.py:ModelModule._run_impl": "backends: LLVM model module rework",
     "aot/inspect.py:render": "pipeline: inspect on the shared pipeline",
-    "aot/ops/conv_rows.py:lower_conv_rows": "conv: ops/conv package, choose_algorithm()",
-    "aot/ops/pool.py:_vector_pool": "conv: split into small named pieces",
-    "aot/ops/pool.py:lower_pool": "conv: split into small named pieces",
-    "aot/ops/recurrent.py:_emit_recurrence": "conv: split into small named pieces",
-    "aot/ops/reduce.py:lower_topk": "conv: ops/ clean-up",
 }
 
 

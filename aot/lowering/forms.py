@@ -7,15 +7,14 @@ without reaching up into the op modules.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import numpy as np
 
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import Expr
-
-if TYPE_CHECKING:
-    from aot.lowering.context import LoweringContext
 
 ScalarFn = Callable[[list[Expr]], Expr]
 
@@ -28,11 +27,23 @@ class Form:
     fn: ScalarFn
 
 
-FormBuilder = Callable[[Node, "LoweringContext"], Form]
+class FormContext(Protocol):
+    """What a form builder may ask of the lowering (aot/lowering/context.py LoweringContext):
+    tensors it makes for its operands. Named here, not imported, so the table sits below the
+    context that reads it."""
+
+    def constant(self, data: np.ndarray, hint: str) -> Tensor: ...
+
+    def new_tensor(self, hint: str, dtype: np.dtype, shape: Sequence[int]) -> Tensor: ...
+
+    def alias(self, view: Tensor, of: Tensor) -> None: ...
+
+
+FormBuilder = Callable[[Node, FormContext], Form]
 FORMS: dict[str, FormBuilder] = {}
 
 
-def form_for(node: Node, ctx: LoweringContext) -> Form | None:
+def form_for(node: Node, ctx: FormContext) -> Form | None:
     """The elementwise form of `node`, or None when it is not an elementwise op."""
     builder = FORMS.get(node.op_type)
     return builder(node, ctx) if builder is not None else None

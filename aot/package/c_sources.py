@@ -10,7 +10,6 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from aot import __version__
 from aot.backends.c.kernel_printer import HELPER_DEFINITIONS, KernelPrinter, c_type, float_literal, int_literal
 from aot.codegen.build_text import FILTERS as BUILD_FILE_FILTERS
 from aot.codegen.c_names import UniqueNames, c_comment, c_string
@@ -24,6 +23,7 @@ from aot.planner.arena import PlannedProgram
 from aot.planner.memory import MemoryPlan, align_up
 from aot.resources import resource_dir
 from aot.targets import Target
+from aot.version import __version__
 
 WEIGHT_ALIGN = 64
 WEIGHTS_FORMATS = ("auto", "c", "binary")
