@@ -34,7 +34,7 @@ class Epilogue:
             out = node.outputs[0]
             assert out is not None
             previous = out
-        self._views = {id(t): kb.input(t).broadcast_to(self.shape) for t in self.inputs}
+        self._views = {t: kb.input(t).broadcast_to(self.shape) for t in self.inputs}
 
     def apply(self, value: Expr, index: Sequence[Expr] | None = None, flat_index: Expr | None = None) -> Expr:
         """`index` is the multi-dimensional output index; `flat_index` may be given instead when
@@ -45,11 +45,11 @@ class Epilogue:
                 if t is None:
                     args.append(value)
                 elif flat_index is not None:
-                    view = self._views[id(t)]
+                    view = self._views[t]
                     args.append(view.load_flat(flat_index if t.shape == self.shape else const(0, INDEX)))
                 else:
                     assert index is not None
-                    args.append(self._views[id(t)].load(list(index)))
+                    args.append(self._views[t].load(list(index)))
             value = fn(args)
         return value
 
@@ -65,7 +65,7 @@ class LoweringContext:
         self.parallel = parallel  # whether lowerings may mark parallel loops (threads exist)
         self.kernels: list[Kernel] = []
         self.kernel_bindings: list[list[Tensor]] = []
-        self._alias: dict[int, tuple[Tensor, int]] = {}  # id(view) -> (tensor it lives in, element offset)
+        self._alias: dict[Tensor, tuple[Tensor, int]] = {}  # view -> (tensor it lives in, element offset)
         self.kernel_offsets: list[list[int]] = []  # element offset into the root, per kernel param
         self._new_constants = 0
         # Names of the tensors lowerings make (scratch, views, folded constants): they stay out of
@@ -78,29 +78,26 @@ class LoweringContext:
         """`view` is the same bytes as `of` (Reshape, Flatten, Identity ...): no kernel, no copy."""
         if view.nbytes != of.nbytes:
             raise ValueError(f"alias {view!r} of {of!r}: sizes differ")
-        self._alias[id(view)] = (of, 0)
+        self._alias[view] = (of, 0)
 
     def place_inside(self, part: Tensor, whole: Tensor, element_offset: int) -> None:
         """`part` lives in a contiguous slice of `whole`, starting at `element_offset` (a Concat
         input written straight into its place in the Concat output)."""
         if part.dtype != whole.dtype or element_offset < 0 or element_offset + part.size > whole.size:
             raise ValueError(f"{part!r} does not fit in {whole!r} at {element_offset}")
-        self._alias[id(part)] = (whole, element_offset)
+        self._alias[part] = (whole, element_offset)
 
     def resolve(self, tensor: Tensor) -> tuple[Tensor, int]:
         """The tensor owning the storage `tensor` lives in, and the element offset inside it."""
         offset = 0
-        while id(tensor) in self._alias:
-            tensor, step = self._alias[id(tensor)]
+        while tensor in self._alias:
+            tensor, step = self._alias[tensor]
             offset += step
         return tensor, offset
 
     def root(self, tensor: Tensor) -> Tensor:
         """The tensor that owns the storage `tensor` lives in."""
         return self.resolve(tensor)[0]
-
-    def is_alias(self, tensor: Tensor) -> bool:
-        return id(tensor) in self._alias
 
     # -- kernels ---------------------------------------------------------------------------
     def builder(self, node: Node | None, op: str | None = None, sources: list[str] | None = None) -> KernelBuilder:

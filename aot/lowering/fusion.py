@@ -22,12 +22,12 @@ from aot.lowering.forms import is_elementwise
 
 @dataclass
 class FusionPlan:
-    chains: dict[int, list[Node]] = field(default_factory=dict)  # id(anchor) -> epilogue nodes, in order
-    absorbed: dict[int, Node] = field(default_factory=dict)       # id(epilogue node) -> its anchor
-    last: dict[int, Node] = field(default_factory=dict)           # id(last node of a chain) -> anchor
+    chains: dict[Node, list[Node]] = field(default_factory=dict)  # anchor -> epilogue nodes, in order
+    absorbed: dict[Node, Node] = field(default_factory=dict)      # epilogue node -> its anchor
+    last: dict[Node, Node] = field(default_factory=dict)          # last node of a chain -> anchor
 
     def chain(self, anchor: Node) -> list[Node]:
-        return self.chains.get(id(anchor), [])
+        return self.chains.get(anchor, [])
 
 
 def _can_anchor(node: Node) -> bool:
@@ -42,7 +42,7 @@ def _can_anchor(node: Node) -> bool:
 def plan_fusion(graph: Graph) -> FusionPlan:
     plan = FusionPlan()
     for node in graph.nodes:
-        if id(node) in plan.absorbed or not _can_anchor(node):
+        if node in plan.absorbed or not _can_anchor(node):
             continue
         chain: list[Node] = []
         tail = node.outputs[0]
@@ -54,14 +54,14 @@ def plan_fusion(graph: Graph) -> FusionPlan:
             out = follower.outputs[0] if follower.outputs else None
             # Same shape and dtype as the anchor's own output: kernels may accumulate in the final
             # buffer before the epilogue runs (a Cast to another type ends the chain).
-            if id(follower) in plan.absorbed or not is_elementwise(follower) or out is None \
+            if follower in plan.absorbed or not is_elementwise(follower) or out is None \
                     or out.shape != tail.shape or out.dtype != tail.dtype:
                 break  # (a follower with two fusable producers joins the first one's chain)
             chain.append(follower)
             tail = out
         if chain:
-            plan.chains[id(node)] = chain
+            plan.chains[node] = chain
             for member in chain:
-                plan.absorbed[id(member)] = node
-            plan.last[id(chain[-1])] = node
+                plan.absorbed[member] = node
+            plan.last[chain[-1]] = node
     return plan

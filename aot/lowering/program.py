@@ -90,10 +90,10 @@ def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TIL
         for part, whole, offset in plan_concat_in_place(graph):
             ctx.place_inside(part, whole, offset)
     for node in graph.nodes:
-        if id(node) in ctx.fusion.absorbed:
+        if node in ctx.fusion.absorbed:
             # Part of an anchor's epilogue: the anchor's kernel runs here, at the chain's end.
-            if id(node) in ctx.fusion.last:
-                _lower_node(ctx.fusion.last[id(node)], ctx)
+            if node in ctx.fusion.last:
+                _lower_node(ctx.fusion.last[node], ctx)
             continue
         if ctx.fusion.chain(node):
             continue  # lowered when its chain ends

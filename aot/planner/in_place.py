@@ -25,14 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from aot.ir.graph import Tensor
 from aot.kernel.affine import Affine, affine
 from aot.kernel.ir import Binary, Cast, Declare, Expr, Kernel, Load, Loop, Select, Store, Unary
-
-if TYPE_CHECKING:
-    from aot.lowering.program import Program
-
+from aot.lowering.program import ARENA, Program
 
 
 @dataclass(frozen=True)
@@ -81,14 +78,12 @@ def find_in_place(program: Program,
     """The in-place pairs of `program` in its current kernel order, at most one per output and per
     input tensor. `candidates` (id(kernel) -> in_place_candidates) saves re-reading kernels when
     the scheduler tries several orders."""
-    from aot.lowering.program import ARENA
-
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
+    first: dict[Tensor, int] = {}
+    last: dict[Tensor, int] = {}
     for step, bindings in enumerate(program.bindings):
         for t in bindings:
-            first.setdefault(id(t), step)
-            last[id(t)] = step
+            first.setdefault(t, step)
+            last[t] = step
     found = []
     for step, kernel in enumerate(program.kernels):
         pairs = candidates[id(kernel)] if candidates is not None else in_place_candidates(kernel)
@@ -104,8 +99,8 @@ def find_in_place(program: Program,
                 continue
             whole = all(offsets[p] == 0 and kernel.params[p].size == bindings[p].size for p in (out_param, in_param))
             alone = sum(1 for t in bindings if t is out_t) == 1 and sum(1 for t in bindings if t is in_t) == 1
-            if whole and alone and out_t.nbytes == in_t.nbytes and last[id(in_t)] == step \
-                    and first[id(out_t)] == step:
+            if whole and alone and out_t.nbytes == in_t.nbytes and last[in_t] == step \
+                    and first[out_t] == step:
                 used |= {out_param, in_param}
                 found.append(InPlace(step, out_param, in_param, out_t.name, in_t.name))
     return found

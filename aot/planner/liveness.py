@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aot.ir.graph import Tensor
 from aot.lowering.program import Program
 from aot.planner.in_place import InPlace, groups
 from aot.planner.memory import Interval
@@ -11,15 +12,15 @@ from aot.planner.memory import Interval
 
 def arena_intervals(program: Program) -> list[Interval]:
     """Each arena tensor is live from the first kernel that touches it to the last one."""
-    wanted = {id(t): t for t in program.arena_tensors}
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
+    wanted = set(program.arena_tensors)
+    first: dict[Tensor, int] = {}
+    last: dict[Tensor, int] = {}
     for step, bindings in enumerate(program.bindings):
         for t in bindings:
-            if id(t) in wanted:
-                first.setdefault(id(t), step)
-                last[id(t)] = step
-    return [Interval(t.name, t.nbytes, first[id(t)], last[id(t)]) for t in program.arena_tensors]
+            if t in wanted:
+                first.setdefault(t, step)
+                last[t] = step
+    return [Interval(t.name, t.nbytes, first[t], last[t]) for t in program.arena_tensors]
 
 
 def buffer_intervals(tensors: Sequence[Interval], pairs: Sequence[InPlace]) -> tuple[list[Interval], dict[str, str]]:
