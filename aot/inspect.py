@@ -90,7 +90,7 @@ def footprint_per_target(program: Program, memory: MemoryPlan, fresh_graph: Any)
     from aot.compiler import _tiles, plan
     from aot.lowering.program import lower_graph
     from aot.lowering.tiles import DEFAULT_TILES
-    from aot.package.c_sources import layout_weights
+    from aot.planner.weights import layout_weights
     from aot.targets import list_targets
 
     io_bytes = sum(t.nbytes for t in (*program.graph.inputs, *program.graph.outputs))

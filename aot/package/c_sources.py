@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jinja2
@@ -21,10 +20,10 @@ from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.package.blob import FileData, WeightsBlob
 from aot.package.isa_check import vector_isa_check, widest_vector
 from aot.planner.memory import MemoryPlan, align_up
+from aot.planner.weights import WEIGHT_ALIGN, WeightSlot, layout_weights
 from aot.resources import resource_dir
 from aot.targets import Target
 
-WEIGHT_ALIGN = 64
 WEIGHTS_FORMATS = ("auto", "c", "binary")
 # Above this many bytes of weights, --weights-format auto writes them as binary: as C text they
 # take gigabytes of compiler memory (VGG-19's 575 MB did not compile at all).
@@ -36,25 +35,6 @@ DTYPE_ENUM = {
     "int64": "AOT_DTYPE_INT64", "bool": "AOT_DTYPE_BOOL", "float64": "AOT_DTYPE_FLOAT64",
     "uint32": "AOT_DTYPE_UINT32", "uint64": "AOT_DTYPE_UINT64",
 }
-
-
-@dataclass(frozen=True)
-class WeightSlot:
-    tensor: Tensor
-    member: str
-    offset: int  # byte offset inside the weights struct
-    pad: int     # padding bytes before this member
-
-
-def layout_weights(weights: list[Tensor]) -> tuple[list[WeightSlot], int]:
-    """Byte layout of the weights struct: each member 64-byte aligned by explicit padding."""
-    slots = []
-    offset = 0
-    for i, t in enumerate(weights):
-        start = align_up(offset, WEIGHT_ALIGN)
-        slots.append(WeightSlot(t, f"w{i}", start, start - offset))
-        offset = start + max(t.nbytes, t.dtype.itemsize)
-    return slots, offset
 
 
 @functools.cache

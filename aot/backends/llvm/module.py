@@ -26,8 +26,8 @@ from aot.backends.llvm.kernel_emitter import KernelEmitter, MathLibrary, ParamIn
 from aot.backends.llvm.target import LlvmTarget
 from aot.kernel.parallel import Segment, has_parallel, segments, serial_copy
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
-from aot.package.c_sources import WEIGHT_ALIGN, WeightSlot, layout_weights
 from aot.planner.memory import MemoryPlan
+from aot.planner.weights import WEIGHT_ALIGN, WeightSlot, layout_weights
 
 # aot_dtype values (runtime_c/aot_runtime.h: ONNX TensorProto numbers).
 DTYPE_CODES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
