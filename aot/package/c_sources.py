@@ -18,7 +18,7 @@ from aot.ir.graph import Tensor
 from aot.kernel.parallel import Segment, has_parallel, segments, serial_copy
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.package.blob import FileData, WeightsBlob
-from aot.package.isa_check import vector_isa_check, widest_vector
+from aot.backends.c.isa_check import vector_isa_check, widest_vector
 from aot.planner.memory import MemoryPlan, align_up
 from aot.planner.weights import WEIGHT_ALIGN, WeightSlot, layout_weights
 from aot.resources import resource_dir
