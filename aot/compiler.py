@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from aot import __version__
+from aot.backends.run_plan import Port, plan_run
 from aot.codegen.c_names import model_identifier
 from aot.errors import AotError
 from aot.frontend.importer import import_model
@@ -130,7 +131,8 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     check_address_space(presets, [("the arena", memory.arena_bytes),
                                   ("the weights", sum(t.nbytes for t in graph.constants()))])
     progress.start("C code generation")
-    files, info = render_c_sources(program, memory, ident, Path(source).name,
+    run = plan_run(program, memory, ident)
+    files, info = render_c_sources(run, Path(source).name, graph.source_node_count,
                                    llvm_targets=[_build_entry(ident, t) for t in llvm_targets],
                                    target=presets[0] if len(presets) == 1 else None,
                                    weights_format=weights_format, threads=threads)
@@ -138,7 +140,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         from aot.backends.llvm import compile_objects
 
         progress.start(f"LLVM code generation ({', '.join(t.name for t in llvm_targets)})")
-        files.update(compile_objects(program, memory, ident, info["inputs"], info["outputs"], llvm_targets))
+        files.update(compile_objects(run, llvm_targets))
     for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
         if runtime_file.suffix in (".h", ".c") and (threads or not runtime_file.name.startswith("aot_threads")):
             files[f"runtime/{runtime_file.name}"] = runtime_file.read_bytes()
@@ -148,13 +150,13 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "backend": backend,
         "conv_algorithm": conv_algorithm,
         "compiler": {"name": "aot", "version": __version__},
-        "inputs": [_io_entry(t) for t in info["inputs"]],
-        "outputs": [_io_entry(t) for t in info["outputs"]],
+        "inputs": [_io_entry(p) for p in run.inputs],
+        "outputs": [_io_entry(p) for p in run.outputs],
         "arena_bytes": memory.arena_bytes,
         "arena_alignment": memory.alignment,
         "arena_lower_bound_bytes": memory.lower_bound_bytes,
         "arena_unshared_bytes": memory.unshared_bytes,
-        "weights_bytes": info["weights_bytes"],
+        "weights_bytes": run.weights_bytes,
         "weights_format": info["weights_format"],
         "onnx_nodes": graph.source_node_count,
         "kernels": len(program.kernels),
@@ -220,5 +222,6 @@ def _build_entry(model: str, spec: LlvmTarget) -> dict[str, Any]:
             "cc_regexes": [f"^{p.replace('%', '.*')}$" for p in spec.cc_machines], "cflags": list(spec.cflags)}
 
 
-def _io_entry(t: dict[str, Any]) -> dict[str, Any]:
-    return {"name": t["name"], "c_name": t["field"], "shape": t["shape"], "dtype": t["dtype"], "bytes": t["bytes"]}
+def _io_entry(port: Port) -> dict[str, Any]:
+    return {"name": port.name, "c_name": port.field, "shape": list(port.shape), "dtype": port.dtype,
+            "bytes": port.nbytes}
