@@ -17,6 +17,7 @@ from aot.codegen.c_names import model_identifier
 from aot.errors import AotError
 from aot.frontend.importer import import_model
 from aot.frontend.loader import load_onnx
+from aot.host.run import HostPackage
 from aot.ir.graph import Graph
 from aot.lowering.program import Program, lower_graph
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
@@ -82,8 +83,9 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     progress: Progress | None = None,
     parallel: bool = False,
     conv_algorithm: str = "auto",
-) -> Package:
-    """Compile an ONNX model (path or ModelProto) into an in-memory Package.
+) -> HostPackage:
+    """Compile an ONNX model (path or ModelProto) into an in-memory Package (a HostPackage, whose
+    run() builds and runs it on this machine).
 
     backend="llvm" adds `<name>.<triple>.o` for each `target` (default: the host's) next to the
     C sources, which stay as the fallback for other targets. `progress` hears of each stage
@@ -172,7 +174,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
                                 "object": _build_entry(ident, t)["object"]} for t in llvm_targets]
     files[MANIFEST] = finalize_manifest(files, manifest)
     progress.finish()
-    return Package(ident, files, manifest)
+    return HostPackage(ident, files, manifest)
 
 
 def _tiles(presets: list[Target]) -> TileConfig:
