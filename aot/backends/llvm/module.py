@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+import aot.backends.llvm.types as t
 from aot import c_api
-from aot.backends.llvm import types as t
 from aot.backends.llvm.kernel_emitter import KernelEmitter, MathLibrary, ParamInfo
 from aot.backends.llvm.target import LlvmTarget
 from aot.backends.run_plan import Argument, Call, Port, RunPlan
