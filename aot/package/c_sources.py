@@ -29,6 +29,7 @@ WEIGHTS_FORMATS = ("auto", "c", "binary")
 # take gigabytes of compiler memory (VGG-19's 575 MB did not compile at all).
 BINARY_WEIGHTS_THRESHOLD = 16 * 2**20
 
+
 @functools.cache
 def _environment() -> jinja2.Environment:
     """One per process: jinja2 caches the compiled templates in it (recompiling them took about
