@@ -105,7 +105,7 @@ class RunPlan:
 def plan_run(program: Program, plan: MemoryPlan, name: str) -> RunPlan:
     """The entry points of `program` (kernels in their final order) with the arena of `plan`."""
     slot_list, weights_struct_bytes = layout_weights(program.weights)
-    slots = {id(s.tensor): s for s in slot_list}
+    slots = {s.tensor: s for s in slot_list}
     inputs, outputs = describe_ports(program, name)
     steps = tuple(_step(program, plan, slots, i) for i in range(len(program.kernels)))
     return RunPlan(name, inputs, outputs, steps, plan.arena_bytes, plan.alignment, tuple(slot_list),
@@ -129,7 +129,7 @@ def describe_ports(program: Program, name: str) -> tuple[tuple[Port, ...], tuple
     return described[0], described[1]
 
 
-def _step(program: Program, plan: MemoryPlan, slots: dict[int, WeightSlot], kernel_index: int) -> Step:
+def _step(program: Program, plan: MemoryPlan, slots: dict[Tensor, WeightSlot], kernel_index: int) -> Step:
     kernel = program.kernels[kernel_index]
     arguments = tuple(_argument(program, plan, slots, kernel_index, i) for i in range(len(kernel.params)))
     alias = frozenset(program.overlapping_params(kernel_index))
@@ -145,7 +145,7 @@ def _segment_call(seg: Segment, arguments: tuple[Argument, ...], alias: frozense
     return Call(seg.kernel, tuple(arguments[j] for j in seg.params), local_alias, seg.extent)
 
 
-def _argument(program: Program, plan: MemoryPlan, slots: dict[int, WeightSlot], kernel_index: int,
+def _argument(program: Program, plan: MemoryPlan, slots: dict[Tensor, WeightSlot], kernel_index: int,
               param_index: int) -> Argument:
     buf = program.kernels[kernel_index].params[param_index]
     tensor: Tensor = program.bindings[kernel_index][param_index]
@@ -158,7 +158,7 @@ def _argument(program: Program, plan: MemoryPlan, slots: dict[int, WeightSlot], 
     elif storage.kind == ARENA:
         index, start = 0, plan.offsets[tensor.name] + shift
     elif storage.kind == WEIGHT:
-        weight = slots[id(tensor)]
+        weight = slots[tensor]
         index, start = 0, weight.offset + shift
     else:
         raise AssertionError(storage)
