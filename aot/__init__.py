@@ -11,7 +11,8 @@ from aot.version import __version__
 
 def compile(model, input_shapes=None, name=None, backend="c", target=None,  # noqa: A001, ANN001, ANN201
             weights_format="auto", progress=None, conv_algorithm="auto"):  # noqa: ANN001
-    """Compile an ONNX model (path or ModelProto) into an aot.package.package.Package.
+    """Compile an ONNX model (path or ModelProto) into an aot.package.package.Package (an
+    aot.host.run.HostPackage: its run() builds the package for this machine and runs it).
 
     backend="llvm" also puts an object file for each `target` into the package: a preset name
     (`aot targets`) or a target .toml path, or a list of them; default: this machine.

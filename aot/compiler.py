@@ -11,17 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from aot.backends.run_plan import Port, RunPlan, plan_run
 from aot.codegen.c_names import model_identifier
 from aot.errors import AotError
 from aot.frontend.importer import import_model
 from aot.frontend.loader import load_onnx
+from aot.host.run import HostPackage
 from aot.ir.graph import Graph
 from aot.package.blob import FileData
 from aot.package.c_sources import check_weights_format, render_c_sources
 from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
-from aot.planner.arena import PlannedProgram
 from aot.progress import SILENT, Progress
 from aot.resources import resource_dir
 from aot.targets import Target, resolve_targets
@@ -72,8 +73,9 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     progress: Progress | None = None,
     parallel: bool = False,
     conv_algorithm: str = "auto",
-) -> Package:
-    """Compile an ONNX model (path or ModelProto) into an in-memory Package.
+) -> HostPackage:
+    """Compile an ONNX model (path or ModelProto) into an in-memory Package (a HostPackage, whose
+    run() builds and runs it on this machine).
 
     backend="llvm" adds `<name>.<triple>.o` for each `target` (default: the host's) next to the
     C sources, which stay as the fallback for other targets. `progress` hears of each stage
@@ -109,20 +111,22 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     planned = lower_and_plan(graph, options, progress)
     check_address_space(targets, [("the arena", planned.memory.arena_bytes),
                                   ("the weights", sum(t.nbytes for t in planned.program.weights))])
-    files, info = _package_files(planned, ident, Path(source).name, options, objects, weights_format, progress)
+    run = plan_run(planned, ident)
+    files, info = _package_files(run, Path(source).name, graph.source_node_count, options, objects,
+                                 weights_format, progress)
     manifest: dict[str, Any] = {
         "name": ident,
         "source_model": Path(source).name,
         "backend": backend,
         "conv_algorithm": conv_algorithm,
         "compiler": {"name": "aot", "version": __version__},
-        "inputs": [_io_entry(t) for t in info["inputs"]],
-        "outputs": [_io_entry(t) for t in info["outputs"]],
+        "inputs": [_io_entry(p) for p in run.inputs],
+        "outputs": [_io_entry(p) for p in run.outputs],
         "arena_bytes": planned.memory.arena_bytes,
         "arena_alignment": planned.memory.alignment,
         "arena_lower_bound_bytes": planned.memory.lower_bound_bytes,
         "arena_unshared_bytes": planned.memory.unshared_bytes,
-        "weights_bytes": info["weights_bytes"],
+        "weights_bytes": run.weights_bytes,
         "weights_format": info["weights_format"],
         "onnx_nodes": graph.source_node_count,
         "kernels": len(planned.kernels),
@@ -131,7 +135,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     }
     files[MANIFEST] = finalize_manifest(files, manifest)
     progress.finish()
-    return Package(ident, files, manifest)
+    return HostPackage(ident, files, manifest)
 
 
 def _package_name(name: str) -> str:
@@ -140,21 +144,21 @@ def _package_name(name: str) -> str:
     return model_identifier(str(name))
 
 
-def _package_files(planned: PlannedProgram, ident: str, source: str, options: PipelineOptions,
+def _package_files(run: RunPlan, source: str, onnx_nodes: int, options: PipelineOptions,
                    objects: Sequence[LlvmTarget], weights_format: str,
                    progress: Progress) -> tuple[dict[str, FileData], dict[str, Any]]:
     """The package's files but the manifest: C sources and build files, the LLVM objects, the
     runtime; and what render_c_sources tells the manifest."""
     progress.start("C code generation")
     targets = options.targets
-    files, info = render_c_sources(planned, ident, source, llvm_targets=[_build_entry(ident, t) for t in objects],
+    files, info = render_c_sources(run, source, onnx_nodes, llvm_targets=[_build_entry(run.name, t) for t in objects],
                                    target=targets[0] if len(targets) == 1 else None,
                                    weights_format=weights_format, threads=options.threads)
     if objects:
         from aot.backends.llvm import compile_objects
 
         progress.start(f"LLVM code generation ({', '.join(t.name for t in objects)})")
-        files.update(compile_objects(planned, ident, info["inputs"], info["outputs"], objects))
+        files.update(compile_objects(run, objects))
     for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
         if runtime_file.suffix in (".h", ".c") and (options.threads or not runtime_file.name.startswith("aot_threads")):
             files[f"runtime/{runtime_file.name}"] = runtime_file.read_bytes()
@@ -204,5 +208,6 @@ def _build_entry(model: str, spec: LlvmTarget) -> dict[str, Any]:
             "cc_regexes": [f"^{p.replace('%', '.*')}$" for p in spec.cc_machines], "cflags": list(spec.cflags)}
 
 
-def _io_entry(t: dict[str, Any]) -> dict[str, Any]:
-    return {"name": t["name"], "c_name": t["field"], "shape": t["shape"], "dtype": t["dtype"], "bytes": t["bytes"]}
+def _io_entry(port: Port) -> dict[str, Any]:
+    return {"name": port.name, "c_name": port.field, "shape": list(port.shape), "dtype": port.dtype,
+            "bytes": port.nbytes}

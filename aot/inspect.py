@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from aot.analysis import model_stats
 from aot.frontend.importer import load_graph
 from aot.ir.graph import Graph
-from aot.package.c_sources import layout_weights
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower, lower_and_plan, plan
 from aot.planner.arena import PlannedProgram
+from aot.planner.weights import layout_weights
 from aot.progress import SILENT, Progress
 from aot.targets import list_targets
 from aot.terminal import printable

@@ -30,7 +30,6 @@ from typer.testing import CliRunner
 
 from aot.backends.llvm import get_target, host_target, object_name
 from aot.backends.llvm.kernel_emitter import KernelEmitter, MathLibrary, ParamInfo
-from aot.backends.llvm.module import DTYPE_CODES
 from aot.backends.llvm.target import EF_ARM_ABI_FLOAT_HARD, EF_ARM_EABI_VER5, normalize_triple, runs_on_host
 from aot.cli import app
 from aot.compiler import compile as compile_model
@@ -65,7 +64,6 @@ from aot.kernel.ir import (
 )
 from aot.kernel.ir import binary as ir_binary
 from aot.ops import registry
-from aot.package.c_sources import DTYPE_ENUM
 from aot.targets import load_target, preset_names
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
@@ -880,14 +878,6 @@ def test_cli_verify_runs_the_llvm_object() -> None:
     assert '"backend": "llvm"' in result.output and '"passed": true' in result.output
     foreign = runner.invoke(app, ["verify", str(EXAMPLE), "--backend", "llvm", "--target", "cortex-m4f"])
     assert foreign.exit_code == 2 and "bare-metal targets build a library only" in foreign.output
-
-
-def test_dtype_codes_match_the_runtime_header() -> None:
-    """The info tables the object carries use aot_dtype numbers from runtime_c/aot_runtime.h."""
-    header = (EXAMPLE.parent.parent / "runtime_c" / "aot_runtime.h").read_text()
-    for dtype, enum_name in DTYPE_ENUM.items():
-        assert f"    {enum_name} = {DTYPE_CODES[dtype]}" in header, enum_name
-    assert set(DTYPE_CODES) == set(DTYPE_ENUM)
 
 
 @pytest.mark.parametrize("preset,needs", [

@@ -22,7 +22,8 @@ import aot
 from aot.errors import AotError
 from aot.host.build import STRICT_CFLAGS
 from aot.package import c_sources
-from aot.package.c_sources import BINARY_WEIGHTS_THRESHOLD, layout_weights, resolve_weights_format
+from aot.package.c_sources import BINARY_WEIGHTS_THRESHOLD, resolve_weights_format
+from aot.planner.weights import layout_weights
 from aot.targets import load_target
 from aot.toolchain.elf import read_elf
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_onnxruntime

@@ -25,7 +25,7 @@ def host_target_cflags() -> str:
     """TARGET_CFLAGS for a package built to run on this machine, whatever its --target: the vector
     ISA this CPU has (-march=native: a package for x86_64-v3 runs with AVX2 here, as it would on
     its target), and no stop where the package's tiles are wider than this CPU's registers (an
-    AVX-512 package checked on an AVX2 machine runs, slower; see aot/package/isa_check.py)."""
+    AVX-512 package checked on an AVX2 machine runs, slower; see aot/backends/c/isa_check.py)."""
     if host_preset_name() == "x86_64-v4":
         return "-march=native"
     return "-march=native -DAOT_ALLOW_SLOW_VECTORS"

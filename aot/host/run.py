@@ -7,18 +7,21 @@ import ctypes
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from aot import c_api
 from aot.errors import AotError, VerifyError
 from aot.host.build import run_make
+from aot.package.package import Package
 
-if TYPE_CHECKING:
-    from aot.package.package import Package
-
-_STATUS = {1: "null pointer", 2: "arena misaligned", 3: "bad argument"}
+# What a failed run's error message says for each aot_status.
+_STATUS = {c_api.status_code("AOT_ERROR_NULL_POINTER"): "null pointer",
+           c_api.status_code("AOT_ERROR_ARENA_ALIGNMENT"): "arena misaligned",
+           c_api.status_code("AOT_ERROR_BAD_ARGUMENT"): "bad argument"}
 
 
 class HostModel:
@@ -52,7 +55,7 @@ class HostModel:
             if not self._pool:
                 raise AotError(f"cannot start a pool of {threads} threads")
             self._executor = executor(self._pool)
-        self._run = getattr(self._lib, f"{package.name}_run_parallel_ptrs")
+        self._run = getattr(self._lib, c_api.entry_point(package.name, c_api.RUN_PARALLEL_PTRS))
         self._run.restype = ctypes.c_int
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         align = int(package.manifest["arena_alignment"])
@@ -111,7 +114,7 @@ class HostModel:
         for buffer, array in zip(self._in_buffers, self._checked(inputs)):
             buffer[...] = array
         status = self._run(self._in_ptrs, self._out_ptrs, self._arena_ptr, self._executor)
-        if status != 0:
+        if status != c_api.status_code("AOT_OK"):
             raise AotError(f"{self.package.name}_run failed: {_STATUS.get(status, status)}")
         # Copies: the caller keeps the results while later runs reuse the buffers.
         return {name: buffer.copy() for name, buffer in zip(self._out_names, self._out_buffers)}
@@ -143,6 +146,20 @@ class HostModel:
         # The model too: its arena and library must outlive the call even if the caller drops it.
         call.keep_alive = (self, arrays, outputs)  # type: ignore[attr-defined]
         return call
+
+
+@dataclass
+class HostPackage(Package):
+    """A Package that also runs on this machine: what aot.compile returns."""
+
+    _host_model: HostModel | None = field(default=None, repr=False)
+
+    def run(self, inputs: dict[str, Any] | list[Any],
+            build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """Build for the host (once) and run through ctypes; returns outputs by ONNX name."""
+        if self._host_model is None:
+            self._host_model = HostModel.build(self, build_dir)
+        return self._host_model.run(inputs)
 
 
 def host_variant(package: Package) -> tuple[str, str | None]:

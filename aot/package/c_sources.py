@@ -1,61 +1,34 @@
-"""Renders a planned Program into the C files of a package (header, model, weights, runner)."""
+"""Renders a RunPlan into the C and build files of a package: the header, the model (the C
+backend's aot/backends/c/model_source.py), the weights, the runner, Makefile and CMakeLists."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jinja2
 import numpy as np
 
-from aot.backends.c.kernel_printer import HELPER_DEFINITIONS, KernelPrinter, c_type, float_literal, int_literal
+from aot import c_api
+from aot.backends.c.kernel_printer import c_type, float_literal, int_literal
+from aot.backends.c.model_source import model_source_context
+from aot.backends.run_plan import Port, RunPlan
 from aot.codegen.build_text import FILTERS as BUILD_FILE_FILTERS
-from aot.codegen.c_names import UniqueNames, c_comment, c_string
+from aot.codegen.c_names import c_comment, c_string
 from aot.errors import AotError
 from aot.ir.graph import Tensor
-from aot.kernel.parallel import Segment, has_parallel, segments, serial_copy
-from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT, Program
 from aot.package.blob import FileData, WeightsBlob
-from aot.package.isa_check import vector_isa_check, widest_vector
-from aot.planner.arena import PlannedProgram
-from aot.planner.memory import MemoryPlan, align_up
+from aot.planner.memory import align_up
+from aot.planner.weights import WEIGHT_ALIGN, WeightSlot
 from aot.resources import resource_dir
 from aot.targets import Target
 from aot.version import __version__
 
-WEIGHT_ALIGN = 64
 WEIGHTS_FORMATS = ("auto", "c", "binary")
 # Above this many bytes of weights, --weights-format auto writes them as binary: as C text they
 # take gigabytes of compiler memory (VGG-19's 575 MB did not compile at all).
 BINARY_WEIGHTS_THRESHOLD = 16 * 2**20
-
-DTYPE_ENUM = {
-    "float32": "AOT_DTYPE_FLOAT32", "uint8": "AOT_DTYPE_UINT8", "int8": "AOT_DTYPE_INT8",
-    "uint16": "AOT_DTYPE_UINT16", "int16": "AOT_DTYPE_INT16", "int32": "AOT_DTYPE_INT32",
-    "int64": "AOT_DTYPE_INT64", "bool": "AOT_DTYPE_BOOL", "float64": "AOT_DTYPE_FLOAT64",
-    "uint32": "AOT_DTYPE_UINT32", "uint64": "AOT_DTYPE_UINT64",
-}
-
-
-@dataclass(frozen=True)
-class WeightSlot:
-    tensor: Tensor
-    member: str
-    offset: int  # byte offset inside the weights struct
-    pad: int     # padding bytes before this member
-
-
-def layout_weights(weights: list[Tensor]) -> tuple[list[WeightSlot], int]:
-    """Byte layout of the weights struct: each member 64-byte aligned by explicit padding."""
-    slots = []
-    offset = 0
-    for i, t in enumerate(weights):
-        start = align_up(offset, WEIGHT_ALIGN)
-        slots.append(WeightSlot(t, f"w{i}", start, start - offset))
-        offset = start + max(t.nbytes, t.dtype.itemsize)
-    return slots, offset
 
 
 @functools.cache
@@ -72,27 +45,17 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _io_descriptors(program: Program, name: str) -> tuple[list[dict], list[dict]]:
-    described = []
-    for kind, tensors in (("input", program.graph.inputs), ("output", program.graph.outputs)):
-        # The fields are the package's API: no keyword of C or C++, no standard macro (see
-        # aot/codegen/reserved_names.py), not the name of one of the header's own NAME_... macros.
-        fields = UniqueNames(public=True, own_macro_prefix=f"{name.upper()}_")
-        items = []
-        for index, t in enumerate(tensors):
-            if t.dtype.name not in DTYPE_ENUM:
-                raise AotError(f"{kind} {t.name!r} has dtype {t.dtype}, which aot cannot pass to C")
-            shape_text = "x".join(map(str, t.shape)) or "scalar"
-            items.append({
-                "kind": kind, "KIND": kind.upper(), "index": index, "name": t.name,
-                "name_literal": c_string(t.name), "field": fields.make(t.name, kind),
-                "ctype": c_type(t.dtype.name), "dtype": t.dtype.name, "dtype_enum": DTYPE_ENUM[t.dtype.name],
-                "rank": t.rank, "dims_text": ", ".join(str(d) for d in t.shape), "shape": list(t.shape),
-                "size": t.size, "bytes": t.nbytes,
-                "comment": c_comment(f"{t.name!r} {t.dtype.name}[{shape_text}]"),
-            })
-        described.append(items)
-    return described[0], described[1]
+def _port_context(port: Port) -> dict[str, Any]:
+    """One input or output as the templates print it (header macros, structs, info tables)."""
+    shape_text = "x".join(map(str, port.shape)) or "scalar"
+    return {
+        "kind": port.kind, "KIND": port.kind.upper(), "index": port.index, "name": port.name,
+        "name_literal": c_string(port.name), "field": port.field,
+        "ctype": c_type(port.dtype), "dtype": port.dtype, "dtype_enum": port.dtype_code.enum,
+        "rank": port.rank, "dims_text": ", ".join(str(d) for d in port.shape), "shape": list(port.shape),
+        "size": port.size, "bytes": port.nbytes,
+        "comment": c_comment(f"{port.name!r} {port.dtype}[{shape_text}]"),
+    }
 
 
 def _literal_blocks(t: Tensor) -> Iterator[str]:
@@ -147,117 +110,16 @@ def _render(template: jinja2.Template, context: Mapping[str, Any]) -> bytes:
     return bytes(out)
 
 
-def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kernel_index: int,
-                name: str, slots: dict[int, WeightSlot], segment: Segment | None = None,
-                extra: Sequence[str] = ()) -> str:
-    """The call of one kernel (or one of its segments) with its arguments computed from
-    `inputs`, `outputs` and the arena base `a`, as the run function has them."""
-    kernel = program.kernels[kernel_index]
-    indices = segment.params if segment is not None else range(len(kernel.params))
-    args = []
-    for i in indices:
-        buf, t, elements = kernel.params[i], program.bindings[kernel_index][i], program.offsets[kernel_index][i]
-        storage = program.storage[id(t)]
-        ctype = c_type(buf.dtype)
-        qual = "" if buf.writable else "const "
-        # A param may be a slice of its root (a Concat part written in place): element offset.
-        shift = f" + {elements}" if elements else ""
-        if storage.kind == INPUT:
-            args.append(f"({qual}{ctype} *)inputs[{storage.index}]{shift}")
-        elif storage.kind == OUTPUT:
-            args.append(f"({qual}{ctype} *)outputs[{storage.index}]{shift}")
-        elif storage.kind == ARENA:
-            args.append(f"({qual}{ctype} *)(a + {plan.offsets[t.name] + elements * t.dtype.itemsize})")
-        elif storage.kind == WEIGHT:
-            args.append(f"{name}_weights.{slots[id(t)].member}{shift}")
-        else:
-            raise AssertionError(storage)
-    function = printer.function_name(segment.kernel if segment is not None else kernel)
-    return f"{function}({', '.join([*args, *extra])});"
+def _weights_context(slots: Sequence[WeightSlot]) -> list[dict[str, Any]]:
+    return [{
+        "member": s.member, "ctype": c_type(s.tensor.dtype.name), "pad": s.pad,
+        "count": max(s.tensor.size, 1), "literal_blocks": functools.partial(_literal_blocks, s.tensor),
+        "comment": c_comment(f"{s.tensor.name!r} {s.tensor.dtype.name}{list(s.tensor.shape)} @ {s.offset}"),
+    } for s in slots]
 
 
-def _model_code(printer: KernelPrinter, program: Program, plan: MemoryPlan, name: str,
-                slots: dict[int, WeightSlot]) -> tuple[list[str], list[str], list[dict[str, str]]]:
-    """The kernel functions, the run function's statements, and the task trampolines.
-
-    A kernel's parallel loops (aot/kernel/parallel.py) become tasks: `<name>_<kernel>_task`
-    unpacks the run function's context (inputs, outputs, arena) into the segment's arguments and
-    runs iterations [first, last); the run function passes it to aot_parallel_for."""
-    kernels, calls, tasks = [], [], []
-    for i, kernel in enumerate(program.kernels):
-        alias = program.overlapping_params(i)
-        threaded = []
-        for seg in segments(kernel):
-            local_alias = {j for j, whole in enumerate(seg.params) if whole in alias}
-            kernels.append(printer.kernel(seg.kernel, local_alias))
-            if not seg.parallel:
-                threaded.append(kernel_call(printer, program, plan, i, name, slots, seg))
-                continue
-            task = f"{printer.function_name(seg.kernel)}_task"
-            tasks.append({"name": task,
-                          "call": kernel_call(printer, program, plan, i, name, slots, seg, ("first", "last"))})
-            threaded.append(f"aot_parallel_for(executor, {task}, &context, {seg.extent});")
-        if not has_parallel(kernel):
-            calls += threaded
-            continue
-        # Without threads, the kernel as one function whose loops all have constant bounds: the
-        # segments' [first, last) bounds cost up to 2x on a small kernel (a 1x1 conv with two
-        # blocks of channels) and 2% of SqueezeNet, so they are only for threaded runs.
-        serial = serial_copy(kernel)
-        kernels.append(printer.kernel(serial, alias))
-        whole = Segment(serial, tuple(range(len(kernel.params))), None)
-        calls.append("\n    ".join([
-            "if (aot_runs_serially(executor)) {",
-            "    " + kernel_call(printer, program, plan, i, name, slots, whole),
-            "} else {", *("    " + c for c in threaded), "}"]))
-    return kernels, calls, tasks
-
-
-def render_c_sources(planned: PlannedProgram, name: str, source: str,
-                     llvm_targets: Sequence[Mapping[str, Any]] = (),
-                     target: Target | None = None, weights_format: str = "auto", threads: bool = True,
-                     ) -> tuple[dict[str, FileData], dict]:
-    """The package's C and build files, plus the I/O descriptors and weight sizes for the manifest.
-
-    `llvm_targets` describes the LLVM objects the package carries, so that the build files can
-    use them instead of <name>.c (see aot/compiler.py `_build_entry`); `target`: the one target
-    the package is for, if it is for one. `weights_format` (see
-    WEIGHTS_FORMATS) chooses between <name>_weights.c and <name>_weights.S + <name>_weights.bin;
-    either defines the same <name>_weights object, so the rest of the package is the same.
-    `threads`: the build files compile runtime/aot_threads.c (the pthread pool) into the library
-    and the runner (Linux targets; not for bare metal).
-    """
-    program, plan = planned.program, planned.memory
-    env = _environment()
-    inputs, outputs = _io_descriptors(program, name)
-    slot_list, weights_struct_bytes = layout_weights(program.weights)
-    slots = {id(s.tensor): s for s in slot_list}
-    weights_format = resolve_weights_format(weights_format, weights_struct_bytes)
-    blob = weights_blob(slot_list, weights_struct_bytes) if weights_format == "binary" else None
-    printer = KernelPrinter(name)
-    kernels_text, calls, tasks = _model_code(printer, program, plan, name, slots)
-    weights_bytes = sum(t.nbytes for t in program.weights)
-    context = {
-        "name": name, "NAME": name.upper(), "version": __version__,
-        "source_comment": c_comment(source), "name_literal": c_string(name),
-        "inputs": inputs, "outputs": outputs,
-        "arena_bytes": plan.arena_bytes, "arena_align": plan.alignment, "weights_bytes": weights_bytes,
-        "kernels": kernels_text, "calls": calls, "tasks": tasks, "threads": threads,
-        "helpers": [HELPER_DEFINITIONS[h] for h in sorted(printer.helpers)],
-        "isa_check": vector_isa_check(f"{name}.c", widest_vector(printer.helpers)),
-        "onnx_nodes": program.graph.source_node_count,
-        "llvm_targets": list(llvm_targets),
-        "target": target,
-        "weights_format": weights_format,
-        "weights_source": f"{name}_weights.S" if blob else f"{name}_weights.c",
-        "weights_blob_bytes": len(blob) if blob else 0,
-        "weights_align": WEIGHT_ALIGN,
-        "weights": [{
-            "member": s.member, "ctype": c_type(s.tensor.dtype.name), "pad": s.pad,
-            "count": max(s.tensor.size, 1), "literal_blocks": functools.partial(_literal_blocks, s.tensor),
-            "comment": c_comment(f"{s.tensor.name!r} {s.tensor.dtype.name}{list(s.tensor.shape)} @ {s.offset}"),
-        } for s in slot_list],
-    }
+def _templates(name: str, target: Target | None, binary_weights: bool) -> dict[str, str]:
+    """The package's rendered files: path -> template."""
     templates = {
         f"{name}.h": "c/model.h.j2",
         f"{name}.c": "c/model.c.j2",
@@ -267,12 +129,47 @@ def render_c_sources(planned: PlannedProgram, name: str, source: str,
         "CMakeLists.txt": "build/CMakeLists.txt.j2",
         **({"toolchain.cmake": "build/toolchain.cmake.j2"} if target else {}),
     }
-    if blob is None:
-        templates[f"{name}_weights.c"] = "c/weights.c.j2"
-    else:
+    if binary_weights:
         templates[f"{name}_weights.S"] = "c/weights.S.j2"
-    files: dict[str, FileData] = {path: _render(env.get_template(t), context) for path, t in templates.items()}
+    else:
+        templates[f"{name}_weights.c"] = "c/weights.c.j2"
+    return templates
+
+
+def render_c_sources(run: RunPlan, source: str, onnx_nodes: int,
+                     llvm_targets: Sequence[Mapping[str, Any]] = (),
+                     target: Target | None = None, weights_format: str = "auto", threads: bool = True,
+                     ) -> tuple[dict[str, FileData], dict]:
+    """The package's C and build files, plus the weights format chosen, for the manifest.
+
+    `llvm_targets` describes the LLVM objects the package carries, so that the build files can
+    use them instead of <name>.c (see aot/compiler.py `_build_entry`). `weights_format` (see
+    WEIGHTS_FORMATS) chooses between <name>_weights.c and <name>_weights.S + <name>_weights.bin;
+    either defines the same <name>_weights object, so the rest of the package is the same.
+    `threads`: the build files compile runtime/aot_threads.c (the pthread pool) into the library
+    and the runner (Linux targets; not for bare metal).
+    """
+    name = run.name
+    weights_format = resolve_weights_format(weights_format, run.weights_struct_bytes)
+    blob = weights_blob(run.weight_slots, run.weights_struct_bytes) if weights_format == "binary" else None
+    context = {
+        "name": name, "NAME": name.upper(), "version": __version__, "entry": c_api.entry_points(name),
+        "source_comment": c_comment(source), "name_literal": c_string(name),
+        "inputs": [_port_context(p) for p in run.inputs], "outputs": [_port_context(p) for p in run.outputs],
+        "arena_bytes": run.arena_bytes, "arena_align": run.arena_align, "weights_bytes": run.weights_bytes,
+        **model_source_context(run), "threads": threads,
+        "onnx_nodes": onnx_nodes,
+        "llvm_targets": list(llvm_targets),
+        "target": target,
+        "weights_format": weights_format,
+        "weights_source": f"{name}_weights.S" if blob else f"{name}_weights.c",
+        "weights_blob_bytes": len(blob) if blob else 0,
+        "weights_align": WEIGHT_ALIGN,
+        "weights": _weights_context(run.weight_slots),
+    }
+    env = _environment()
+    files: dict[str, FileData] = {path: _render(env.get_template(t), context)
+                                  for path, t in _templates(name, target, blob is not None).items()}
     if blob is not None:
         files[f"{name}_weights.bin"] = blob
-    return files, {"inputs": inputs, "outputs": outputs, "weights_bytes": weights_bytes,
-                   "weights_struct_bytes": weights_struct_bytes, "weights_format": weights_format}
+    return files, {"weights_format": weights_format}

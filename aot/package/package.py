@@ -1,11 +1,14 @@
-"""A compiled model: its package files in memory, its manifest, and ways to write and run it."""
+"""A compiled model: its package files in memory, its manifest, and writing them out.
+
+Running it is the host tool's (aot/host/run.py): aot.compile returns a HostPackage, this data
+with a run() that builds it for this machine, so the data does not depend on the tool."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,6 @@ class Package:
     # bytes, or a WeightsBlob for <name>_weights.bin (streamed to disk, see aot/package/blob.py)
     files: dict[str, FileData]
     manifest: dict[str, Any]
-    _host_library: Any = field(default=None, repr=False)
 
     @property
     def arena_bytes(self) -> int:
@@ -40,15 +42,6 @@ class Package:
         """Write the package folder; `force` replaces only a folder aot wrote, never one holding
         `inputs` (see aot/package/output_dir.py)."""
         return write_tree_atomically(self.files, out_dir, force=force, inputs=inputs)
-
-    def run(self, inputs: dict[str, Any] | list[Any],
-            build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-        """Build for the host (once) and run through ctypes; returns outputs by ONNX name."""
-        from aot.host.run import HostModel
-
-        if self._host_library is None:
-            self._host_library = HostModel.build(self, build_dir)
-        return self._host_library.run(inputs)
 
 
 def finalize_manifest(files: dict[str, FileData], manifest: dict[str, Any]) -> bytes:

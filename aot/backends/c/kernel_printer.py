@@ -102,7 +102,8 @@ def int_literal(value: int, dtype: str) -> str:
 
 
 class KernelPrinter:
-    """Prints kernels; records which static helper functions the printed code needs."""
+    """Prints kernels; records which helpers of runtime_c/aot_kernels.h the printed code uses
+    (aot_min_float32, the vector type aot_f32x8, ...)."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -268,121 +269,4 @@ def _balanced(text: str) -> bool:
     return depth == 0
 
 
-HELPER_DEFINITIONS = {
-    # NaN in either operand propagates, like onnxruntime's Min/Max/Clip.
-    "aot_min_float32": "static inline float aot_min_float32(float a, float b) { return (a < b || a != a) ? a : b; }",
-    "aot_max_float32": "static inline float aot_max_float32(float a, float b) { return (a > b || a != a) ? a : b; }",
-    "aot_min_float64": "static inline double aot_min_float64(double a, double b) { return (a < b || a != a) ? a : b; }",
-    "aot_max_float64": "static inline double aot_max_float64(double a, double b) { return (a > b || a != a) ? a : b; }",
-}
-for _t, _c in C_TYPES.items():
-    if _t not in ("float32", "float64"):
-        for _op, _cmp in (("min", "<"), ("max", ">")):
-            HELPER_DEFINITIONS[f"aot_{_op}_{_t}"] = (
-                f"static inline {_c} aot_{_op}_{_t}({_c} a, {_c} b) {{ return a {_cmp} b ? a : b; }}")
-
-
-
-def _neon_helpers(t: str, m: str) -> str:
-    """4-float vectors on armv7 as NEON intrinsics. gcc keeps IEEE semantics for GNU vector
-    arithmetic there, and NEON flushes denormals to zero, so it splits every vector operation into
-    scalar VFP instructions (0.1% of the C backend's armv7 instructions were SIMD); intrinsics it
-    emits as written. Results then flush denormals to zero, like the LLVM backend's armv7 tiles.
-    Division has no NEON instruction on armv7: gcc divides lane by lane."""
-    compare = {"lt": "vcltq_f32", "le": "vcleq_f32", "gt": "vcgtq_f32", "ge": "vcgeq_f32"}
-    select = "\n".join(f"#define {m}_SELECT_{op.upper()}(a, b, x, y) vbslq_f32({fn}((a), (b)), (x), (y))"
-                       for op, fn in compare.items())
-    nan = "vmvnq_u32(vceqq_f32((a), (a)))"  # lanes where a is NaN
-    return f"""\
-#if defined(__arm__) && defined(__ARM_NEON) && defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS) \\
-    && !defined(AOT_NO_NEON_INTRINSICS)
-#include <arm_neon.h>
-typedef float32x4_t {t};
-#define {m}_LOAD(p) vld1q_f32((const float *)(const void *)(p))
-#define {m}_STORE(p, v) vst1q_f32((float *)(void *)(p), (v))
-#define {m}_SPLAT(x) vdupq_n_f32(x)
-#if defined(__ARM_FEATURE_FMA)
-#define {m}_MULADD(acc, a, b) vfmaq_f32((acc), (a), (b))
-#else
-#define {m}_MULADD(acc, a, b) vmlaq_f32((acc), (a), (b))
-#endif
-#define {m}_MAX(a, b) vbslq_f32(vorrq_u32(vcgtq_f32((a), (b)), {nan}), (a), (b))
-#define {m}_MIN(a, b) vbslq_f32(vorrq_u32(vcltq_f32((a), (b)), {nan}), (a), (b))
-#define {m}_ADD(a, b) vaddq_f32((a), (b))
-#define {m}_SUB(a, b) vsubq_f32((a), (b))
-#define {m}_MUL(a, b) vmulq_f32((a), (b))
-#define {m}_DIV(a, b) ((a) / (b))
-{select}
-"""
-
-
-def _vector_helpers(lanes: int) -> str:
-    """Float vectors of `lanes` for register tiles. GNU C (gcc, clang, zig cc) gets real vector
-    types, which each target lowers to its registers (split in two or four where they are
-    narrower); other C99 compilers get a struct and loops. Macros rather than functions, so no
-    vector crosses a call (gcc warns that passing 32-byte vectors without AVX changes the ABI).
-    Loads and stores go through an element-aligned may_alias type: tiles read rows at any offset."""
-    t, m = f"aot_f32x{lanes}", f"AOT_F32X{lanes}"
-    lanes_x = ", ".join(["(x)"] * lanes)
-    arith = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-    compare = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-    gnu_arith = "\n".join(f"#define {m}_{op.upper()}(a, b) ((a) {sign} (b))" for op, sign in arith.items())
-    gnu_select = "\n".join(f"#define {m}_SELECT_{op.upper()}(a, b, x, y) {m}_PICK((a) {sign} (b), (x), (y))"
-                            for op, sign in compare.items())
-    struct_arith = "\n".join(
-        f"static inline {t} {t}_{op}({t} a, {t} b)\n"
-        f"{{ int i; for (i = 0; i < {lanes}; ++i) a.lane[i] = a.lane[i] {sign} b.lane[i]; return a; }}\n"
-        f"#define {m}_{op.upper()}(a, b) {t}_{op}((a), (b))" for op, sign in arith.items())
-    struct_select = "\n".join(
-        f"static inline {t} {t}_select_{op}({t} a, {t} b, {t} x, {t} y)\n"
-        f"{{ int i; for (i = 0; i < {lanes}; ++i) if (!(a.lane[i] {sign} b.lane[i])) x.lane[i] = y.lane[i];\n"
-        f"  return x; }}\n"
-        f"#define {m}_SELECT_{op.upper()}(a, b, x, y) {t}_select_{op}((a), (b), (x), (y))"
-        for op, sign in compare.items())
-    # armv7 NEON first for 4 floats, then any GNU C compiler's vector types, then plain structs.
-    opening = _neon_helpers(t, m) + "#elif" if lanes == 4 else "#if"
-    return f"""\
-{opening} defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
-typedef float {t} __attribute__((vector_size({4 * lanes})));
-typedef float {t}_unaligned __attribute__((vector_size({4 * lanes}), aligned(4), may_alias));
-#define {m}_LOAD(p) (*(const {t}_unaligned *)(const void *)(p))
-#define {m}_STORE(p, v) (*({t}_unaligned *)(void *)(p) = (v))
-#define {m}_SPLAT(x) (({t}){{ {lanes_x} }})
-#define {m}_MULADD(acc, a, b) ((acc) + (a) * (b))
-typedef int32_t {t}_mask __attribute__((vector_size({4 * lanes})));
-#define {m}_PICK(m, a, b) (({t})((({t}_mask)(a) & (m)) | (({t}_mask)(b) & ~(m))))
-#define {m}_MAX(a, b) {m}_PICK(((a) > (b)) | ((a) != (a)), (a), (b))
-#define {m}_MIN(a, b) {m}_PICK(((a) < (b)) | ((a) != (a)), (a), (b))
-{gnu_arith}
-{gnu_select}
-#else
-typedef struct {{ float lane[{lanes}]; }} {t};
-static inline {t} {t}_load(const float *p)
-{{ {t} v; int i; for (i = 0; i < {lanes}; ++i) v.lane[i] = p[i]; return v; }}
-static inline void {t}_store(float *p, {t} v)
-{{ int i; for (i = 0; i < {lanes}; ++i) p[i] = v.lane[i]; }}
-static inline {t} {t}_splat(float x)
-{{ {t} v; int i; for (i = 0; i < {lanes}; ++i) v.lane[i] = x; return v; }}
-static inline {t} {t}_muladd({t} acc, {t} a, {t} b)
-{{ int i; for (i = 0; i < {lanes}; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }}
-#define {m}_LOAD(p) {t}_load(p)
-#define {m}_STORE(p, v) {t}_store((p), (v))
-#define {m}_SPLAT(x) {t}_splat(x)
-#define {m}_MULADD(acc, a, b) {t}_muladd((acc), (a), (b))
-static inline {t} {t}_max({t} a, {t} b)
-{{ int i; for (i = 0; i < {lanes}; ++i) if (!(a.lane[i] > b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
-  return a; }}
-#define {m}_MAX(a, b) {t}_max((a), (b))
-static inline {t} {t}_min({t} a, {t} b)
-{{ int i; for (i = 0; i < {lanes}; ++i) if (!(a.lane[i] < b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
-  return a; }}
-#define {m}_MIN(a, b) {t}_min((a), (b))
-{struct_arith}
-{struct_select}
-#endif"""
-
-
-for _dtype, (_, _lanes) in VECTOR_DTYPES.items():
-    HELPER_DEFINITIONS[c_type(_dtype)] = _vector_helpers(_lanes)
-
-__all__ = ["KernelPrinter", "HELPER_DEFINITIONS", "c_type", "float_literal", "int_literal", "Buffer"]
+__all__ = ["KernelPrinter", "c_type", "float_literal", "int_literal", "Buffer"]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from aot.backends.llvm.module import build_model_module
 from aot.backends.llvm.target import LlvmTarget, emit_object, from_preset, get_target, host_target, runs_on_host
+from aot.backends.run_plan import RunPlan
 from aot.errors import AotError
-from aot.planner.arena import PlannedProgram
 from aot.target_fields import TRIPLE
 from aot.targets import Target
 
@@ -52,13 +51,12 @@ def llvm_targets(targets: Sequence[Target]) -> list[LlvmTarget]:
     return unique
 
 
-def compile_objects(planned: PlannedProgram, name: str, inputs: Sequence[dict[str, Any]],
-                    outputs: Sequence[dict[str, Any]], specs: Sequence[LlvmTarget]) -> dict[str, bytes]:
+def compile_objects(run: RunPlan, specs: Sequence[LlvmTarget]) -> dict[str, bytes]:
     """`<name>.<triple>.o` for each target."""
     objects = {}
     for spec in specs:
-        text, hidden = build_model_module(planned.program, planned.memory, name, inputs, outputs, spec)
-        objects[object_name(name, spec)] = emit_object(text, spec, hidden)
+        text, hidden = build_model_module(run, spec)
+        objects[object_name(run.name, spec)] = emit_object(text, spec, hidden)
     return objects
 
 

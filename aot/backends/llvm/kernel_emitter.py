@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from aot.backends.llvm import types as t
+import aot.backends.llvm.types as t
 from aot.kernel.bounds import RANGE_OPS, combine
 from aot.kernel.ir import (
     COMPARISONS,

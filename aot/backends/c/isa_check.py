@@ -23,10 +23,15 @@ _X86_NEEDS = {
 }
 
 
+def vector_lanes(helpers: Iterable[str]) -> list[int]:
+    """The widths (in lanes) of the float vector types among the printed code's helpers
+    (aot_f32x8 ...), narrowest first."""
+    return sorted(int(m.group(1)) for h in helpers if (m := re.fullmatch(r"aot_f32x(\d+)", h)))
+
+
 def widest_vector(helpers: Iterable[str]) -> int:
     """The widest float vector (in lanes) among the printed code's helpers (aot_f32x8 ...)."""
-    lanes = [int(m.group(1)) for h in helpers if (m := re.fullmatch(r"aot_f32x(\d+)", h))]
-    return max(lanes, default=1)
+    return max(vector_lanes(helpers), default=1)
 
 
 def vector_isa_check(file_name: str, lanes: int) -> str:

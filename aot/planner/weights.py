@@ -1,0 +1,35 @@
+"""The byte layout of a model's weights struct: which member each weight is, at which offset.
+
+Both backends address weights by it (the C backend by member name, the LLVM backend by byte
+offset into the `<name>_weights` object), and the package's weights files (C text, or binary
+bytes + assembler) lay the struct out by it, so the two agree whichever format is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aot.ir.graph import Tensor
+from aot.planner.memory import align_up
+
+# Every member starts on a 64-byte boundary: a cache line, and the widest vector load (AVX-512).
+WEIGHT_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class WeightSlot:
+    tensor: Tensor
+    member: str
+    offset: int  # byte offset inside the weights struct
+    pad: int     # padding bytes before this member
+
+
+def layout_weights(weights: list[Tensor]) -> tuple[list[WeightSlot], int]:
+    """Byte layout of the weights struct: each member 64-byte aligned by explicit padding."""
+    slots = []
+    offset = 0
+    for i, t in enumerate(weights):
+        start = align_up(offset, WEIGHT_ALIGN)
+        slots.append(WeightSlot(t, f"w{i}", start, start - offset))
+        offset = start + max(t.nbytes, t.dtype.itemsize)
+    return slots, offset

@@ -1,0 +1,301 @@
+/*
+ * aot runtime: what the generated kernels use besides <math.h>, for <name>.c to include.
+ *
+ * Header-only, all static inline or macros (as aot_runtime.h): any number of models link into
+ * one program. Scalar min/max are always defined; the float vector types of the register tiles
+ * only for the widths a model's <name>.c asks for, by defining AOT_WANT_F32X<lanes> before it
+ * includes this file, so a model gets exactly the vector types its kernels use (and only a model
+ * with 4-float tiles includes <arm_neon.h> on armv7).
+ */
+#ifndef AOT_KERNELS_H_INCLUDED
+#define AOT_KERNELS_H_INCLUDED
+
+#include <stdint.h>
+
+/* Min and max of two values: aot_min_<dtype>, aot_max_<dtype>. For floats, NaN in either operand
+ * propagates, like onnxruntime's Min/Max/Clip. */
+static inline float aot_min_float32(float a, float b) { return (a < b || a != a) ? a : b; }
+static inline float aot_max_float32(float a, float b) { return (a > b || a != a) ? a : b; }
+static inline double aot_min_float64(double a, double b) { return (a < b || a != a) ? a : b; }
+static inline double aot_max_float64(double a, double b) { return (a > b || a != a) ? a : b; }
+static inline int8_t aot_min_int8(int8_t a, int8_t b) { return a < b ? a : b; }
+static inline int8_t aot_max_int8(int8_t a, int8_t b) { return a > b ? a : b; }
+static inline int16_t aot_min_int16(int16_t a, int16_t b) { return a < b ? a : b; }
+static inline int16_t aot_max_int16(int16_t a, int16_t b) { return a > b ? a : b; }
+static inline int32_t aot_min_int32(int32_t a, int32_t b) { return a < b ? a : b; }
+static inline int32_t aot_max_int32(int32_t a, int32_t b) { return a > b ? a : b; }
+static inline int64_t aot_min_int64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t aot_max_int64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline uint8_t aot_min_uint8(uint8_t a, uint8_t b) { return a < b ? a : b; }
+static inline uint8_t aot_max_uint8(uint8_t a, uint8_t b) { return a > b ? a : b; }
+static inline uint16_t aot_min_uint16(uint16_t a, uint16_t b) { return a < b ? a : b; }
+static inline uint16_t aot_max_uint16(uint16_t a, uint16_t b) { return a > b ? a : b; }
+static inline uint32_t aot_min_uint32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+static inline uint32_t aot_max_uint32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+static inline uint64_t aot_min_uint64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t aot_max_uint64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static inline uint8_t aot_min_bool(uint8_t a, uint8_t b) { return a < b ? a : b; }
+static inline uint8_t aot_max_bool(uint8_t a, uint8_t b) { return a > b ? a : b; }
+static inline int32_t aot_min_index(int32_t a, int32_t b) { return a < b ? a : b; }
+static inline int32_t aot_max_index(int32_t a, int32_t b) { return a > b ? a : b; }
+
+/*
+ * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
+ * AOT_F32X<lanes>_LOAD, _STORE, _SPLAT, _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and
+ * _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where a < b ..., else y).
+ *
+ * GNU C (gcc, clang, zig cc) gets real vector types, which each target lowers to its registers
+ * (split in two or four where they are narrower); other C99 compilers get a struct and loops.
+ * Macros rather than functions, so no vector crosses a call (gcc warns that passing 32-byte
+ * vectors without AVX changes the ABI). Loads and stores go through an element-aligned
+ * may_alias type: tiles read rows at any offset.
+ *
+ * 4 floats on armv7 are NEON intrinsics. gcc keeps IEEE semantics for GNU vector arithmetic
+ * there, and NEON flushes denormals to zero, so it splits every vector operation into scalar VFP
+ * instructions (0.1% of the C backend's armv7 instructions were SIMD); intrinsics it emits as
+ * written. Results then flush denormals to zero, like the LLVM backend's armv7 tiles. Division
+ * has no NEON instruction on armv7: gcc divides lane by lane.
+ */
+
+#ifdef AOT_WANT_F32X4
+#if defined(__arm__) && defined(__ARM_NEON) && defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS) \
+    && !defined(AOT_NO_NEON_INTRINSICS)
+#include <arm_neon.h>
+typedef float32x4_t aot_f32x4;
+#define AOT_F32X4_LOAD(p) vld1q_f32((const float *)(const void *)(p))
+#define AOT_F32X4_STORE(p, v) vst1q_f32((float *)(void *)(p), (v))
+#define AOT_F32X4_SPLAT(x) vdupq_n_f32(x)
+#if defined(__ARM_FEATURE_FMA)
+#define AOT_F32X4_MULADD(acc, a, b) vfmaq_f32((acc), (a), (b))
+#else
+#define AOT_F32X4_MULADD(acc, a, b) vmlaq_f32((acc), (a), (b))
+#endif
+#define AOT_F32X4_MAX(a, b) vbslq_f32(vorrq_u32(vcgtq_f32((a), (b)), vmvnq_u32(vceqq_f32((a), (a)))), (a), (b))
+#define AOT_F32X4_MIN(a, b) vbslq_f32(vorrq_u32(vcltq_f32((a), (b)), vmvnq_u32(vceqq_f32((a), (a)))), (a), (b))
+#define AOT_F32X4_ADD(a, b) vaddq_f32((a), (b))
+#define AOT_F32X4_SUB(a, b) vsubq_f32((a), (b))
+#define AOT_F32X4_MUL(a, b) vmulq_f32((a), (b))
+#define AOT_F32X4_DIV(a, b) ((a) / (b))
+#define AOT_F32X4_SELECT_LT(a, b, x, y) vbslq_f32(vcltq_f32((a), (b)), (x), (y))
+#define AOT_F32X4_SELECT_LE(a, b, x, y) vbslq_f32(vcleq_f32((a), (b)), (x), (y))
+#define AOT_F32X4_SELECT_GT(a, b, x, y) vbslq_f32(vcgtq_f32((a), (b)), (x), (y))
+#define AOT_F32X4_SELECT_GE(a, b, x, y) vbslq_f32(vcgeq_f32((a), (b)), (x), (y))
+#elif defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef float aot_f32x4 __attribute__((vector_size(16)));
+typedef float aot_f32x4_unaligned __attribute__((vector_size(16), aligned(4), may_alias));
+#define AOT_F32X4_LOAD(p) (*(const aot_f32x4_unaligned *)(const void *)(p))
+#define AOT_F32X4_STORE(p, v) (*(aot_f32x4_unaligned *)(void *)(p) = (v))
+#define AOT_F32X4_SPLAT(x) ((aot_f32x4){ (x), (x), (x), (x) })
+#define AOT_F32X4_MULADD(acc, a, b) ((acc) + (a) * (b))
+typedef int32_t aot_f32x4_mask __attribute__((vector_size(16)));
+#define AOT_F32X4_PICK(m, a, b) ((aot_f32x4)(((aot_f32x4_mask)(a) & (m)) | ((aot_f32x4_mask)(b) & ~(m))))
+#define AOT_F32X4_MAX(a, b) AOT_F32X4_PICK(((a) > (b)) | ((a) != (a)), (a), (b))
+#define AOT_F32X4_MIN(a, b) AOT_F32X4_PICK(((a) < (b)) | ((a) != (a)), (a), (b))
+#define AOT_F32X4_ADD(a, b) ((a) + (b))
+#define AOT_F32X4_SUB(a, b) ((a) - (b))
+#define AOT_F32X4_MUL(a, b) ((a) * (b))
+#define AOT_F32X4_DIV(a, b) ((a) / (b))
+#define AOT_F32X4_SELECT_LT(a, b, x, y) AOT_F32X4_PICK((a) < (b), (x), (y))
+#define AOT_F32X4_SELECT_LE(a, b, x, y) AOT_F32X4_PICK((a) <= (b), (x), (y))
+#define AOT_F32X4_SELECT_GT(a, b, x, y) AOT_F32X4_PICK((a) > (b), (x), (y))
+#define AOT_F32X4_SELECT_GE(a, b, x, y) AOT_F32X4_PICK((a) >= (b), (x), (y))
+#else
+typedef struct { float lane[4]; } aot_f32x4;
+static inline aot_f32x4 aot_f32x4_load(const float *p)
+{ aot_f32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = p[i]; return v; }
+static inline void aot_f32x4_store(float *p, aot_f32x4 v)
+{ int i; for (i = 0; i < 4; ++i) p[i] = v.lane[i]; }
+static inline aot_f32x4 aot_f32x4_splat(float x)
+{ aot_f32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = x; return v; }
+static inline aot_f32x4 aot_f32x4_muladd(aot_f32x4 acc, aot_f32x4 a, aot_f32x4 b)
+{ int i; for (i = 0; i < 4; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }
+#define AOT_F32X4_LOAD(p) aot_f32x4_load(p)
+#define AOT_F32X4_STORE(p, v) aot_f32x4_store((p), (v))
+#define AOT_F32X4_SPLAT(x) aot_f32x4_splat(x)
+#define AOT_F32X4_MULADD(acc, a, b) aot_f32x4_muladd((acc), (a), (b))
+static inline aot_f32x4 aot_f32x4_max(aot_f32x4 a, aot_f32x4 b)
+{ int i; for (i = 0; i < 4; ++i) if (!(a.lane[i] > b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
+  return a; }
+#define AOT_F32X4_MAX(a, b) aot_f32x4_max((a), (b))
+static inline aot_f32x4 aot_f32x4_min(aot_f32x4 a, aot_f32x4 b)
+{ int i; for (i = 0; i < 4; ++i) if (!(a.lane[i] < b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
+  return a; }
+#define AOT_F32X4_MIN(a, b) aot_f32x4_min((a), (b))
+static inline aot_f32x4 aot_f32x4_add(aot_f32x4 a, aot_f32x4 b)
+{ int i; for (i = 0; i < 4; ++i) a.lane[i] = a.lane[i] + b.lane[i]; return a; }
+#define AOT_F32X4_ADD(a, b) aot_f32x4_add((a), (b))
+static inline aot_f32x4 aot_f32x4_sub(aot_f32x4 a, aot_f32x4 b)
+{ int i; for (i = 0; i < 4; ++i) a.lane[i] = a.lane[i] - b.lane[i]; return a; }
+#define AOT_F32X4_SUB(a, b) aot_f32x4_sub((a), (b))
+static inline aot_f32x4 aot_f32x4_mul(aot_f32x4 a, aot_f32x4 b)
+{ int i; for (i = 0; i < 4; ++i) a.lane[i] = a.lane[i] * b.lane[i]; return a; }
+#define AOT_F32X4_MUL(a, b) aot_f32x4_mul((a), (b))
+static inline aot_f32x4 aot_f32x4_div(aot_f32x4 a, aot_f32x4 b)
+{ int i; for (i = 0; i < 4; ++i) a.lane[i] = a.lane[i] / b.lane[i]; return a; }
+#define AOT_F32X4_DIV(a, b) aot_f32x4_div((a), (b))
+static inline aot_f32x4 aot_f32x4_select_lt(aot_f32x4 a, aot_f32x4 b, aot_f32x4 x, aot_f32x4 y)
+{ int i; for (i = 0; i < 4; ++i) if (!(a.lane[i] < b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X4_SELECT_LT(a, b, x, y) aot_f32x4_select_lt((a), (b), (x), (y))
+static inline aot_f32x4 aot_f32x4_select_le(aot_f32x4 a, aot_f32x4 b, aot_f32x4 x, aot_f32x4 y)
+{ int i; for (i = 0; i < 4; ++i) if (!(a.lane[i] <= b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X4_SELECT_LE(a, b, x, y) aot_f32x4_select_le((a), (b), (x), (y))
+static inline aot_f32x4 aot_f32x4_select_gt(aot_f32x4 a, aot_f32x4 b, aot_f32x4 x, aot_f32x4 y)
+{ int i; for (i = 0; i < 4; ++i) if (!(a.lane[i] > b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X4_SELECT_GT(a, b, x, y) aot_f32x4_select_gt((a), (b), (x), (y))
+static inline aot_f32x4 aot_f32x4_select_ge(aot_f32x4 a, aot_f32x4 b, aot_f32x4 x, aot_f32x4 y)
+{ int i; for (i = 0; i < 4; ++i) if (!(a.lane[i] >= b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X4_SELECT_GE(a, b, x, y) aot_f32x4_select_ge((a), (b), (x), (y))
+#endif
+#endif /* AOT_WANT_F32X4 */
+
+#ifdef AOT_WANT_F32X8
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef float aot_f32x8 __attribute__((vector_size(32)));
+typedef float aot_f32x8_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
+#define AOT_F32X8_LOAD(p) (*(const aot_f32x8_unaligned *)(const void *)(p))
+#define AOT_F32X8_STORE(p, v) (*(aot_f32x8_unaligned *)(void *)(p) = (v))
+#define AOT_F32X8_SPLAT(x) ((aot_f32x8){ (x), (x), (x), (x), (x), (x), (x), (x) })
+#define AOT_F32X8_MULADD(acc, a, b) ((acc) + (a) * (b))
+typedef int32_t aot_f32x8_mask __attribute__((vector_size(32)));
+#define AOT_F32X8_PICK(m, a, b) ((aot_f32x8)(((aot_f32x8_mask)(a) & (m)) | ((aot_f32x8_mask)(b) & ~(m))))
+#define AOT_F32X8_MAX(a, b) AOT_F32X8_PICK(((a) > (b)) | ((a) != (a)), (a), (b))
+#define AOT_F32X8_MIN(a, b) AOT_F32X8_PICK(((a) < (b)) | ((a) != (a)), (a), (b))
+#define AOT_F32X8_ADD(a, b) ((a) + (b))
+#define AOT_F32X8_SUB(a, b) ((a) - (b))
+#define AOT_F32X8_MUL(a, b) ((a) * (b))
+#define AOT_F32X8_DIV(a, b) ((a) / (b))
+#define AOT_F32X8_SELECT_LT(a, b, x, y) AOT_F32X8_PICK((a) < (b), (x), (y))
+#define AOT_F32X8_SELECT_LE(a, b, x, y) AOT_F32X8_PICK((a) <= (b), (x), (y))
+#define AOT_F32X8_SELECT_GT(a, b, x, y) AOT_F32X8_PICK((a) > (b), (x), (y))
+#define AOT_F32X8_SELECT_GE(a, b, x, y) AOT_F32X8_PICK((a) >= (b), (x), (y))
+#else
+typedef struct { float lane[8]; } aot_f32x8;
+static inline aot_f32x8 aot_f32x8_load(const float *p)
+{ aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = p[i]; return v; }
+static inline void aot_f32x8_store(float *p, aot_f32x8 v)
+{ int i; for (i = 0; i < 8; ++i) p[i] = v.lane[i]; }
+static inline aot_f32x8 aot_f32x8_splat(float x)
+{ aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = x; return v; }
+static inline aot_f32x8 aot_f32x8_muladd(aot_f32x8 acc, aot_f32x8 a, aot_f32x8 b)
+{ int i; for (i = 0; i < 8; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }
+#define AOT_F32X8_LOAD(p) aot_f32x8_load(p)
+#define AOT_F32X8_STORE(p, v) aot_f32x8_store((p), (v))
+#define AOT_F32X8_SPLAT(x) aot_f32x8_splat(x)
+#define AOT_F32X8_MULADD(acc, a, b) aot_f32x8_muladd((acc), (a), (b))
+static inline aot_f32x8 aot_f32x8_max(aot_f32x8 a, aot_f32x8 b)
+{ int i; for (i = 0; i < 8; ++i) if (!(a.lane[i] > b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
+  return a; }
+#define AOT_F32X8_MAX(a, b) aot_f32x8_max((a), (b))
+static inline aot_f32x8 aot_f32x8_min(aot_f32x8 a, aot_f32x8 b)
+{ int i; for (i = 0; i < 8; ++i) if (!(a.lane[i] < b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
+  return a; }
+#define AOT_F32X8_MIN(a, b) aot_f32x8_min((a), (b))
+static inline aot_f32x8 aot_f32x8_add(aot_f32x8 a, aot_f32x8 b)
+{ int i; for (i = 0; i < 8; ++i) a.lane[i] = a.lane[i] + b.lane[i]; return a; }
+#define AOT_F32X8_ADD(a, b) aot_f32x8_add((a), (b))
+static inline aot_f32x8 aot_f32x8_sub(aot_f32x8 a, aot_f32x8 b)
+{ int i; for (i = 0; i < 8; ++i) a.lane[i] = a.lane[i] - b.lane[i]; return a; }
+#define AOT_F32X8_SUB(a, b) aot_f32x8_sub((a), (b))
+static inline aot_f32x8 aot_f32x8_mul(aot_f32x8 a, aot_f32x8 b)
+{ int i; for (i = 0; i < 8; ++i) a.lane[i] = a.lane[i] * b.lane[i]; return a; }
+#define AOT_F32X8_MUL(a, b) aot_f32x8_mul((a), (b))
+static inline aot_f32x8 aot_f32x8_div(aot_f32x8 a, aot_f32x8 b)
+{ int i; for (i = 0; i < 8; ++i) a.lane[i] = a.lane[i] / b.lane[i]; return a; }
+#define AOT_F32X8_DIV(a, b) aot_f32x8_div((a), (b))
+static inline aot_f32x8 aot_f32x8_select_lt(aot_f32x8 a, aot_f32x8 b, aot_f32x8 x, aot_f32x8 y)
+{ int i; for (i = 0; i < 8; ++i) if (!(a.lane[i] < b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X8_SELECT_LT(a, b, x, y) aot_f32x8_select_lt((a), (b), (x), (y))
+static inline aot_f32x8 aot_f32x8_select_le(aot_f32x8 a, aot_f32x8 b, aot_f32x8 x, aot_f32x8 y)
+{ int i; for (i = 0; i < 8; ++i) if (!(a.lane[i] <= b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X8_SELECT_LE(a, b, x, y) aot_f32x8_select_le((a), (b), (x), (y))
+static inline aot_f32x8 aot_f32x8_select_gt(aot_f32x8 a, aot_f32x8 b, aot_f32x8 x, aot_f32x8 y)
+{ int i; for (i = 0; i < 8; ++i) if (!(a.lane[i] > b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X8_SELECT_GT(a, b, x, y) aot_f32x8_select_gt((a), (b), (x), (y))
+static inline aot_f32x8 aot_f32x8_select_ge(aot_f32x8 a, aot_f32x8 b, aot_f32x8 x, aot_f32x8 y)
+{ int i; for (i = 0; i < 8; ++i) if (!(a.lane[i] >= b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X8_SELECT_GE(a, b, x, y) aot_f32x8_select_ge((a), (b), (x), (y))
+#endif
+#endif /* AOT_WANT_F32X8 */
+
+#ifdef AOT_WANT_F32X16
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef float aot_f32x16 __attribute__((vector_size(64)));
+typedef float aot_f32x16_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
+#define AOT_F32X16_LOAD(p) (*(const aot_f32x16_unaligned *)(const void *)(p))
+#define AOT_F32X16_STORE(p, v) (*(aot_f32x16_unaligned *)(void *)(p) = (v))
+#define AOT_F32X16_SPLAT(x) ((aot_f32x16){ (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x) })
+#define AOT_F32X16_MULADD(acc, a, b) ((acc) + (a) * (b))
+typedef int32_t aot_f32x16_mask __attribute__((vector_size(64)));
+#define AOT_F32X16_PICK(m, a, b) ((aot_f32x16)(((aot_f32x16_mask)(a) & (m)) | ((aot_f32x16_mask)(b) & ~(m))))
+#define AOT_F32X16_MAX(a, b) AOT_F32X16_PICK(((a) > (b)) | ((a) != (a)), (a), (b))
+#define AOT_F32X16_MIN(a, b) AOT_F32X16_PICK(((a) < (b)) | ((a) != (a)), (a), (b))
+#define AOT_F32X16_ADD(a, b) ((a) + (b))
+#define AOT_F32X16_SUB(a, b) ((a) - (b))
+#define AOT_F32X16_MUL(a, b) ((a) * (b))
+#define AOT_F32X16_DIV(a, b) ((a) / (b))
+#define AOT_F32X16_SELECT_LT(a, b, x, y) AOT_F32X16_PICK((a) < (b), (x), (y))
+#define AOT_F32X16_SELECT_LE(a, b, x, y) AOT_F32X16_PICK((a) <= (b), (x), (y))
+#define AOT_F32X16_SELECT_GT(a, b, x, y) AOT_F32X16_PICK((a) > (b), (x), (y))
+#define AOT_F32X16_SELECT_GE(a, b, x, y) AOT_F32X16_PICK((a) >= (b), (x), (y))
+#else
+typedef struct { float lane[16]; } aot_f32x16;
+static inline aot_f32x16 aot_f32x16_load(const float *p)
+{ aot_f32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = p[i]; return v; }
+static inline void aot_f32x16_store(float *p, aot_f32x16 v)
+{ int i; for (i = 0; i < 16; ++i) p[i] = v.lane[i]; }
+static inline aot_f32x16 aot_f32x16_splat(float x)
+{ aot_f32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = x; return v; }
+static inline aot_f32x16 aot_f32x16_muladd(aot_f32x16 acc, aot_f32x16 a, aot_f32x16 b)
+{ int i; for (i = 0; i < 16; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }
+#define AOT_F32X16_LOAD(p) aot_f32x16_load(p)
+#define AOT_F32X16_STORE(p, v) aot_f32x16_store((p), (v))
+#define AOT_F32X16_SPLAT(x) aot_f32x16_splat(x)
+#define AOT_F32X16_MULADD(acc, a, b) aot_f32x16_muladd((acc), (a), (b))
+static inline aot_f32x16 aot_f32x16_max(aot_f32x16 a, aot_f32x16 b)
+{ int i; for (i = 0; i < 16; ++i) if (!(a.lane[i] > b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
+  return a; }
+#define AOT_F32X16_MAX(a, b) aot_f32x16_max((a), (b))
+static inline aot_f32x16 aot_f32x16_min(aot_f32x16 a, aot_f32x16 b)
+{ int i; for (i = 0; i < 16; ++i) if (!(a.lane[i] < b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];
+  return a; }
+#define AOT_F32X16_MIN(a, b) aot_f32x16_min((a), (b))
+static inline aot_f32x16 aot_f32x16_add(aot_f32x16 a, aot_f32x16 b)
+{ int i; for (i = 0; i < 16; ++i) a.lane[i] = a.lane[i] + b.lane[i]; return a; }
+#define AOT_F32X16_ADD(a, b) aot_f32x16_add((a), (b))
+static inline aot_f32x16 aot_f32x16_sub(aot_f32x16 a, aot_f32x16 b)
+{ int i; for (i = 0; i < 16; ++i) a.lane[i] = a.lane[i] - b.lane[i]; return a; }
+#define AOT_F32X16_SUB(a, b) aot_f32x16_sub((a), (b))
+static inline aot_f32x16 aot_f32x16_mul(aot_f32x16 a, aot_f32x16 b)
+{ int i; for (i = 0; i < 16; ++i) a.lane[i] = a.lane[i] * b.lane[i]; return a; }
+#define AOT_F32X16_MUL(a, b) aot_f32x16_mul((a), (b))
+static inline aot_f32x16 aot_f32x16_div(aot_f32x16 a, aot_f32x16 b)
+{ int i; for (i = 0; i < 16; ++i) a.lane[i] = a.lane[i] / b.lane[i]; return a; }
+#define AOT_F32X16_DIV(a, b) aot_f32x16_div((a), (b))
+static inline aot_f32x16 aot_f32x16_select_lt(aot_f32x16 a, aot_f32x16 b, aot_f32x16 x, aot_f32x16 y)
+{ int i; for (i = 0; i < 16; ++i) if (!(a.lane[i] < b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X16_SELECT_LT(a, b, x, y) aot_f32x16_select_lt((a), (b), (x), (y))
+static inline aot_f32x16 aot_f32x16_select_le(aot_f32x16 a, aot_f32x16 b, aot_f32x16 x, aot_f32x16 y)
+{ int i; for (i = 0; i < 16; ++i) if (!(a.lane[i] <= b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X16_SELECT_LE(a, b, x, y) aot_f32x16_select_le((a), (b), (x), (y))
+static inline aot_f32x16 aot_f32x16_select_gt(aot_f32x16 a, aot_f32x16 b, aot_f32x16 x, aot_f32x16 y)
+{ int i; for (i = 0; i < 16; ++i) if (!(a.lane[i] > b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X16_SELECT_GT(a, b, x, y) aot_f32x16_select_gt((a), (b), (x), (y))
+static inline aot_f32x16 aot_f32x16_select_ge(aot_f32x16 a, aot_f32x16 b, aot_f32x16 x, aot_f32x16 y)
+{ int i; for (i = 0; i < 16; ++i) if (!(a.lane[i] >= b.lane[i])) x.lane[i] = y.lane[i];
+  return x; }
+#define AOT_F32X16_SELECT_GE(a, b, x, y) aot_f32x16_select_ge((a), (b), (x), (y))
+#endif
+#endif /* AOT_WANT_F32X16 */
+
+#endif /* AOT_KERNELS_H_INCLUDED */

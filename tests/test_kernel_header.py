@@ -1,0 +1,107 @@
+"""runtime_c/aot_kernels.h: the vector types and min/max the generated kernels use, checked as C.
+
+Every macro of every width is run, through GNU C vector types, through the plain-C struct
+fallback (AOT_NO_VECTOR_EXTENSIONS) and, under qemu, through armv7 NEON intrinsics, and compared
+with the scalar result; and a model asks for exactly the widths its kernels use."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import aot
+from aot.host.build import STRICT_CFLAGS
+from aot.resources import resource_dir
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "tiny_cnn.onnx"
+LANES = (4, 8, 16)
+
+# One check per lane width: every macro, lane by lane against the scalar expression. NaN in a
+# propagates through MAX and MIN (onnxruntime's rule), as does the NaN b holds in lane 1.
+_CHECK = """
+static int check_f32x{n}(void)
+{{
+    float a[{n}], b[{n}], c[{n}], out[{n}];
+    int i, bad = 0;
+    for (i = 0; i < {n}; ++i) {{
+        a[i] = (float)(i % 5) - 2.0f;
+        b[i] = (float)(i % 3) - 1.0f;
+        c[i] = 0.5f * (float)i;
+    }}
+    a[{n} - 1] = NAN;
+    b[1] = NAN;
+#define LANES_EQUAL(expr, scalar) \\
+    AOT_F32X{n}_STORE(out, expr); \\
+    for (i = 0; i < {n}; ++i) {{ float want = (scalar); \\
+        if (!(out[i] == want || (out[i] != out[i] && want != want))) {{ bad = 1; \\
+            printf("f32x{n} %s lane %d: %g, want %g\\n", #expr, i, (double)out[i], (double)want); }} }}
+    {{
+        aot_f32x{n} va = AOT_F32X{n}_LOAD(a), vb = AOT_F32X{n}_LOAD(b), vc = AOT_F32X{n}_LOAD(c);
+        LANES_EQUAL(AOT_F32X{n}_SPLAT(3.0f), 3.0f)
+        LANES_EQUAL(AOT_F32X{n}_MULADD(vc, va, vb), c[i] + a[i] * b[i])
+        LANES_EQUAL(AOT_F32X{n}_MAX(va, vb), (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i])
+        LANES_EQUAL(AOT_F32X{n}_MIN(va, vb), (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i])
+        LANES_EQUAL(AOT_F32X{n}_ADD(va, vb), a[i] + b[i])
+        LANES_EQUAL(AOT_F32X{n}_SUB(va, vb), a[i] - b[i])
+        LANES_EQUAL(AOT_F32X{n}_MUL(va, vb), a[i] * b[i])
+        LANES_EQUAL(AOT_F32X{n}_DIV(vc, AOT_F32X{n}_SPLAT(2.0f)), c[i] / 2.0f)
+        LANES_EQUAL(AOT_F32X{n}_SELECT_LT(va, vb, vc, va), a[i] < b[i] ? c[i] : a[i])
+        LANES_EQUAL(AOT_F32X{n}_SELECT_LE(va, vb, vc, va), a[i] <= b[i] ? c[i] : a[i])
+        LANES_EQUAL(AOT_F32X{n}_SELECT_GT(va, vb, vc, va), a[i] > b[i] ? c[i] : a[i])
+        LANES_EQUAL(AOT_F32X{n}_SELECT_GE(va, vb, vc, va), a[i] >= b[i] ? c[i] : a[i])
+    }}
+#undef LANES_EQUAL
+    return bad;
+}}
+"""
+
+
+def _program(tmp_path: Path) -> Path:
+    checks = "".join(_CHECK.format(n=n) for n in LANES)
+    calls = " | ".join(f"check_f32x{n}()" for n in LANES)
+    source = tmp_path / "vectors.c"
+    source.write_text(
+        "#include <math.h>\n#include <stdio.h>\n"
+        + "".join(f"#define AOT_WANT_F32X{n}\n" for n in LANES)
+        + '#include "aot_kernels.h"\n' + checks
+        + "int main(void)\n{\n"
+        + "    int bad = !isnan(aot_min_float32(NAN, 1.0f)) || !isnan(aot_max_float64(1.0, NAN))\n"
+        + "              || aot_max_int8(-3, 2) != 2 || aot_min_uint64(7u, 9u) != 7u;\n"
+        + f"    bad |= {calls};\n    puts(bad ? \"FAIL\" : \"OK\");\n    return bad;\n}}\n")
+    return source
+
+
+@pytest.mark.parametrize("cc,flags", [
+    ("gcc", "-march=native"), ("clang", "-march=native"), ("gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
+    ("clang", "-mno-avx"), ("arm-linux-gnueabihf-gcc", "-mfpu=neon -mfloat-abi=hard"),
+])
+def test_every_vector_macro_gives_the_scalar_result(tmp_path: Path, cc: str, flags: str) -> None:
+    if not shutil.which(cc):
+        pytest.skip(f"{cc} not installed")
+    runner = []
+    if cc.startswith("arm-"):
+        if not shutil.which("qemu-arm"):
+            pytest.skip("qemu-arm not installed")
+        runner = ["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"]
+    program = tmp_path / "vectors"
+    build = subprocess.run([cc, *STRICT_CFLAGS.split(), "-pedantic", "-O1", *flags.split(),
+                            "-I", str(resource_dir("runtime_c")), str(_program(tmp_path)), "-o", str(program), "-lm"],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    result = subprocess.run([*runner, str(program)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("target,lanes", [("x86_64-v4", [8, 16]), ("x86_64-v3", [8]), ("rpi3", [4]),
+                                          ("cortex-m4f", [])])
+def test_a_model_asks_for_exactly_the_vector_widths_its_kernels_use(target: str, lanes: list[int]) -> None:
+    package = aot.compile(EXAMPLE, target=target)
+    source = package.files["tiny_cnn.c"].decode()
+    wanted = [int(line.rsplit("X", 1)[1]) for line in source.splitlines() if line.startswith("#define AOT_WANT_F32X")]
+    used = [n for n in LANES if f"AOT_F32X{n}_" in source]
+    assert wanted == used == lanes
+    assert package.files["runtime/aot_kernels.h"] == (resource_dir("runtime_c") / "aot_kernels.h").read_bytes()
+    assert "typedef float aot_f32x" not in source  # the types come from the header only
