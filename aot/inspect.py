@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from aot.terminal import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 
 def inspect_model(path: str | os.PathLike[str],
@@ -121,97 +123,122 @@ def _shape(t: dict[str, Any]) -> str:
     return f"{t['dtype']}[{', '.join(str(d) for d in t['shape'])}]"
 
 
-def render(r: dict[str, Any], console: Console) -> None:
-    """The inspection as tables on a rich console (plain text when it is not a terminal)."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
+class _Page:
+    """The console `render` writes to: plain lines and tables whose cells are text, never rich
+    markup (node names like '[x]' print as they are, their control characters as escapes: an ESC
+    in a tensor name must not reach the terminal)."""
 
-    class PlainTable(Table):
-        """Cells are text, never rich markup: node names like '[x]' print as they are, and their
-        control characters as escapes (an ESC in a tensor name must not reach the terminal)."""
+    def __init__(self, console: Console) -> None:
+        self.console = console
 
-        def add_row(self, *cells: Any, **kwargs: Any) -> None:
-            super().add_row(*(Text(printable(c)) if isinstance(c, str) else c for c in cells), **kwargs)
-
-    def say(text: str = "") -> None:
+    def say(self, text: str = "") -> None:
         """One line of plain text: no markup, no highlighting, names' control characters escaped."""
-        console.print(printable(text), markup=False, highlight=False)
+        self.console.print(printable(text), markup=False, highlight=False)
 
-    def table(title: str, *columns: str, right: tuple[str, ...] = ()) -> Table:
-        t = PlainTable(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                  show_edge=False)
+    def table(self, title: str, *columns: str, right: tuple[str, ...] = ()) -> Table:
+        from rich import box
+
+        t = _plain_table()(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                           pad_edge=False, show_edge=False)
         for c in columns:
             t.add_column(c, justify="right" if c in right else "left", overflow="fold")
         return t
 
-    supported = r["supported"]
-    kernels = f", {r['kernels']} kernels" if supported else ""
-    say(f"model {Path(r['model']).name}: {r['onnx_nodes']} ONNX nodes, "
-        f"{r['nodes_after_folding']} after folding{kernels}")
+    def show(self, table: Table) -> None:
+        self.console.print(table)
+        self.console.print()
+
+
+@functools.cache
+def _plain_table() -> type[Table]:
+    from rich.table import Table
+    from rich.text import Text
+
+    class PlainTable(Table):
+        def add_row(self, *cells: Any, **kwargs: Any) -> None:
+            super().add_row(*(Text(printable(c)) if isinstance(c, str) else c for c in cells), **kwargs)
+
+    return PlainTable
+
+
+def render(r: dict[str, Any], console: Console) -> None:
+    """The inspection as tables on a rich console (plain text when it is not a terminal)."""
+    page = _Page(console)
+    kernels = f", {r['kernels']} kernels" if r["supported"] else ""
+    page.say(f"model {Path(r['model']).name}: {r['onnx_nodes']} ONNX nodes, "
+             f"{r['nodes_after_folding']} after folding{kernels}")
     console.print()
-    io = table("Inputs and outputs", "kind", "name", "type")
+    _render_ops(page, r)
+    _render_compute(page, r)
+    if r["supported"]:
+        _render_memory(page, r)
+        _render_footprint(page, r)
+
+
+def _render_ops(page: _Page, r: dict[str, Any]) -> None:
+    from rich.text import Text
+
+    io = page.table("Inputs and outputs", "kind", "name", "type")
     for kind in ("inputs", "outputs"):
         for t in r[kind]:
             io.add_row(kind[:-1], t["name"], _shape(t))
-    console.print(io)
-    console.print()
-
+    page.show(io)
     unsupported = {u["op"]: u["nodes"] for u in r["unsupported"]}
-    ops = table("Ops", "op", "count", "status", right=("count",))
+    ops = page.table("Ops", "op", "count", "status", right=("count",))
     for op, n in r["op_counts"].items():
         if op in unsupported:
             names = ", ".join(repr(name) for name in unsupported[op])
             ops.add_row(op, str(n), Text.assemble(("UNSUPPORTED", "bold red"), printable(f" ({names})")))
         else:
             ops.add_row(op, str(n), "supported")
-    console.print(ops)
-    console.print()
+    page.show(ops)
     if unsupported:
-        say(f"{len(unsupported)} unsupported op type(s): aot compile will refuse this model "
-            "(memory plan and footprint need every op supported)")
-        console.print()
+        page.say(f"{len(unsupported)} unsupported op type(s): aot compile will refuse this model "
+                 "(memory plan and footprint need every op supported)")
+        page.console.print()
 
-    totals = table("Size and compute", "quantity", "value", right=("value",))
+
+def _render_compute(page: _Page, r: dict[str, Any]) -> None:
+    totals = page.table("Size and compute", "quantity", "value", right=("value",))
     totals.add_row("parameters", f"{r['parameters']} ({_count(r['parameters'])})")
     totals.add_row("weights bytes in the ONNX model", _bytes(r["weights_bytes"]))
     totals.add_row("MACs", f"{r['macs']} ({_count(r['macs'])})")
-    console.print(totals)
-    console.print()
-
+    page.show(totals)
     if r["layers"]:
-        layers = table("MACs per layer", "node", "op", "MACs", "share", right=("MACs", "share"))
+        layers = page.table("MACs per layer", "node", "op", "MACs", "share", right=("MACs", "share"))
         total = max(r["macs"], 1)
         for layer in r["layers"]:
             layers.add_row(layer["node"], layer["op"], str(layer["macs"]), f"{100 * layer['macs'] / total:.1f}%")
         layers.add_section()
         layers.add_row("total", "", str(r["macs"]), "100.0%")
-        console.print(layers)
-    console.print()
+        page.console.print(layers)
+    page.console.print()
 
-    if not supported:
-        return
-    memory = table("Memory plan", "quantity", "bytes", right=("bytes",))
+
+def _render_memory(page: _Page, r: dict[str, Any]) -> None:
+    memory = page.table("Memory plan", "quantity", "bytes", right=("bytes",))
     memory.add_row("planned arena", _bytes(r["arena_bytes"]))
     memory.add_row("lower bound (largest live set)", _bytes(r["arena_lower_bound_bytes"]))
     memory.add_row("unshared (every tensor its own buffer)", _bytes(r["arena_unshared_bytes"]))
     memory.add_row("alignment", str(r["arena_alignment"]))
-    console.print(memory)
-    say(f"kernel order: {r['schedule']}; {len(r['in_place_kernels'])} kernel(s) write over their input")
-    console.print()
+    page.console.print(memory)
+    page.say(f"kernel order: {r['schedule']}; {len(r['in_place_kernels'])} kernel(s) write over their input")
+    page.console.print()
     peak = r["peak_live"]
     if peak["tensors"]:
-        say(f"largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "
-            + ", ".join(peak["tensors"]))
-        console.print()
-    footprint = table("Estimated footprint per target", "target", "alignment", "flash bytes", "RAM bytes",
-                      right=("alignment", "flash bytes", "RAM bytes"))
+        page.say(f"largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "
+                 + ", ".join(peak["tensors"]))
+        page.console.print()
+
+
+def _render_footprint(page: _Page, r: dict[str, Any]) -> None:
+    footprint = page.table("Estimated footprint per target", "target", "alignment", "flash bytes", "RAM bytes",
+                           right=("alignment", "flash bytes", "RAM bytes"))
     for row in r.get("footprint", []):
         footprint.add_row(row["target"], str(row["alignment"]), _bytes(row["flash_bytes"]), _bytes(row["ram_bytes"]))
-    console.print(footprint)
-    console.print()
-    say("flash: the compiled weights (model code not counted); RAM: the arena planned with the target's "
-        "alignment + input and output buffers (stack not counted)")
+    page.show(footprint)
+    page.say("flash: the compiled weights (model code not counted); RAM: the arena planned with the target's "
+             "alignment + input and output buffers (stack not counted)")
 
 
 def render_text(r: dict[str, Any], width: int = 200) -> str:

@@ -28,8 +28,6 @@ LONG_FUNCTION_EXCEPTIONS: dict[str, str] = {}
 # Long functions in files other branches of issue 18 are splitting at the same time; each entry
 # goes when that branch is merged (then the test holds it to the limit).
 PENDING_OTHER_BRANCHES: dict[str, str] = {
-    "aot/backends/llvm/module.py:ModelModule._run_impl": "backends: LLVM model module rework",
-    "aot/inspect.py:render": "pipeline: inspect on the shared pipeline",
 }
 
 
@@ -150,16 +148,6 @@ def test_imports_are_resolved_to_modules() -> None:
 def test_import_graph_sees_imports_inside_functions() -> None:
     assert "aot.compiler" in import_graph()["aot.cli"]  # cli imports it in its commands only
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 18, cycles being removed on other branches: aot.lowering.context ->"
-    " aot.lowering.fusion -> aot.ops.elementwise -> aot.ops.registry -> aot.lowering.context"
-    " (conv), and aot.ops.registry -> aot.ops -> aot.ops.conv -> aot.ops.registry (the"
-    " function-level `import aot.ops` in registry.py); aot.package.package <-> aot.host.run"
-    " (backends); aot -> aot.compiler -> aot"
-    " (`from aot import __version__`: compiler.py, report.py, package/c_sources.py are to read"
-    " aot.version instead)",
-)
 def test_no_import_cycles() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
