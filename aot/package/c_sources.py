@@ -13,7 +13,7 @@ import numpy as np
 from aot import __version__
 from aot.backends.c.kernel_printer import HELPER_DEFINITIONS, KernelPrinter, c_type, float_literal, int_literal
 from aot.codegen.build_text import FILTERS as BUILD_FILE_FILTERS
-from aot.codegen.c_names import UniqueNames, c_comment, c_string
+from aot.codegen.c_names import UniqueNames, c_comment, c_identifier, c_string, weight_member_names
 from aot.errors import AotError
 from aot.ir.graph import Tensor
 from aot.kernel.parallel import Segment, has_parallel, segments, serial_copy
@@ -46,13 +46,15 @@ class WeightSlot:
     pad: int     # padding bytes before this member
 
 
-def layout_weights(weights: list[Tensor]) -> tuple[list[WeightSlot], int]:
-    """Byte layout of the weights struct: each member 64-byte aligned by explicit padding."""
+def layout_weights(weights: list[Tensor], macro_prefix: str = "") -> tuple[list[WeightSlot], int]:
+    """Byte layout of the weights struct: each member 64-byte aligned by explicit padding, and
+    named after its tensor (`macro_prefix`: the model's, "TINY_CNN_", whose macros it avoids)."""
     slots = []
     offset = 0
-    for i, t in enumerate(weights):
+    members = weight_member_names([t.name for t in weights], macro_prefix)
+    for t, member in zip(weights, members):
         start = align_up(offset, WEIGHT_ALIGN)
-        slots.append(WeightSlot(t, f"w{i}", start, start - offset))
+        slots.append(WeightSlot(t, member, start, start - offset))
         offset = start + max(t.nbytes, t.dtype.itemsize)
     return slots, offset
 
@@ -146,55 +148,93 @@ def _render(template: jinja2.Template, context: Mapping[str, Any]) -> bytes:
     return bytes(out)
 
 
-def kernel_call(printer: KernelPrinter, program: Program, plan: MemoryPlan, kernel_index: int,
-                name: str, slots: dict[int, WeightSlot], segment: Segment | None = None,
-                extra: Sequence[str] = ()) -> str:
-    """The call of one kernel (or one of its segments) with its arguments computed from
-    `inputs`, `outputs` and the arena base `a`, as the run function has them."""
-    kernel = program.kernels[kernel_index]
-    indices = segment.params if segment is not None else range(len(kernel.params))
-    args = []
-    for i in indices:
-        buf, t, elements = kernel.params[i], program.bindings[kernel_index][i], program.offsets[kernel_index][i]
-        storage = program.storage[id(t)]
-        ctype = c_type(buf.dtype)
-        qual = "" if buf.writable else "const "
+# The identifiers of the run function and of the task trampolines (templates/c/model.c.j2),
+# which the locals naming the regions the kernels are passed must not take.
+_RUN_LOCALS = {"inputs", "outputs", "arena", "executor", "a", "i", "in", "out", "c", "context", "first", "last"}
+
+
+class Regions:
+    """What the kernel calls pass, named: one local per tensor of the inputs, the outputs and the
+    arena (`float *conv1_out = (float *)(a + 16384);`), named after the tensor and declared before
+    the first call that passes it; weights as members of the weights struct."""
+
+    def __init__(self, program: Program, plan: MemoryPlan, name: str, slots: dict[int, WeightSlot]) -> None:
+        self.program, self.plan, self.name, self.slots = program, plan, name, slots
+        # Public-style names: no keyword or standard macro, no NAME_ macro of the model's header.
+        self._names = UniqueNames(_RUN_LOCALS, public=True, own_macro_prefix=f"{name.upper()}_")
+        self._local: dict[int, str] = {}
+
+    def local(self, tensor: Tensor) -> str:
+        """The local naming `tensor` (the same in the run function and in every task)."""
+        if id(tensor) not in self._local:
+            base = c_identifier(tensor.name, "t", public=True)
+            # Not the name of a function of the file (<name>_k0, aot_parallel_for ...).
+            clashes = base.startswith((f"{self.name}_", "aot_"))
+            self._local[id(tensor)] = self._names.make(f"t_{base}" if clashes else base, "t")
+        return self._local[id(tensor)]
+
+    def declarations(self, kernel_index: int, params: Sequence[int], declared: set[str]) -> list[str]:
+        """The declarations of the locals the call of these params needs and `declared` lacks."""
+        lines = []
+        for i in params:
+            t = self.program.bindings[kernel_index][i]
+            storage = self.program.storage[id(t)]
+            if storage.kind == WEIGHT or self.local(t) in declared:
+                continue
+            ctype = c_type(t.dtype.name)
+            if storage.kind == INPUT:
+                value = f"(const {ctype} *)inputs[{storage.index}]"
+            elif storage.kind == OUTPUT:
+                value = f"({ctype} *)outputs[{storage.index}]"
+            elif storage.kind == ARENA:
+                value = f"({ctype} *)(a + {self.plan.offsets[t.name]})"
+            else:
+                raise AssertionError(storage)
+            const = "const " if storage.kind == INPUT else ""
+            lines.append(f"{const}{ctype} *{self.local(t)} = {value};")
+            declared.add(self.local(t))
+        return lines
+
+    def argument(self, kernel_index: int, i: int) -> str:
+        t, elements = self.program.bindings[kernel_index][i], self.program.offsets[kernel_index][i]
         # A param may be a slice of its root (a Concat part written in place): element offset.
         shift = f" + {elements}" if elements else ""
-        if storage.kind == INPUT:
-            args.append(f"({qual}{ctype} *)inputs[{storage.index}]{shift}")
-        elif storage.kind == OUTPUT:
-            args.append(f"({qual}{ctype} *)outputs[{storage.index}]{shift}")
-        elif storage.kind == ARENA:
-            args.append(f"({qual}{ctype} *)(a + {plan.offsets[t.name] + elements * t.dtype.itemsize})")
-        elif storage.kind == WEIGHT:
-            args.append(f"{name}_weights.{slots[id(t)].member}{shift}")
-        else:
-            raise AssertionError(storage)
+        if self.program.storage[id(t)].kind == WEIGHT:
+            return f"{self.name}_weights.{self.slots[id(t)].member}{shift}"
+        return f"{self.local(t)}{shift}"
+
+
+def kernel_call(printer: KernelPrinter, regions: Regions, kernel_index: int, segment: Segment | None = None,
+                extra: Sequence[str] = ()) -> str:
+    """The call of one kernel (or one of its segments), its arguments the locals `regions` names."""
+    kernel = regions.program.kernels[kernel_index]
+    indices = segment.params if segment is not None else range(len(kernel.params))
+    args = [regions.argument(kernel_index, i) for i in indices]
     function = printer.function_name(segment.kernel if segment is not None else kernel)
     return f"{function}({', '.join([*args, *extra])});"
 
 
-def _model_code(printer: KernelPrinter, program: Program, plan: MemoryPlan, name: str,
-                slots: dict[int, WeightSlot]) -> tuple[list[str], list[str], list[dict[str, str]]]:
+def _model_code(printer: KernelPrinter, regions: Regions) -> tuple[list[str], list[str], list[dict[str, str]]]:
     """The kernel functions, the run function's statements, and the task trampolines.
 
     A kernel's parallel loops (aot/kernel/parallel.py) become tasks: `<name>_<kernel>_task`
     unpacks the run function's context (inputs, outputs, arena) into the segment's arguments and
     runs iterations [first, last); the run function passes it to aot_parallel_for."""
     kernels, calls, tasks = [], [], []
-    for i, kernel in enumerate(program.kernels):
-        alias = program.overlapping_params(i)
+    declared: set[str] = set()  # the run function's locals so far
+    for i, kernel in enumerate(regions.program.kernels):
+        alias = regions.program.overlapping_params(i)
+        calls += regions.declarations(i, range(len(kernel.params)), declared)
         threaded = []
         for seg in segments(kernel):
             local_alias = {j for j, whole in enumerate(seg.params) if whole in alias}
             kernels.append(printer.kernel(seg.kernel, local_alias))
             if not seg.parallel:
-                threaded.append(kernel_call(printer, program, plan, i, name, slots, seg))
+                threaded.append(kernel_call(printer, regions, i, seg))
                 continue
             task = f"{printer.function_name(seg.kernel)}_task"
-            tasks.append({"name": task,
-                          "call": kernel_call(printer, program, plan, i, name, slots, seg, ("first", "last"))})
+            call = kernel_call(printer, regions, i, seg, ("first", "last"))
+            tasks.append({"name": task, "call": "\n    ".join([*regions.declarations(i, seg.params, set()), call])})
             threaded.append(f"aot_parallel_for(executor, {task}, &context, {seg.extent});")
         if not has_parallel(kernel):
             calls += threaded
@@ -207,7 +247,7 @@ def _model_code(printer: KernelPrinter, program: Program, plan: MemoryPlan, name
         whole = Segment(serial, tuple(range(len(kernel.params))), None)
         calls.append("\n    ".join([
             "if (aot_runs_serially(executor)) {",
-            "    " + kernel_call(printer, program, plan, i, name, slots, whole),
+            "    " + kernel_call(printer, regions, i, whole),
             "} else {", *("    " + c for c in threaded), "}"]))
     return kernels, calls, tasks
 
@@ -227,12 +267,12 @@ def render_c_sources(program: Program, plan: MemoryPlan, name: str, source: str,
     """
     env = _environment()
     inputs, outputs = _io_descriptors(program, name)
-    slot_list, weights_struct_bytes = layout_weights(program.weights)
+    slot_list, weights_struct_bytes = layout_weights(program.weights, f"{name.upper()}_")
     slots = {id(s.tensor): s for s in slot_list}
     weights_format = resolve_weights_format(weights_format, weights_struct_bytes)
     blob = weights_blob(slot_list, weights_struct_bytes) if weights_format == "binary" else None
     printer = KernelPrinter(name)
-    kernels_text, calls, tasks = _model_code(printer, program, plan, name, slots)
+    kernels_text, calls, tasks = _model_code(printer, Regions(program, plan, name, slots))
     weights_bytes = sum(t.nbytes for t in program.weights)
     context = {
         "name": name, "NAME": name.upper(), "version": __version__,
