@@ -143,7 +143,7 @@ def infix(op: str, a: Printed, b: Printed) -> Printed:
     minimum = [level, level + 1]
     for side, (_, inner) in enumerate((a, b)):
         if (level in _COMPARING and inner in _COMPARING) or (level == LOGICAL_OR and inner == LOGICAL_AND):
-            minimum[side] = max(minimum[side], EQUALITY + 1 if level in _COMPARING else LOGICAL_AND + 1)
+            minimum[side] = max(minimum[side], RELATIONAL + 1 if level in _COMPARING else LOGICAL_AND + 1)
     return f"{operand(a, minimum[0])} {_INFIX[op]} {operand(b, minimum[1])}", level
 
 
@@ -249,7 +249,7 @@ class KernelPrinter:
             return conditional(self._printed(e.cond), self._printed(e.a), self._printed(e.b))
         if isinstance(e, Cast):
             if e.dtype == "bool":
-                return unary_prefix("(uint8_t)", (f"{operand(self._printed(e.a), EQUALITY + 1)} != 0", EQUALITY))
+                return unary_prefix("(uint8_t)", infix("ne", self._printed(e.a), ("0", PRIMARY)))
             return unary_prefix(f"({c_type(e.dtype)})", self._printed(e.a))
         return self._vector_expr(e), PRIMARY
 
