@@ -162,16 +162,16 @@ class Regions:
         self.program, self.plan, self.name, self.slots = program, plan, name, slots
         # Public-style names: no keyword or standard macro, no NAME_ macro of the model's header.
         self._names = UniqueNames(_RUN_LOCALS, public=True, own_macro_prefix=f"{name.upper()}_")
-        self._local: dict[int, str] = {}
+        self._local: dict[Tensor, str] = {}
 
     def local(self, tensor: Tensor) -> str:
         """The local naming `tensor` (the same in the run function and in every task)."""
-        if id(tensor) not in self._local:
+        if tensor not in self._local:
             base = c_identifier(tensor.name, "t", public=True)
             # Not the name of a function of the file (<name>_k0, aot_parallel_for ...).
             clashes = base.startswith((f"{self.name}_", "aot_"))
-            self._local[id(tensor)] = self._names.make(f"t_{base}" if clashes else base, "t")
-        return self._local[id(tensor)]
+            self._local[tensor] = self._names.make(f"t_{base}" if clashes else base, "t")
+        return self._local[tensor]
 
     def declarations(self, kernel_index: int, params: Sequence[int], declared: set[str]) -> list[str]:
         """The declarations of the locals the call of these params needs and `declared` lacks."""
