@@ -3,11 +3,12 @@ so that the printed kernels name their parameters by role instead of by position
 
 The roles come from where the tensor stands to the kernel's node: its formal name in the ONNX
 op schema (Conv's inputs are X, W, B; BatchNormalization's X, scale, B, input_mean ...), an
-operand of the fused elementwise chain (an Add's other operand is the residual), or, for a
-tensor a lowering made, the hint it was made with: scratch tensors are named `<node>__<hint>`
-(aot/ops/scratch.py), constants `<hint>__aot<N>` (LoweringContext.constant) with a hint that is
-either a tensor's name (a packed weight keeps the role of the weight it packs) or
-`<node>_<what>` (the scale and shift of a folded BatchNormalization).
+operand of the fused elementwise chain (an Add's other operand is the residual, or the bias
+when it is a constant), or, for a tensor a lowering made, the hint it was made with: scratch
+tensors are named `<node>__<hint>` (aot/ops/scratch.py), constants `<hint>__aot<N>`
+(LoweringContext.constant) with a hint that is either a tensor's name (a packed weight keeps the
+role of the weight it packs) or `<node>_<what>` (the scale and shift of a folded
+BatchNormalization).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from aot.codegen.c_names import c_identifier
 from aot.codegen.reserved_names import is_reserved_public
 from aot.ir.graph import Node, Tensor
 
-# The epilogue operands whose role is what they mean to the network rather than their formal name.
-_EPILOGUE_ROLES = {"Add": "residual", "Sum": "residual"}
+# Epilogue ops whose other operand is named for what it is to the network, not by its formal
+# name: a constant added after a MatMul or Conv is its bias, an activation is a residual.
+_ADDED = {"Add", "Sum"}
 _MADE_CONSTANT = re.compile(r"(.*)__aot[0-9]+")
 _UNIQUE_SUFFIX = re.compile(r"_[0-9]+$")  # what Graph.unique_name appends
 
@@ -102,8 +104,10 @@ class ParamRoles:
                 return _input_role(node, i)
         for member in self.chain:
             for i, t in enumerate(member.inputs):
-                if t is tensor:  # a side input of the epilogue (its other input is the anchor's value)
-                    return _EPILOGUE_ROLES.get(member.op_type) or _input_role(member, i)
+                if t is tensor and member.op_type in _ADDED:  # a side input of the epilogue
+                    return "bias" if tensor.is_constant else "residual"
+                if t is tensor:
+                    return _input_role(member, i)
         return self._made_role(tensor)
 
     def _made_role(self, tensor: Tensor) -> str | None:
