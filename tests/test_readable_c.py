@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from aot.backends.c.kernel_printer import KernelPrinter, float_literal
 from aot.codegen.c_names import weight_member_names
+from aot.ir.graph import Tensor
 from aot.kernel.ir import INDEX, Binary, Buffer, Cast, Const, Expr, Load, Select, Unary, Var
+from aot.lowering.builder import KernelBuilder
 from aot.lowering.param_roles import param_identifier
 from tests.test_cli import EXAMPLE, aot
 
@@ -73,6 +75,17 @@ def test_weight_member_names_are_unique_and_safe() -> None:
 def test_parameter_identifiers_avoid_what_a_kernel_body_uses() -> None:
     assert [param_identifier(r) for r in ["X", "int", "first", "expf", "let0", "NAN", "", "input_mean"]] == \
         ["x", "int_", "first_", "expf_", "let0_", "nan", "p", "input_mean"]
+
+
+def test_parameter_names_are_unique_and_apart_from_the_locals() -> None:
+    kb = KernelBuilder("Test", [], lambda t: (t, 0))
+    first_local = kb.var("i")
+    tensors = [Tensor(f"t{n}", np.dtype(np.float32), (4,)) for n in range(4)]
+    names = [kb.input(tensors[0], "x").buffer.name, kb.input(tensors[1], "x").buffer.name,
+             kb.input(tensors[2], "i0").buffer.name, kb.output(tensors[3]).buffer.name]
+    assert [first_local.name, *names] == ["i0", "x", "x_2", "i0_2", "y"]
+    kb.input(Tensor("t4", np.dtype(np.float32), (4,)), "k0")
+    assert kb.var("k").name == "k1"  # k0 is a parameter
 
 
 # -- parentheses: the printed text parses back to the same tree --------------------------------
