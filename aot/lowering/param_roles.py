@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import onnx.defs
 
 from aot.codegen.c_names import c_identifier
-from aot.codegen.reserved_names import is_reserved_public
+from aot.codegen.reserved_names import MATH_OTHER_FUNCTIONS, MATH_UNARY_FUNCTIONS, is_reserved_public
 from aot.ir.graph import Node, Tensor
 
 # Epilogue ops whose other operand is named for what it is to the network, not by its formal
@@ -32,8 +32,7 @@ _UNIQUE_SUFFIX = re.compile(r"_[0-9]+$")  # what Graph.unique_name appends
 # Identifiers a kernel's body may use besides its own locals, which a parameter must not shadow:
 # the math functions (aot/backends/c/kernel_printer.py), a parallel segment's bounds, the
 # let-binding pass's locals (let0 ...).
-_MATH = {"exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan",
-         "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1", "pow", "fmod", "fabs", "nearbyint"}
+_MATH = MATH_UNARY_FUNCTIONS | MATH_OTHER_FUNCTIONS
 _BODY_NAMES = _MATH | {f"{f}f" for f in _MATH} | {"first", "last"}
 
 

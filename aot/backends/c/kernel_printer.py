@@ -8,6 +8,7 @@ from decimal import Decimal
 import numpy as np
 
 from aot.codegen.c_names import c_comment
+from aot.codegen.reserved_names import MATH_UNARY_FUNCTIONS
 from aot.kernel.ir import (
     INDEX,
     VECTOR_DTYPES,
@@ -61,8 +62,6 @@ C_TYPES = {
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||", "xor": "!="}
-_MATH = {"exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan",
-         "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1"}
 
 
 def c_type(dtype: str) -> str:
@@ -302,7 +301,7 @@ class KernelPrinter:
             return f"fabs{f}({a[0]})", PRIMARY
         if e.op == "abs":
             return conditional(infix("lt", a, ("0", PRIMARY)), unary_prefix("-", a), a)
-        if e.op in _MATH:
+        if e.op in MATH_UNARY_FUNCTIONS:
             return f"{e.op}{f}({a[0]})", PRIMARY
         if e.op == "round_even":
             return f"nearbyint{f}({a[0]})", PRIMARY
