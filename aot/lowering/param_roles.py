@@ -37,11 +37,13 @@ _BODY_NAMES = _MATH | {f"{f}f" for f in _MATH} | {"first", "last"}
 
 
 @functools.cache
-def _schema(op_type: str, domain: str) -> tuple[tuple[tuple[str, bool], ...], tuple[str, ...]] | None:
-    """(formal name, variadic) of each input and the formal output names, or None (an op onnx
-    does not know)."""
+def _schema(op_type: str, domain: str, opset: int) -> tuple[tuple[tuple[str, bool], ...], tuple[str, ...]] | None:
+    """(formal name, variadic) of each input and the formal output names of the op as of `opset`
+    (0: the newest), or None (an op onnx does not know)."""
+    domain = "" if domain == "ai.onnx" else domain
     try:
-        schema = onnx.defs.get_schema(op_type, domain=domain)
+        schema = onnx.defs.get_schema(op_type, opset, domain) if opset > 0 else \
+            onnx.defs.get_schema(op_type, domain=domain)
     except onnx.defs.SchemaError:
         return None
     variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
@@ -58,7 +60,7 @@ def _formal_role(name: str, description: str) -> str:
 
 
 def _input_role(node: Node, index: int) -> str | None:
-    schema = _schema(node.op_type, node.domain)
+    schema = _schema(node.op_type, node.domain, node.opset)
     if schema is None or not schema[0]:
         return None
     inputs = schema[0]
@@ -72,7 +74,7 @@ def _input_role(node: Node, index: int) -> str | None:
 
 
 def _output_role(node: Node, index: int) -> str | None:
-    schema = _schema(node.op_type, node.domain)
+    schema = _schema(node.op_type, node.domain, node.opset)
     if schema is None or not schema[1]:
         return None
     return schema[1][min(index, len(schema[1]) - 1)]
