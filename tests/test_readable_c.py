@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aot.backends.c.kernel_printer import KernelPrinter, float_literal
-from aot.codegen.c_names import weight_member_names
+from aot.codegen.c_names import short_tensor_name, weight_member_names
 from aot.ir.graph import Tensor
 from aot.kernel.ir import INDEX, Binary, Buffer, Cast, Const, Expr, Load, Select, Unary, Var
 from aot.lowering.builder import KernelBuilder
@@ -70,6 +70,13 @@ def test_weight_member_names_are_unique_and_safe() -> None:
     names = weight_member_names(["a.b", "a/b", "int", "NULL", "0conv", "pad0", "x__aot3", "x", "M_PI",
                                  "TINY_CNN_ARENA_SIZE"], "TINY_CNN_")
     assert names == ["a_b", "a_b_1", "int_", "NULL_", "w_0conv", "pad0_1", "x", "x_1", "M_PI_", "TINY_CNN_ARENA_SIZE_"]
+
+
+def test_fused_tensor_names_are_shortened_to_their_first_op() -> None:
+    assert short_tensor_name("model/conv2d_5/BiasAdd;model/conv2d_5/Conv2D;model/x/resource1__strided") == \
+        "model/conv2d_5/BiasAdd__strided"
+    assert short_tensor_name("a;b") == "a" and short_tensor_name("a__b") == "a__b"
+    assert weight_member_names(["conv/BiasAdd;conv/Conv2D", "conv/BiasAdd;other"]) == ["conv_BiasAdd", "conv_BiasAdd_1"]
 
 
 def test_parameter_identifiers_avoid_what_a_kernel_body_uses() -> None:

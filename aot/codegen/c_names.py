@@ -71,6 +71,17 @@ class UniqueNames:
 _MADE_BY_LOWERING = re.compile(r"__aot[0-9]+$")
 
 
+def short_tensor_name(name: str) -> str:
+    """The part of a tensor's name an identifier needs: tf2onnx names a tensor after every op fused
+    into it, joined by ';' ("model/conv2d_5/BiasAdd;model/conv2d_5/Conv2D;..."), and the first
+    says what it is; a hint a lowering appended ("...__strided") is kept."""
+    first, *rest = name.split(";")
+    if not rest:
+        return name
+    hint = rest[-1][rest[-1].index("__"):] if "__" in rest[-1] else ""
+    return first + hint
+
+
 def weight_member_names(tensor_names: Sequence[str], own_macro_prefix: str = "") -> list[str]:
     """The members of the weights struct, one per tensor, named after the tensors (their ONNX
     initializers): sanitised like public fields (the struct is seen after the standard headers and
@@ -78,7 +89,7 @@ def weight_member_names(tensor_names: Sequence[str], own_macro_prefix: str = "")
     (templates/c/weights.h.j2: pad<N>, none)."""
     padding = {f"pad{i}" for i in range(len(tensor_names))} | {"none"}
     members = UniqueNames(padding, public=True, own_macro_prefix=own_macro_prefix)
-    return [members.make(_MADE_BY_LOWERING.sub("", name), "w") for name in tensor_names]
+    return [members.make(_MADE_BY_LOWERING.sub("", short_tensor_name(name)), "w") for name in tensor_names]
 
 
 def model_identifier(name: str) -> str:

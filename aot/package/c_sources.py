@@ -13,7 +13,14 @@ import numpy as np
 from aot import __version__
 from aot.backends.c.kernel_printer import HELPER_DEFINITIONS, KernelPrinter, c_type, float_literal, int_literal
 from aot.codegen.build_text import FILTERS as BUILD_FILE_FILTERS
-from aot.codegen.c_names import UniqueNames, c_comment, c_identifier, c_string, weight_member_names
+from aot.codegen.c_names import (
+    UniqueNames,
+    c_comment,
+    c_identifier,
+    c_string,
+    short_tensor_name,
+    weight_member_names,
+)
 from aot.errors import AotError
 from aot.ir.graph import Tensor
 from aot.kernel.parallel import Segment, has_parallel, segments, serial_copy
@@ -167,7 +174,7 @@ class Regions:
     def local(self, tensor: Tensor) -> str:
         """The local naming `tensor` (the same in the run function and in every task)."""
         if tensor not in self._local:
-            base = c_identifier(tensor.name, "t", public=True)
+            base = c_identifier(short_tensor_name(tensor.name), "t", public=True)
             # Not the name of a function of the file (<name>_k0, aot_parallel_for ...).
             clashes = base.startswith((f"{self.name}_", "aot_"))
             self._local[tensor] = self._names.make(f"t_{base}" if clashes else base, "t")
