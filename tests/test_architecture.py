@@ -16,8 +16,6 @@ import ast
 from collections.abc import Collection
 from pathlib import Path
 
-import pytest
-
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "aot"
 MAX_FUNCTION_LINES = 80
 

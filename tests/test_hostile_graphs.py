@@ -194,7 +194,7 @@ def test_ordinary_kernels_print_as_before(tmp_path: Path) -> None:
     text = compiled_c(tmp_path, EXAMPLE)
     assert " let0 " not in text
     relu = compiled_c(tmp_path, chain_model(tmp_path / "relu.onnx", ["Relu"], 1))
-    assert "((in0[i0] < 0.0f) ? 0.0f : in0[i0])" in relu and "let" not in relu
+    assert "y[i0] = x[i0] < 0.0f ? 0.0f : x[i0];" in relu and "let" not in relu
 
 
 def test_long_chain_still_writes_in_place() -> None:

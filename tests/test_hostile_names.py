@@ -102,3 +102,31 @@ def code_outside_comments_and_strings(text: str) -> str:
             out.append(text[i])
             i += 1
     return "".join(out)
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_weights_and_locals_named_like_c_things_compile_strictly(cc: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights are struct members named after their initializers and the run function's locals
+    are named after the tensors: names that are keywords, macros, the struct's padding members,
+    the run function's own variables or the file's functions must not break the C."""
+    if not shutil.which(cc):
+        pytest.skip(f"{cc} not installed")
+    monkeypatch.setenv("CC", cc)
+    weights = ["int", "NULL", "pad0", "a.b", "a/b", "0w", "M_PI", "HOSTILE_ARENA_SIZE"]
+    tensors = ["a", "inputs", "i", "hostile_k0", "aot_parallel_for", "expf", "first", "context", "arena"]
+    nodes, previous = [], "x"
+    for k, (weight, tensor) in enumerate(zip(weights, tensors)):
+        added = f"added{k}"  # Transpose is a kernel of its own, so every tensor is in the arena
+        nodes += [helper.make_node("Add", [previous, weight], [added]),
+                  helper.make_node("Transpose", [added], [tensor], perm=[1, 0])]
+        previous = tensor
+    nodes.append(helper.make_node("Relu", [previous], ["y"]))
+    x = rand(3, 3)
+    inits = {w: rand(3, 3, seed=k + 1) for k, w in enumerate(weights)}
+    model = make_model(nodes, {"x": x}, ["y"], initializers=inits)
+    package = aot.compile(model, name="hostile")
+    ours = HostModel.build(package, opt="-O1", extra_cflags="-pedantic").run({"x": x})
+    np.testing.assert_allclose(ours["y"], run_onnxruntime(model, {"x": x})["y"], rtol=1e-6)
+    header = package.files["hostile_weights.h"].decode()
+    members = re.findall(r"float (\w+)\[9\];", header)
+    assert len(members) == len(set(members)) == len(weights) and "pad0" not in members

@@ -55,6 +55,7 @@ class Argument:
     """The memory one kernel argument points to."""
 
     kind: str                # INPUT, OUTPUT, ARENA or WEIGHT (aot/lowering/program.py)
+    tensor: Tensor           # the tensor whose storage it is in (a Concat output for its parts)
     index: int               # input/output position; 0 for the arena and the weights
     dtype: str
     writable: bool
@@ -106,7 +107,7 @@ class RunPlan:
 def plan_run(planned: PlannedProgram, name: str) -> RunPlan:
     """The entry points of the planned program (kernels in run order) with its arena."""
     program, plan = planned.program, planned.memory
-    slot_list, weights_struct_bytes = layout_weights(program.weights)
+    slot_list, weights_struct_bytes = layout_weights(program.weights, f"{name.upper()}_")
     slots = {s.tensor: s for s in slot_list}
     inputs, outputs = describe_ports(program, name)
     steps = tuple(_step(program, plan, slots, i) for i in range(len(program.kernels)))
@@ -165,4 +166,4 @@ def _argument(program: Program, plan: MemoryPlan, slots: dict[Tensor, WeightSlot
     else:
         raise AssertionError(storage)
     stop = start + buf.size * tensor.dtype.itemsize
-    return Argument(storage.kind, index, buf.dtype, buf.writable, elements, start, stop, weight)
+    return Argument(storage.kind, tensor, index, buf.dtype, buf.writable, elements, start, stop, weight)

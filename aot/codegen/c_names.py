@@ -7,6 +7,7 @@ and text copied into comments or strings must not be able to end them or inject 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from aot.codegen.reserved_names import is_reserved_public, needs_prefix
 
@@ -63,6 +64,32 @@ class UniqueNames:
             n += 1
         self._used.add(ident)
         return ident
+
+
+# LoweringContext.constant names the tensors it makes "<hint>__aot<N>": the number only makes the
+# tensor name unique, the hint is what it is (a packed weight keeps its initializer's name).
+_MADE_BY_LOWERING = re.compile(r"__aot[0-9]+$")
+
+
+def short_tensor_name(name: str) -> str:
+    """The part of a tensor's name an identifier needs: tf2onnx names a tensor after every op fused
+    into it, joined by ';' ("model/conv2d_5/BiasAdd;model/conv2d_5/Conv2D;..."), and the first
+    says what it is; a hint a lowering appended ("...__strided") is kept."""
+    first, *rest = name.split(";")
+    if not rest:
+        return name
+    hint = rest[-1][rest[-1].index("__"):] if "__" in rest[-1] else ""
+    return first + hint
+
+
+def weight_member_names(tensor_names: Sequence[str], own_macro_prefix: str = "") -> list[str]:
+    """The members of the weights struct, one per tensor, named after the tensors (their ONNX
+    initializers): sanitised like public fields (the struct is seen after the standard headers and
+    the model's own macros, `own_macro_prefix`), unique, and none of the struct's padding members
+    (templates/c/weights.h.j2: pad<N>, none)."""
+    padding = {f"pad{i}" for i in range(len(tensor_names))} | {"none"}
+    members = UniqueNames(padding, public=True, own_macro_prefix=own_macro_prefix)
+    return [members.make(_MADE_BY_LOWERING.sub("", short_tensor_name(name)), "w") for name in tensor_names]
 
 
 def model_identifier(name: str) -> str:

@@ -91,6 +91,16 @@ _OWN_MACRO_SUFFIXES = re.compile(r"H_INCLUDED|WEIGHTS_H_INCLUDED|ARENA_SIZE|AREN
                                  r"NUM_OUTPUTS|DECLARE_ARENA|(INPUT|OUTPUT)[0-9]+_(DTYPE|RANK|SHAPE|SIZE|BYTES)")
 
 
+# The <math.h> functions the kernel printer calls for unary ops of the same name (with an "f"
+# suffix for float): a kernel parameter must not shadow them.
+MATH_UNARY_FUNCTIONS = frozenset([
+    "exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+    "cosh", "asinh", "acosh", "atanh", "log1p", "expm1",
+])
+# The other functions it calls, for pow, float mod, abs and round-to-even.
+MATH_OTHER_FUNCTIONS = frozenset(["pow", "fmod", "fabs", "nearbyint"])
+
+
 def is_reserved_public(ident: str, own_macro_prefix: str = "") -> bool:
     """Whether `ident` cannot be a public struct field; `own_macro_prefix` is the model's macro
     prefix ("TINY_CNN_": the header defines TINY_CNN_ARENA_SIZE ...)."""

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from aot.ir.graph import Tensor
 from aot.kernel.ir import INDEX, Buffer, Expr, Kernel, Load, Loop, Stmt, Store, Var, as_expr, const
+from aot.lowering.param_roles import ParamRoles, param_identifier
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -78,38 +79,56 @@ class View:
 class KernelBuilder:
     """Collects the buffers and fresh variable names of one kernel under construction."""
 
-    def __init__(self, op: str, sources: list[str], resolve: Callable[[Tensor], tuple[Tensor, int]]) -> None:
+    def __init__(self, op: str, sources: list[str], resolve: Callable[[Tensor], tuple[Tensor, int]],
+                 roles: ParamRoles | None = None) -> None:
         self.op = op
         self.sources = sources
         self._resolve = resolve
+        self._roles = roles or ParamRoles(None)
         self.params: list[Buffer] = []
         self.bindings: list[Tensor] = []  # storage-root tensor bound to each param
         self.offsets: list[int] = []  # element offset of each param inside its root
         self._names: dict[str, int] = {}
+        self._taken: set[str] = set()  # the names of the params and locals so far
 
-    def _bind(self, tensor: Tensor, writable: bool) -> Buffer:
+    def _bind(self, tensor: Tensor, writable: bool, role: str | None = None) -> Buffer:
         root, offset = self._resolve(tensor)
         for i, (buf, bound) in enumerate(zip(self.params, self.bindings)):
             if bound is root and self.offsets[i] == offset and buf.size == tensor.size:
                 if writable and not buf.writable:
                     raise ValueError(f"{tensor!r} is both read and written by one kernel")
                 return buf
-        prefix = "out" if writable else "in"
-        buf = Buffer(f"{prefix}{len(self.params)}", root.dtype.name, tensor.size, writable)
+        buf = Buffer(self._param_name(role or self._roles.role(tensor, writable)), root.dtype.name, tensor.size,
+                     writable)
         self.params.append(buf)
         self.bindings.append(root)
         self.offsets.append(offset)
         return buf
 
-    def input(self, tensor: Tensor) -> View:
-        return View(self._bind(tensor, False), tensor.shape)
+    def _param_name(self, role: str) -> str:
+        """A parameter named by its role (aot/lowering/param_roles.py), unique in the kernel:
+        `x`, then `x_2` ..."""
+        base = param_identifier(role)
+        name, n = base, 2
+        while name in self._taken:
+            name, n = f"{base}_{n}", n + 1
+        self._taken.add(name)
+        return name
 
-    def output(self, tensor: Tensor) -> View:
-        return View(self._bind(tensor, True), tensor.shape)
+    def input(self, tensor: Tensor, role: str | None = None) -> View:
+        """`tensor` read as a parameter; `role` names it when the tensor's place in the node does
+        not say what it is (see ParamRoles)."""
+        return View(self._bind(tensor, False, role), tensor.shape)
+
+    def output(self, tensor: Tensor, role: str | None = None) -> View:
+        return View(self._bind(tensor, True, role), tensor.shape)
 
     def var(self, prefix: str, dtype: str = INDEX) -> Var:
         n = self._names.get(prefix, 0)
+        while f"{prefix}{n}" in self._taken:
+            n += 1
         self._names[prefix] = n + 1
+        self._taken.add(f"{prefix}{n}")
         return Var(f"{prefix}{n}", dtype)
 
     def loops(self, extents: Sequence[int], body: Callable[[list[Expr]], list[Stmt]],

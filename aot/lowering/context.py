@@ -12,6 +12,7 @@ from aot.kernel.let_binding import bind_subexpressions
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.forms import form_for
 from aot.lowering.fusion import FusionPlan
+from aot.lowering.param_roles import ParamRoles
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 
 
@@ -107,7 +108,7 @@ class LoweringContext:
             sources += [n.name for n in chain]
         if op is None:
             op = "+".join([node.op_type, *(n.op_type for n in chain)]) if node is not None else "Copy"
-        return KernelBuilder(op, sources, self.resolve)
+        return KernelBuilder(op, sources, self.resolve, ParamRoles(node, chain))
 
     def epilogue(self, node: Node, kb: KernelBuilder) -> tuple[Tensor, Epilogue]:
         """Where `node`'s kernel stores its result (its own output, or the fused chain's last

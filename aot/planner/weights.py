@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aot.codegen.c_names import weight_member_names
 from aot.ir.graph import Tensor
 from aot.planner.memory import align_up
 
@@ -24,12 +25,15 @@ class WeightSlot:
     pad: int     # padding bytes before this member
 
 
-def layout_weights(weights: list[Tensor]) -> tuple[list[WeightSlot], int]:
-    """Byte layout of the weights struct: each member 64-byte aligned by explicit padding."""
+def layout_weights(weights: list[Tensor], macro_prefix: str = "") -> tuple[list[WeightSlot], int]:
+    """Byte layout of the weights struct: each member 64-byte aligned by explicit padding, and
+    named after its tensor (`macro_prefix`: the model's, "TINY_CNN_", whose macros it avoids).
+    The names do not change the layout: the offsets depend on the sizes alone."""
     slots = []
     offset = 0
-    for i, t in enumerate(weights):
+    members = weight_member_names([t.name for t in weights], macro_prefix)
+    for t, member in zip(weights, members):
         start = align_up(offset, WEIGHT_ALIGN)
-        slots.append(WeightSlot(t, f"w{i}", start, start - offset))
+        slots.append(WeightSlot(t, member, start, start - offset))
         offset = start + max(t.nbytes, t.dtype.itemsize)
     return slots, offset

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import numpy as np
 
 from aot.codegen.c_names import c_comment
+from aot.codegen.reserved_names import MATH_UNARY_FUNCTIONS
 from aot.kernel.ir import (
     INDEX,
     VECTOR_DTYPES,
@@ -60,8 +62,6 @@ C_TYPES = {
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||", "xor": "!="}
-_MATH = {"exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan",
-         "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1"}
 
 
 def c_type(dtype: str) -> str:
@@ -71,34 +71,90 @@ def c_type(dtype: str) -> str:
 
 
 def float_literal(value: float, dtype: str) -> str:
+    """A C constant of exactly `value`: the shortest decimal when it is `value` exactly (6.0f,
+    0.5f), hex otherwise. Only an exact decimal: one that merely rounds back to `value` (1e-05f)
+    may be evaluated in a wider format where FLT_EVAL_METHOD is 2 (x87), and would not be the
+    same number there; hex floats are exact in every format."""
     suffix = "f" if dtype == "float32" else ""
     if math.isnan(value):
-        return "NAN" if dtype == "float32" else "((double)NAN)"
+        return "NAN" if dtype == "float32" else "(double)NAN"
     if math.isinf(value):
-        text = "INFINITY" if dtype == "float32" else "((double)INFINITY)"
-        return f"(-{text})" if value < 0 else text
+        text = "INFINITY" if dtype == "float32" else "(double)INFINITY"
+        return f"-{text}" if value < 0 else text
     if value == 0.0:
         return ("-0.0" if math.copysign(1.0, value) < 0 else "0.0") + suffix
     if dtype == "float32":
         value = float(np.float32(value))
+    decimal = str(np.float32(value)) if dtype == "float32" else repr(value)
+    if Decimal(decimal) == Decimal(value):
+        return decimal + suffix
     mantissa, _, exponent = value.hex().partition("p")
     mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
-    text = f"{mantissa}p{exponent}{suffix}"
-    return f"({text})" if value < 0 else text
+    return f"{mantissa}p{exponent}{suffix}"
 
 
 def int_literal(value: int, dtype: str) -> str:
     if dtype == "int64":
         if value == -(2**63):
-            return "(-INT64_C(9223372036854775807) - 1)"
-        return f"INT64_C({value})" if value >= 0 else f"(-INT64_C({-value}))"
+            return "-INT64_C(9223372036854775807) - 1"
+        return f"INT64_C({value})" if value >= 0 else f"-INT64_C({-value})"
     if dtype == "uint64":
         return f"UINT64_C({value})"
     if dtype in ("int32", INDEX) and value == -(2**31):
-        return "(-2147483647 - 1)"
+        return "-2147483647 - 1"
     if dtype in ("uint32",):
         return f"{value}u"
-    return str(value) if value >= 0 else f"({value})"
+    return str(value)
+
+
+# C operator precedence, tightest first (C99 6.5); an expression printed as an operand gets
+# parentheses only when its own operator binds less tightly than its place needs.
+PRIMARY, UNARY, MULTIPLICATIVE, ADDITIVE, RELATIONAL, EQUALITY, LOGICAL_AND, LOGICAL_OR, CONDITIONAL = (
+    16, 14, 13, 12, 10, 9, 5, 4, 3)
+_LEVEL = {"add": ADDITIVE, "sub": ADDITIVE, "mul": MULTIPLICATIVE, "div": MULTIPLICATIVE, "mod": MULTIPLICATIVE,
+          "lt": RELATIONAL, "le": RELATIONAL, "gt": RELATIONAL, "ge": RELATIONAL, "eq": EQUALITY, "ne": EQUALITY,
+          "xor": EQUALITY, "and": LOGICAL_AND, "or": LOGICAL_OR}
+_COMPARING = (RELATIONAL, EQUALITY)
+
+# A printed expression and the precedence level of its outermost operator.
+Printed = tuple[str, int]
+
+
+def literal_level(text: str) -> int:
+    """The precedence level of a literal as float_literal / int_literal print it."""
+    if " - " in text:
+        return ADDITIVE  # -2147483647 - 1
+    return UNARY if text.startswith(("-", "(")) else PRIMARY  # -6.0f, (double)NAN
+
+
+def operand(printed: Printed, minimum: int) -> str:
+    """`printed` as an operand of an operator that needs at least level `minimum` there."""
+    text, level = printed
+    return text if level >= minimum else f"({text})"
+
+
+def infix(op: str, a: Printed, b: Printed) -> Printed:
+    """`a op b` for a left-associative operator: the right operand needs a tighter level than
+    the operator's own, so `a - (b - c)` and `a + (b + c)` keep their parentheses (and the
+    floating-point evaluation order). Chained comparisons and && inside || keep them too: they
+    read ambiguously (and gcc's -Wparentheses rejects them)."""
+    level = _LEVEL[op]
+    minimum = [level, level + 1]
+    for side, (_, inner) in enumerate((a, b)):
+        if (level in _COMPARING and inner in _COMPARING) or (level == LOGICAL_OR and inner == LOGICAL_AND):
+            minimum[side] = max(minimum[side], RELATIONAL + 1 if level in _COMPARING else LOGICAL_AND + 1)
+    return f"{operand(a, minimum[0])} {_INFIX[op]} {operand(b, minimum[1])}", level
+
+
+def unary_prefix(sign: str, a: Printed) -> Printed:
+    """`-a`, `!a` or a cast: `- -a` would read as a decrement, so a negative operand gets parentheses."""
+    text = operand(a, UNARY)
+    return f"{sign}({text})" if sign == "-" and text.startswith("-") else f"{sign}{text}", UNARY
+
+
+def conditional(cond: Printed, a: Printed, b: Printed) -> Printed:
+    return f"{operand(cond, CONDITIONAL + 1)} ? {operand(a, CONDITIONAL + 1)} : {operand(b, CONDITIONAL + 1)}", \
+        CONDITIONAL
 
 
 class KernelPrinter:
@@ -154,9 +210,9 @@ class KernelPrinter:
             out.append(f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
         elif isinstance(s, VecStore):
             macro = self._vector(s.value.dtype)
-            out.append(f"{pad}{macro}_STORE(&{s.buffer.name}[{self._bare(s.index)}], {self._bare(s.value)});")
+            out.append(f"{pad}{macro}_STORE(&{s.buffer.name}[{self.expr(s.index)}], {self.expr(s.value)});")
         elif isinstance(s, If):
-            out.append(f"{pad}if ({self._bare(s.cond)}) {{")
+            out.append(f"{pad}if ({self.expr(s.cond)}) {{")
             for inner in s.then:
                 self._stmt(inner, depth + 1, out)
             if s.orelse:
@@ -168,46 +224,51 @@ class KernelPrinter:
             raise TypeError(f"cannot print {s!r}")
 
     # -- expressions -----------------------------------------------------------------------
-    def _bare(self, e: Expr) -> str:
-        text = self.expr(e)
-        return text[1:-1] if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]) else text
-
     def expr(self, e: Expr) -> str:
+        """`e` as C text, with parentheses only where precedence needs them."""
+        return self._printed(e)[0]
+
+    def _printed(self, e: Expr) -> Printed:
         if isinstance(e, Const):
             if e.dtype in ("float32", "float64"):
-                return float_literal(float(e.value), e.dtype)
-            if e.dtype == "bool":
-                return "1" if e.value else "0"
-            return int_literal(int(e.value), e.dtype)
+                text = float_literal(float(e.value), e.dtype)
+            elif e.dtype == "bool":
+                text = "1" if e.value else "0"
+            else:
+                text = int_literal(int(e.value), e.dtype)
+            return text, literal_level(text)
         if isinstance(e, Var):
-            return e.name
+            return e.name, PRIMARY
         if isinstance(e, Load):
-            return f"{e.buffer.name}[{self._bare(e.index)}]"
-        if isinstance(e, VecLoad):
-            return f"{self._vector(e.dtype)}_LOAD(&{e.buffer.name}[{self._bare(e.index)}])"
-        if isinstance(e, Splat):
-            return f"{self._vector(e.dtype)}_SPLAT({self._bare(e.a)})"
-        if isinstance(e, VecMax):
-            return f"{self._vector(e.dtype)}_MAX({self._bare(e.a)}, {self._bare(e.b)})"
-        if isinstance(e, VecMin):
-            return f"{self._vector(e.dtype)}_MIN({self._bare(e.a)}, {self._bare(e.b)})"
-        if isinstance(e, VecArith):
-            return f"{self._vector(e.dtype)}_{e.op.upper()}({self._bare(e.a)}, {self._bare(e.b)})"
-        if isinstance(e, VecSelect):
-            return (f"{self._vector(e.dtype)}_SELECT_{e.cmp.upper()}({self._bare(e.a)}, {self._bare(e.b)}, "
-                    f"{self._bare(e.x)}, {self._bare(e.y)})")
-        if isinstance(e, MulAdd):
-            return f"{self._vector(e.dtype)}_MULADD({self._bare(e.acc)}, {self._bare(e.a)}, {self._bare(e.b)})"
+            return f"{e.buffer.name}[{self.expr(e.index)}]", PRIMARY
         if isinstance(e, Binary):
             return self._binary(e)
         if isinstance(e, Unary):
             return self._unary(e)
         if isinstance(e, Select):
-            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+            return conditional(self._printed(e.cond), self._printed(e.a), self._printed(e.b))
         if isinstance(e, Cast):
             if e.dtype == "bool":
-                return f"((uint8_t)({self.expr(e.a)} != 0))"
-            return f"(({c_type(e.dtype)}){self.expr(e.a)})"
+                return unary_prefix("(uint8_t)", infix("ne", self._printed(e.a), ("0", PRIMARY)))
+            return unary_prefix(f"({c_type(e.dtype)})", self._printed(e.a))
+        return self._vector_expr(e), PRIMARY
+
+    def _vector_expr(self, e: Expr) -> str:
+        if isinstance(e, VecLoad):
+            return f"{self._vector(e.dtype)}_LOAD(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, Splat):
+            return f"{self._vector(e.dtype)}_SPLAT({self.expr(e.a)})"
+        if isinstance(e, VecMax):
+            return f"{self._vector(e.dtype)}_MAX({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, VecMin):
+            return f"{self._vector(e.dtype)}_MIN({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, VecArith):
+            return f"{self._vector(e.dtype)}_{e.op.upper()}({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, VecSelect):
+            return (f"{self._vector(e.dtype)}_SELECT_{e.cmp.upper()}({self.expr(e.a)}, {self.expr(e.b)}, "
+                    f"{self.expr(e.x)}, {self.expr(e.y)})")
+        if isinstance(e, MulAdd):
+            return f"{self._vector(e.dtype)}_MULADD({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
         raise TypeError(f"cannot print {e!r}")
 
     def _vector(self, dtype: str) -> str:
@@ -216,57 +277,45 @@ class KernelPrinter:
         self.helpers.add(name)
         return name.upper()
 
-    def _binary(self, e: Binary) -> str:
-        a, b = self.expr(e.a), self.expr(e.b)
-        operand = e.a.dtype
+    def _binary(self, e: Binary) -> Printed:
+        operand_dtype = e.a.dtype
         if e.op in ("min", "max"):
-            helper = f"aot_{e.op}_{operand}"
+            helper = f"aot_{e.op}_{operand_dtype}"
             self.helpers.add(helper)
-            return f"{helper}({a}, {b})"
+            return f"{helper}({self.expr(e.a)}, {self.expr(e.b)})", PRIMARY
         if e.op == "pow":
-            return f"{'powf' if operand == 'float32' else 'pow'}({a}, {b})"
-        if e.op == "mod" and operand in ("float32", "float64"):
-            return f"{'fmodf' if operand == 'float32' else 'fmod'}({a}, {b})"
-        return f"({a} {_INFIX[e.op]} {b})"
+            return f"{'powf' if operand_dtype == 'float32' else 'pow'}({self.expr(e.a)}, {self.expr(e.b)})", PRIMARY
+        if e.op == "mod" and operand_dtype in ("float32", "float64"):
+            function = "fmodf" if operand_dtype == "float32" else "fmod"
+            return f"{function}({self.expr(e.a)}, {self.expr(e.b)})", PRIMARY
+        return infix(e.op, self._printed(e.a), self._printed(e.b))
 
-    def _unary(self, e: Unary) -> str:
-        a = self.expr(e.a)
-        operand = e.a.dtype
-        f = "f" if operand == "float32" else ""
+    def _unary(self, e: Unary) -> Printed:
+        a = self._printed(e.a)
+        operand_dtype = e.a.dtype
+        f = "f" if operand_dtype == "float32" else ""
         if e.op == "neg":
-            return f"(-{a})"
+            return unary_prefix("-", a)
         if e.op == "not":
-            return f"(!{a})"
+            return unary_prefix("!", a)
+        if e.op == "abs" and operand_dtype in ("float32", "float64"):
+            return f"fabs{f}({a[0]})", PRIMARY
         if e.op == "abs":
-            return f"fabs{f}({a})" if operand in ("float32", "float64") else f"({a} < 0 ? -{a} : {a})"
-        if e.op in _MATH:
-            return f"{e.op}{f}({a})"
+            return conditional(infix("lt", a, ("0", PRIMARY)), unary_prefix("-", a), a)
+        if e.op in MATH_UNARY_FUNCTIONS:
+            return f"{e.op}{f}({a[0]})", PRIMARY
         if e.op == "round_even":
-            return f"nearbyint{f}({a})"
+            return f"nearbyint{f}({a[0]})", PRIMARY
         # The classification macros return "nonzero" (glibc's isinf gives -1 for -inf): normalise to 0/1.
-        if e.op == "isnan":
-            return f"(isnan({a}) != 0)"
-        if e.op == "isinf":
-            return f"(isinf({a}) != 0)"
+        if e.op in ("isnan", "isinf"):
+            return infix("ne", (f"{e.op}({a[0]})", PRIMARY), ("0", PRIMARY))
         if e.op in ("isposinf", "isneginf"):
-            sign = ">" if e.op == "isposinf" else "<"
-            return f"((isinf({a}) != 0) && {a} {sign} 0)"
+            finite = infix("ne", (f"isinf({a[0]})", PRIMARY), ("0", PRIMARY))
+            return infix("and", finite, infix("gt" if e.op == "isposinf" else "lt", a, ("0", PRIMARY)))
         if e.op == "sign":
-            zero = "0"
-            return f"(({a} > {zero}) - ({a} < {zero}))"
+            zero = ("0", PRIMARY)
+            return infix("sub", infix("gt", a, zero), infix("lt", a, zero))
         raise TypeError(f"cannot print unary {e.op}")
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                return False
-    return depth == 0
 
 
 __all__ = ["KernelPrinter", "c_type", "float_literal", "int_literal", "Buffer"]

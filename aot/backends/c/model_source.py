@@ -14,53 +14,96 @@ from typing import Any
 from aot.backends.c.isa_check import vector_isa_check, vector_lanes, widest_vector
 from aot.backends.c.kernel_printer import KernelPrinter, c_type
 from aot.backends.run_plan import Argument, Call, RunPlan, Step
+from aot.codegen.c_names import UniqueNames, c_identifier, short_tensor_name
+from aot.ir.graph import Tensor
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT
 
-
-def argument_text(model: str, arg: Argument) -> str:
-    """One kernel argument as the run function (or a task) computes it."""
-    ctype = c_type(arg.dtype)
-    qual = "" if arg.writable else "const "
-    # A param may be a slice of its root (a Concat part written in place): element offset.
-    shift = f" + {arg.elements}" if arg.elements else ""
-    if arg.kind == INPUT:
-        return f"({qual}{ctype} *)inputs[{arg.index}]{shift}"
-    if arg.kind == OUTPUT:
-        return f"({qual}{ctype} *)outputs[{arg.index}]{shift}"
-    if arg.kind == ARENA:
-        return f"({qual}{ctype} *)(a + {arg.start})"
-    if arg.kind == WEIGHT and arg.weight is not None:
-        return f"{model}_weights.{arg.weight.member}{shift}"
-    raise AssertionError(arg)
+# The identifiers of the run function and of the task trampolines (templates/c/model.c.j2),
+# which the locals naming the regions the kernels are passed must not take.
+_RUN_LOCALS = {"inputs", "outputs", "arena", "executor", "a", "i", "in", "out", "c", "context", "first", "last"}
 
 
-def call_text(printer: KernelPrinter, model: str, call: Call, extra: Sequence[str] = ()) -> str:
+class Regions:
+    """What the kernel calls pass, named: one local per tensor of the inputs, the outputs and the
+    arena (`float *conv1_out = (float *)(a + 16384);`), named after the tensor and declared before
+    the first call that passes it; weights as members of the weights struct."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        # Public-style names: no keyword or standard macro, no NAME_ macro of the model's header.
+        self._names = UniqueNames(_RUN_LOCALS, public=True, own_macro_prefix=f"{model.upper()}_")
+        self._local: dict[Tensor, str] = {}
+
+    def local(self, tensor: Tensor) -> str:
+        """The local naming `tensor` (the same in the run function and in every task)."""
+        if tensor not in self._local:
+            base = c_identifier(short_tensor_name(tensor.name), "t", public=True)
+            # Not the name of a function of the file (<name>_k0, aot_parallel_for ...).
+            clashes = base.startswith((f"{self.model}_", "aot_"))
+            self._local[tensor] = self._names.make(f"t_{base}" if clashes else base, "t")
+        return self._local[tensor]
+
+    def declarations(self, call: Call, declared: set[str]) -> list[str]:
+        """The declarations of the locals `call` passes that `declared` lacks (added to it)."""
+        lines = []
+        for arg in call.arguments:
+            if arg.kind == WEIGHT or self.local(arg.tensor) in declared:
+                continue
+            ctype = c_type(arg.tensor.dtype.name)
+            if arg.kind == INPUT:
+                value = f"(const {ctype} *)inputs[{arg.index}]"
+            elif arg.kind == OUTPUT:
+                value = f"({ctype} *)outputs[{arg.index}]"
+            elif arg.kind == ARENA:
+                value = f"({ctype} *)(a + {arg.start - arg.elements * arg.tensor.dtype.itemsize})"
+            else:
+                raise AssertionError(arg)
+            const = "const " if arg.kind == INPUT else ""
+            lines.append(f"{const}{ctype} *{self.local(arg.tensor)} = {value};")
+            declared.add(self.local(arg.tensor))
+        return lines
+
+    def argument(self, arg: Argument) -> str:
+        """One kernel argument: its tensor's local, or the weights member."""
+        # A param may be a slice of its root (a Concat part written in place): element offset.
+        shift = f" + {arg.elements}" if arg.elements else ""
+        if arg.kind == WEIGHT and arg.weight is not None:
+            return f"{self.model}_weights.{arg.weight.member}{shift}"
+        return f"{self.local(arg.tensor)}{shift}"
+
+
+def call_text(printer: KernelPrinter, regions: Regions, call: Call, extra: Sequence[str] = ()) -> str:
     """The C statement of one kernel call."""
-    args = [argument_text(model, a) for a in call.arguments]
+    args = [regions.argument(a) for a in call.arguments]
     return f"{printer.function_name(call.kernel)}({', '.join([*args, *extra])});"
 
 
-def _step_code(printer: KernelPrinter, model: str, step: Step, kernels: list[str],
+def _step_code(printer: KernelPrinter, regions: Regions, step: Step, declared: set[str], kernels: list[str],
                tasks: list[dict[str, str]]) -> list[str]:
-    """The run function's statements for one kernel; adds its functions and tasks."""
+    """The run function's statements for one kernel (`declared`: its locals so far); adds the
+    kernel's functions and tasks."""
+    lines = regions.declarations(step.serial, declared) if step.serial else []
     threaded = []
     for call in step.calls:
         kernels.append(printer.kernel(call.kernel, call.may_alias))
+        if step.serial is None:
+            lines += regions.declarations(call, declared)
         if not call.parallel:
-            threaded.append(call_text(printer, model, call))
+            threaded.append(call_text(printer, regions, call))
             continue
         task = f"{printer.function_name(call.kernel)}_task"
-        tasks.append({"name": task, "call": call_text(printer, model, call, ("first", "last"))})
+        body = [*regions.declarations(call, set()), call_text(printer, regions, call, ("first", "last"))]
+        tasks.append({"name": task, "call": "\n    ".join(body)})
         threaded.append(f"aot_parallel_for(executor, {task}, &context, {call.extent});")
     if step.serial is None:
-        return threaded
+        return lines + threaded
     # Without threads, the kernel as one function whose loops all have constant bounds: the
     # segments' [first, last) bounds cost up to 2x on a small kernel (a 1x1 conv with two
     # blocks of channels) and 2% of SqueezeNet, so they are only for threaded runs.
     kernels.append(printer.kernel(step.serial.kernel, step.serial.may_alias))
-    return ["\n    ".join([
+    return lines + ["\n    ".join([
         "if (aot_runs_serially(executor)) {",
-        "    " + call_text(printer, model, step.serial),
+        "    " + call_text(printer, regions, step.serial),
         "} else {", *("    " + c for c in threaded), "}"])]
 
 
@@ -71,8 +114,10 @@ def model_source_context(run: RunPlan) -> dict[str, Any]:
     kernels: list[str] = []
     calls: list[str] = []
     tasks: list[dict[str, str]] = []
+    regions = Regions(run.name)
+    declared: set[str] = set()  # the run function's locals so far
     for step in run.steps:
-        calls += _step_code(printer, run.name, step, kernels, tasks)
+        calls += _step_code(printer, regions, step, declared, kernels, tasks)
     return {
         "kernels": kernels, "calls": calls, "tasks": tasks,
         "vector_lanes": vector_lanes(printer.helpers),
