@@ -28,34 +28,8 @@ import numpy as np
 from llvmlite import ir
 
 import aot.backends.llvm.types as t
+import aot.kernel.ir as kernel_ir
 from aot.kernel.bounds import RANGE_OPS, combine
-from aot.kernel.ir import (
-    COMPARISONS,
-    INDEX,
-    Assign,
-    Binary,
-    Cast,
-    Const,
-    Declare,
-    Expr,
-    If,
-    Kernel,
-    Load,
-    Loop,
-    MulAdd,
-    Select,
-    Splat,
-    Stmt,
-    Store,
-    Unary,
-    Var,
-    VecArith,
-    VecLoad,
-    VecMax,
-    VecMin,
-    VecSelect,
-    VecStore,
-)
 from aot.kernel.parallel import has_parallel
 
 # Unary ops that LLVM has exact intrinsics for (same results as the libm call the C backend makes;
@@ -127,7 +101,7 @@ class KernelEmitter:
         self.module = module
         self.math = math
 
-    def emit(self, kernel: Kernel, name: str, params: Sequence[ParamInfo]) -> ir.Function:
+    def emit(self, kernel: kernel_ir.Kernel, name: str, params: Sequence[ParamInfo]) -> ir.Function:
         if len(params) != len(kernel.params):
             raise ValueError(f"{kernel.name}: {len(params)} parameter facts for {len(kernel.params)} params")
         # A parallel segment (aot/kernel/parallel.py) also takes the range [first, last) of its loop.
@@ -153,7 +127,7 @@ class KernelEmitter:
 
 
 class _FunctionEmitter:
-    def __init__(self, fn: ir.Function, kernel: Kernel, math: MathLibrary) -> None:
+    def __init__(self, fn: ir.Function, kernel: kernel_ir.Kernel, math: MathLibrary) -> None:
         self.fn = fn
         self.kernel = kernel
         self.math = math
@@ -172,13 +146,13 @@ class _FunctionEmitter:
         self.allocas.branch(self.entry_exit)
 
     # -- scopes ------------------------------------------------------------------------------
-    def lookup(self, var: Var) -> _Binding:
+    def lookup(self, var: kernel_ir.Var) -> _Binding:
         for scope in reversed(self.scopes):
             if var.name in scope:
                 return scope[var.name]
         raise NameError(f"{self.kernel.name}: variable {var.name} used outside its scope")
 
-    def block(self, body: list[Stmt]) -> None:
+    def block(self, body: list[kernel_ir.Stmt]) -> None:
         """A C block `{ ... }`: declarations inside it end with it."""
         self.scopes.append({})
         for stmt in body:
@@ -186,32 +160,32 @@ class _FunctionEmitter:
         self.scopes.pop()
 
     # -- statements --------------------------------------------------------------------------
-    def stmt(self, s: Stmt) -> None:
-        if isinstance(s, Loop):
+    def stmt(self, s: kernel_ir.Stmt) -> None:
+        if isinstance(s, kernel_ir.Loop):
             self.loop(s)
-        elif isinstance(s, Declare):
+        elif isinstance(s, kernel_ir.Declare):
             slot = self.allocas.alloca(t.storage_type(s.var.dtype), name=s.var.name)
             self.b.store(self.to_storage(self.expr(s.init), s.var.dtype), slot)
             self.scopes[-1][s.var.name] = _Binding(s.var.dtype, slot=slot)
-        elif isinstance(s, Assign):
+        elif isinstance(s, kernel_ir.Assign):
             binding = self.lookup(s.var)
             if binding.slot is None:
                 raise TypeError(f"{self.kernel.name}: assignment to loop counter {s.var.name}")
             self.b.store(self.to_storage(self.expr(s.value), s.var.dtype), binding.slot)
-        elif isinstance(s, Store):
+        elif isinstance(s, kernel_ir.Store):
             buf, arg = self.buffers[s.buffer.name]
             ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             self.b.store(self.to_storage(self.expr(s.value), buf.dtype), ptr, align=t.itemsize(buf.dtype))
-        elif isinstance(s, VecStore):
+        elif isinstance(s, kernel_ir.VecStore):
             buf, arg = self.buffers[s.buffer.name]
             ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             self.b.store(self.expr(s.value), ptr, align=t.itemsize(buf.dtype))
-        elif isinstance(s, If):
+        elif isinstance(s, kernel_ir.If):
             self.if_stmt(s)
         else:
             raise TypeError(f"{self.kernel.name}: cannot emit statement {s!r}")
 
-    def loop(self, s: Loop) -> None:
+    def loop(self, s: kernel_ir.Loop) -> None:
         if s.extent <= 0:  # C's `for (i = 0; i < 0; ++i)` runs no iteration
             return
         name = s.var.name
@@ -241,7 +215,7 @@ class _FunctionEmitter:
         self.b.cbranch(more, header, done)
         self.b.position_at_end(done)
 
-    def if_stmt(self, s: If) -> None:
+    def if_stmt(self, s: kernel_ir.If) -> None:
         cond = self.condition(s.cond)
         then_block = self.fn.append_basic_block("if.then")
         else_block = self.fn.append_basic_block("if.else") if s.orelse else None
@@ -278,73 +252,73 @@ class _FunctionEmitter:
         """An i1 as the int 0/1 C comparisons and logical operators yield."""
         return self.b.zext(flag, t.I32)
 
-    def condition(self, e: Expr) -> ir.Value:
+    def condition(self, e: kernel_ir.Expr) -> ir.Value:
         """`e` as an i1, without the int round trip for comparisons and logical operators."""
-        if isinstance(e, Binary) and (e.op in COMPARISONS or e.op == "xor"):
+        if isinstance(e, kernel_ir.Binary) and (e.op in kernel_ir.COMPARISONS or e.op == "xor"):
             return self.compare("ne" if e.op == "xor" else e.op, e.a, e.b)
-        if isinstance(e, Binary) and e.op in ("and", "or"):
+        if isinstance(e, kernel_ir.Binary) and e.op in ("and", "or"):
             return self.logical(e)
-        if isinstance(e, Unary) and e.op in ("not", "isnan", "isinf", "isposinf", "isneginf"):
+        if isinstance(e, kernel_ir.Unary) and e.op in ("not", "isnan", "isinf", "isposinf", "isneginf"):
             return self.predicate(e)
-        if isinstance(e, Const):
+        if isinstance(e, kernel_ir.Const):
             return ir.Constant(t.I1, 1 if e.value else 0)
         return self.truth(self.expr(e), e.dtype)
 
     # -- expressions -------------------------------------------------------------------------
-    def expr(self, e: Expr) -> ir.Value:
-        if isinstance(e, Const):
+    def expr(self, e: kernel_ir.Expr) -> ir.Value:
+        if isinstance(e, kernel_ir.Const):
             return self.const(e)
-        if isinstance(e, Var):
+        if isinstance(e, kernel_ir.Var):
             binding = self.lookup(e)
             if binding.value is not None:
                 return binding.value
             assert binding.slot is not None
             raw = self.b.load(binding.slot, typ=t.storage_type(binding.dtype))
             return self.promote(raw, binding.dtype)
-        if isinstance(e, Load):
+        if isinstance(e, kernel_ir.Load):
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             raw = self.b.load(ptr, typ=t.storage_type(buf.dtype), align=t.itemsize(buf.dtype))
             return self.promote(raw, buf.dtype)
-        if isinstance(e, VecLoad):
+        if isinstance(e, kernel_ir.VecLoad):
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             return self.b.load(ptr, typ=t.storage_type(e.dtype), align=t.itemsize(buf.dtype))
-        if isinstance(e, Splat):
+        if isinstance(e, kernel_ir.Splat):
             vector = t.storage_type(e.dtype)
             lane0 = self.b.insert_element(ir.Constant(vector, ir.Undefined), self.expr(e.a), ir.Constant(t.I32, 0))
             mask = ir.Constant(ir.VectorType(t.I32, vector.count), [0] * vector.count)
             return self.b.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), mask)
-        if isinstance(e, VecMax):
+        if isinstance(e, kernel_ir.VecMax):
             a, b = self.expr(e.a), self.expr(e.b)
             pick_a = self.b.or_(self.b.fcmp_ordered(">", a, b), self.b.fcmp_unordered("uno", a, a))
             return self.b.select(pick_a, a, b)
-        if isinstance(e, VecMin):
+        if isinstance(e, kernel_ir.VecMin):
             a, b = self.expr(e.a), self.expr(e.b)
             pick_a = self.b.or_(self.b.fcmp_ordered("<", a, b), self.b.fcmp_unordered("uno", a, a))
             return self.b.select(pick_a, a, b)
-        if isinstance(e, VecArith):
+        if isinstance(e, kernel_ir.VecArith):
             method = {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul, "div": self.b.fdiv}[e.op]
             return method(self.expr(e.a), self.expr(e.b))
-        if isinstance(e, VecSelect):
+        if isinstance(e, kernel_ir.VecSelect):
             sign = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.cmp]
             holds = self.b.fcmp_ordered(sign, self.expr(e.a), self.expr(e.b))
             return self.b.select(holds, self.expr(e.x), self.expr(e.y))
-        if isinstance(e, MulAdd):
+        if isinstance(e, kernel_ir.MulAdd):
             vector = t.storage_type(e.dtype)
             fmuladd = self.math.vector_intrinsic("llvm.fmuladd", vector, 3)
             return self.b.call(fmuladd, [self.expr(e.a), self.expr(e.b), self.expr(e.acc)])
-        if isinstance(e, Binary):
+        if isinstance(e, kernel_ir.Binary):
             return self.binary(e)
-        if isinstance(e, Unary):
+        if isinstance(e, kernel_ir.Unary):
             return self.unary(e)
-        if isinstance(e, Select):
+        if isinstance(e, kernel_ir.Select):
             return self.select(e)
-        if isinstance(e, Cast):
+        if isinstance(e, kernel_ir.Cast):
             return self.cast(self.expr(e.a), e.a.dtype, e.dtype)
         raise TypeError(f"{self.kernel.name}: cannot emit expression {e!r}")
 
-    def const(self, e: Const) -> ir.Value:
+    def const(self, e: kernel_ir.Const) -> ir.Value:
         typ = t.value_type(e.dtype)
         if t.is_float(e.dtype):
             value = float(e.value)
@@ -355,9 +329,9 @@ class _FunctionEmitter:
             return ir.Constant(typ, float("nan") if value != value else value)
         return t.int_constant(int(bool(e.value)) if e.dtype == "bool" else int(e.value), typ)
 
-    def binary(self, e: Binary) -> ir.Value:
+    def binary(self, e: kernel_ir.Binary) -> ir.Value:
         op, operand = e.op, e.a.dtype
-        if op in COMPARISONS or op == "xor":
+        if op in kernel_ir.COMPARISONS or op == "xor":
             # C: `a < b` is an int 0/1; the IR's xor of two bools is printed as `a != b`.
             return self.as_int(self.compare("ne" if op == "xor" else op, e.a, e.b))
         if op in ("and", "or"):
@@ -378,7 +352,7 @@ class _FunctionEmitter:
         # Index arithmetic cannot overflow (the IR verifier caps tensors at 2**31-1 elements), and
         # telling LLVM so (nsw, as C's signed int rules do) lets it widen offsets to 64-bit
         # addresses. Tensor data arithmetic wraps, which is what C compilers do in practice.
-        flags = ["nsw"] if operand == INDEX and op in ("add", "sub", "mul") else []
+        flags = ["nsw"] if operand == kernel_ir.INDEX and op in ("add", "sub", "mul") else []
         if op == "add":
             return self.b.add(a, b, flags=flags)
         if op == "sub":
@@ -391,7 +365,7 @@ class _FunctionEmitter:
             return self.b.urem(a, b) if unsigned else self.b.srem(a, b)
         raise TypeError(f"{self.kernel.name}: cannot emit binary {op}")
 
-    def compare(self, op: str, ea: Expr, eb: Expr) -> ir.Value:
+    def compare(self, op: str, ea: kernel_ir.Expr, eb: kernel_ir.Expr) -> ir.Value:
         a, b = self.expr(ea), self.expr(eb)
         if t.is_float(ea.dtype):
             # Ordered comparisons are false with a NaN operand; C's != is the unordered one.
@@ -402,7 +376,7 @@ class _FunctionEmitter:
             return self.b.icmp_unsigned(_FCMP[op], a, b)
         return self.b.icmp_signed(_FCMP[op], a, b)
 
-    def logical(self, e: Binary) -> ir.Value:
+    def logical(self, e: kernel_ir.Binary) -> ir.Value:
         """C's `a && b` / `a || b` as i1. The right side is evaluated only when needed if it could
         fault; otherwise a select (the poison-safe form of and/or) lets LLVM pick the best code."""
         lhs = self.condition(e.a)
@@ -443,7 +417,7 @@ class _FunctionEmitter:
         chosen = self.b.select(cmp("<" if op == "min" else ">", a, b), a, b)
         return self.promote(chosen, dtype)
 
-    def unary(self, e: Unary) -> ir.Value:
+    def unary(self, e: kernel_ir.Unary) -> ir.Value:
         op, operand = e.op, e.a.dtype
         if op in ("not", "isnan", "isinf", "isposinf", "isneginf"):
             return self.as_int(self.predicate(e))
@@ -475,7 +449,7 @@ class _FunctionEmitter:
             return self.b.call(self.math.libm(op, a.type), [a])
         raise TypeError(f"{self.kernel.name}: cannot emit unary {op}")
 
-    def predicate(self, e: Unary) -> ir.Value:
+    def predicate(self, e: kernel_ir.Unary) -> ir.Value:
         """The i1 of the boolean unary ops."""
         a = self.expr(e.a)
         if e.op == "not":
@@ -492,7 +466,7 @@ class _FunctionEmitter:
             return self.b.fcmp_ordered("==", a, inf)
         return self.b.fcmp_ordered("==", a, ir.Constant(a.type, float("-inf")))
 
-    def select(self, e: Select) -> ir.Value:
+    def select(self, e: kernel_ir.Select) -> ir.Value:
         cond = self.condition(e.cond)
         if not (self.may_fault(e.a) or self.may_fault(e.b)):
             return self.b.select(cond, self.expr(e.a), self.expr(e.b))
@@ -544,38 +518,38 @@ class _FunctionEmitter:
         return self.promote(converted, dst)
 
     # -- speculation safety ------------------------------------------------------------------
-    def may_fault(self, e: Expr) -> bool:
+    def may_fault(self, e: kernel_ir.Expr) -> bool:
         """Whether evaluating `e` unconditionally could touch memory outside a buffer or trap.
 
         Loads are safe when their index range, from the enclosing loop counters, lies inside the
         buffer. Operands of a nested select or of && / || are guarded by their own branches.
         """
-        if isinstance(e, Load):
+        if isinstance(e, kernel_ir.Load):
             bounds = self.bounds(e.index)
             if bounds is None or bounds[0] < 0 or bounds[1] >= e.buffer.size:
                 return True
             return self.may_fault(e.index)
-        if isinstance(e, Binary):
+        if isinstance(e, kernel_ir.Binary):
             if e.op in ("div", "mod") and not t.is_float(e.a.dtype):
                 divisor = e.b
-                if not (isinstance(divisor, Const) and int(divisor.value) not in (0, -1)):
+                if not (isinstance(divisor, kernel_ir.Const) and int(divisor.value) not in (0, -1)):
                     return True
             if e.op in ("and", "or"):
                 return self.may_fault(e.a)
             return self.may_fault(e.a) or self.may_fault(e.b)
-        if isinstance(e, Select):
+        if isinstance(e, kernel_ir.Select):
             return self.may_fault(e.cond)
-        if isinstance(e, (Unary, Cast)):
+        if isinstance(e, (kernel_ir.Unary, kernel_ir.Cast)):
             return self.may_fault(e.a)
         return False
 
-    def bounds(self, e: Expr) -> tuple[int, int] | None:
+    def bounds(self, e: kernel_ir.Expr) -> tuple[int, int] | None:
         """An inclusive range containing every value the index expression `e` can take, if known."""
-        if isinstance(e, Const) and not t.is_float(e.dtype):
+        if isinstance(e, kernel_ir.Const) and not t.is_float(e.dtype):
             return int(e.value), int(e.value)
-        if isinstance(e, Var):
+        if isinstance(e, kernel_ir.Var):
             return self.lookup(e).bounds
-        if isinstance(e, Binary) and e.op in RANGE_OPS:
+        if isinstance(e, kernel_ir.Binary) and e.op in RANGE_OPS:
             return combine(e.op, self.bounds(e.a), self.bounds(e.b))
         return None
 
