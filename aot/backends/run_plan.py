@@ -153,7 +153,7 @@ def _argument(program: Program, plan: MemoryPlan, slots: dict[Tensor, WeightSlot
     buf = program.kernels[kernel_index].params[param_index]
     tensor: Tensor = program.bindings[kernel_index][param_index]
     elements = program.offsets[kernel_index][param_index]
-    storage = program.storage[id(tensor)]
+    storage = program.storage[tensor]
     shift = elements * tensor.dtype.itemsize
     weight = None
     if storage.kind in (INPUT, OUTPUT):

@@ -37,7 +37,7 @@ class Program:
     kernels: list[Kernel]
     bindings: list[list[Tensor]]  # storage-root tensor for each kernel param
     offsets: list[list[int]]      # element offset of each kernel param inside its root
-    storage: dict[int, Storage] = field(default_factory=dict)  # id(root tensor) -> Storage
+    storage: dict[Tensor, Storage] = field(default_factory=dict)  # root tensor -> Storage
     weights: list[Tensor] = field(default_factory=list)
     arena_tensors: list[Tensor] = field(default_factory=list)
     # (kernel, output param, input param): the output is written over the input, which dies
@@ -55,7 +55,7 @@ class Program:
         declared restrict / noalias. An output written in place over an input (different tensors
         given one arena offset) shares that input's memory too."""
         kernel = self.kernels[kernel_index]
-        spans = [(id(root), offset, offset + buf.size, buf.writable)
+        spans = [(root, offset, offset + buf.size, buf.writable)
                  for buf, root, offset in zip(kernel.params, self.bindings[kernel_index], self.offsets[kernel_index])]
         clash: set[int] = set()
         for i, (ri, lo_i, hi_i, wi) in enumerate(spans):
@@ -113,44 +113,44 @@ def _lower_node(node: Node, ctx: LoweringContext) -> None:
         raise NodeError(node.describe(), f"shapes do not broadcast{where}: {e}") from e
 
 
-def _route_outputs(ctx: LoweringContext) -> dict[int, int]:
+def _route_outputs(ctx: LoweringContext) -> dict[Tensor, int]:
     """Let the kernel producing a graph output write straight into the caller's buffer; copy
     only where that is impossible (the output is an input, a constant, or listed twice).
-    Returns id(storage root) -> output position."""
-    output_roots: dict[int, int] = {}
-    produced = {id(t) for bindings in ctx.kernel_bindings for t in bindings}
-    inputs = {id(t) for t in ctx.graph.inputs}
+    Returns storage root -> output position."""
+    output_roots: dict[Tensor, int] = {}
+    produced = {t for bindings in ctx.kernel_bindings for t in bindings}
+    inputs = set(ctx.graph.inputs)
     for position, out in enumerate(ctx.graph.outputs):
         root, offset = ctx.resolve(out)
         whole = offset == 0 and root.size == out.size  # not a slice of a bigger (Concat) buffer
-        if (whole and id(root) in produced and id(root) not in inputs and not root.is_constant
-                and id(root) not in output_roots):
-            output_roots[id(root)] = position
+        if (whole and root in produced and root not in inputs and not root.is_constant
+                and root not in output_roots):
+            output_roots[root] = position
             continue
         dest = Tensor(f"{out.name}__out{position}", out.dtype, out.shape)
         kb = ctx.builder(None, "Copy", [f"graph output {out.name}"])
         src = kb.input(out).buffer
         dst = kb.output(dest).buffer
         ctx.emit(kb, kb.loops([out.size], lambda i, src=src, dst=dst: [Store(dst, i[0], Load(src, i[0]))]))
-        output_roots[id(dest)] = position
+        output_roots[dest] = position
     return output_roots
 
 
-def _assign_storage(program: Program, output_roots: dict[int, int]) -> None:
+def _assign_storage(program: Program, output_roots: dict[Tensor, int]) -> None:
     graph = program.graph
     for position, t in enumerate(graph.inputs):
-        program.storage[id(t)] = Storage(INPUT, position)
-    for root_id, position in output_roots.items():
-        program.storage[root_id] = Storage(OUTPUT, position)
-    seen: set[int] = set()
+        program.storage[t] = Storage(INPUT, position)
+    for root, position in output_roots.items():
+        program.storage[root] = Storage(OUTPUT, position)
+    seen: set[Tensor] = set()
     for bindings in program.bindings:
         for t in bindings:
-            if id(t) in seen or id(t) in program.storage:
+            if t in seen or t in program.storage:
                 continue
-            seen.add(id(t))
+            seen.add(t)
             if t.is_constant:
-                program.storage[id(t)] = Storage(WEIGHT, len(program.weights))
+                program.storage[t] = Storage(WEIGHT, len(program.weights))
                 program.weights.append(t)
             else:
                 program.arena_tensors.append(t)
-                program.storage[id(t)] = Storage(ARENA)
+                program.storage[t] = Storage(ARENA)

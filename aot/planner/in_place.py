@@ -95,7 +95,7 @@ def find_in_place(program: Program,
             out_t, in_t = bindings[out_param], bindings[in_param]
             if out_param in used or in_param in used or out_t is in_t:
                 continue
-            if any(program.storage[id(t)].kind != ARENA for t in (out_t, in_t)):
+            if any(program.storage[t].kind != ARENA for t in (out_t, in_t)):
                 continue
             whole = all(offsets[p] == 0 and kernel.params[p].size == bindings[p].size for p in (out_param, in_param))
             alone = sum(1 for t in bindings if t is out_t) == 1 and sum(1 for t in bindings if t is in_t) == 1

@@ -24,6 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from aot.ir.graph import Tensor
 from aot.lowering.program import ARENA, INPUT, WEIGHT, Program
 from aot.planner.in_place import find_in_place
 from aot.planner.liveness import arena_intervals, buffer_intervals
@@ -42,28 +43,28 @@ def dependencies(program: Program) -> list[set[int]]:
     of its range (O(log segments + writers found)), where it used to compare itself with every
     earlier access of the root: quadratic for a Concat output written in 10,000 parts. Only a
     write still scans the root's earlier reads (roots written after many reads are rare)."""
-    writers: dict[int, LastWriters] = {}  # id(root) -> who last wrote each element range
-    readers: dict[int, list[tuple[int, int, int]]] = {}  # id(root) -> (kernel, lo, hi) of each read
+    writers: dict[Tensor, LastWriters] = {}  # root -> who last wrote each element range
+    readers: dict[Tensor, list[tuple[int, int, int]]] = {}  # root -> (kernel, lo, hi) of each read
     preds: list[set[int]] = []
     for k, (kernel, bindings, offsets) in enumerate(zip(program.kernels, program.bindings, program.offsets)):
         mine: set[int] = set()
         writes, reads = [], []  # recorded after all params, so a kernel never follows itself
         for buf, root, offset in zip(kernel.params, bindings, offsets):
-            if program.storage[id(root)].kind in (WEIGHT, INPUT):
+            if program.storage[root].kind in (WEIGHT, INPUT):
                 continue
             lo, hi = offset, offset + max(buf.size, 1)
-            last = writers.get(id(root))
+            last = writers.get(root)
             if last is not None:
                 mine |= last.between(lo, hi)
             if buf.writable:
-                mine.update(j for j, lo2, hi2 in readers.get(id(root), ()) if lo < hi2 and lo2 < hi)
-                writes.append((id(root), lo, hi))
+                mine.update(j for j, lo2, hi2 in readers.get(root, ()) if lo < hi2 and lo2 < hi)
+                writes.append((root, lo, hi))
             else:
-                reads.append((id(root), lo, hi))
-        for root_id, lo, hi in writes:
-            writers.setdefault(root_id, LastWriters()).write(lo, hi, k)
-        for root_id, lo, hi in reads:
-            readers.setdefault(root_id, []).append((k, lo, hi))
+                reads.append((root, lo, hi))
+        for root, lo, hi in writes:
+            writers.setdefault(root, LastWriters()).write(lo, hi, k)
+        for root, lo, hi in reads:
+            readers.setdefault(root, []).append((k, lo, hi))
         preds.append(mine)
     return preds
 
@@ -124,19 +125,19 @@ def list_schedule(program: Program, preds: Sequence[set[int]], cost: Cost, align
     for k, ps in enumerate(preds):
         for p in ps:
             succs[p].append(k)
-    sizes: dict[int, int] = {}
-    touches: list[set[int]] = []
-    remaining: dict[int, int] = {}
-    users: dict[int, list[int]] = {}  # root -> the kernels touching it
+    sizes: dict[Tensor, int] = {}
+    touches: list[set[Tensor]] = []
+    remaining: dict[Tensor, int] = {}
+    users: dict[Tensor, list[int]] = {}  # root -> the kernels touching it
     for k, bindings in enumerate(program.bindings):
-        roots = {id(t) for t in bindings if program.storage[id(t)].kind == ARENA}
+        roots = {t for t in bindings if program.storage[t].kind == ARENA}
         for t in bindings:
-            sizes[id(t)] = align_up(max(t.nbytes, 1), alignment)
+            sizes[t] = align_up(max(t.nbytes, 1), alignment)
         for r in roots:
             remaining[r] = remaining.get(r, 0) + 1
             users.setdefault(r, []).append(k)
         touches.append(roots)
-    started: set[int] = set()
+    started: set[Tensor] = set()
     done_at: dict[int, int] = {}  # kernel -> position in the new order
     ready = [False] * n
     current: dict[int, tuple] = {}  # ready kernel -> its cost now
