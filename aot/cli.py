@@ -42,26 +42,41 @@ InputShapeOpt = Annotated[
     typer.Option("--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable).",
                  show_default=False),
 ]
-BackendOpt = Annotated[str, typer.Option("--backend", help="Code generator: c (C sources), or llvm (object "
-                                                        "files for --target, plus the C sources).")]
+# Fixed sets of values are shown as their metavar (c|llvm) but checked where they are used
+# (aot.compile, aot/pipeline.py ...), which names the option in its one-line error; test_cli_ux checks
+# that each metavar lists exactly those modules' values.
+BackendOpt = Annotated[str, typer.Option("--backend", metavar="c|llvm", help="Code generator: c (C sources), or "
+                                         "llvm (object files for --target, plus the C sources).")]
 TargetOpt = Annotated[
     list[str] | None,
-    typer.Option("--target", help="The CPU the package is for: a preset name (see `aot targets`) or a .toml "
-                                  "file. It sizes the register tiles, and the build files cross-compile with its "
-                                  "toolchain and flags. Without it the package is for the machine that builds it "
-                                  "(8-float tiles; its Makefile and CMakeLists pass -march=native). With --backend "
-                                  "llvm: repeatable, one object per target (default: this machine).",
+    typer.Option("--target", metavar="NAME|FILE.toml",
+                 help="The CPU the package is for: a preset name (see `aot targets`) or a target .toml file. "
+                      "C backend: one target; the package gets its register tiles, and its Makefile and "
+                      "CMakeLists cross-compile with its toolchain and flags. Without it the package is for "
+                      "any target (8-float tiles), built with -march=native by the machine that builds it. "
+                      "--backend llvm: repeatable, one object file per target (default: this machine).",
+                 show_default=False),
+]
+VerifyTargetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--target", metavar="NAME|FILE.toml",
+                 help="The CPU to compile for, build for and run on: a preset name (see `aot targets`) or a "
+                      "target .toml file; another CPU's build runs under qemu-user. The package gets its "
+                      "register tiles and flags. Default: this machine (a package for any target, built "
+                      "with -march=native).",
                  show_default=False),
 ]
 WeightsFormatOpt = Annotated[str, typer.Option(
-    "--weights-format", help="How the package holds the weights: c (<name>_weights.c, C text), binary "
+    "--weights-format", metavar="auto|c|binary",
+    help="How the package holds the weights: c (<name>_weights.c, C text), binary "
     "(<name>_weights.bin + <name>_weights.S, assembled with .incbin) or auto (binary above 16 MiB).")]
 ParallelOpt = Annotated[bool, typer.Option(
     "--parallel", help="Split large kernels into parallel loops for <name>_run_parallel and the package's "
     "thread pool (Linux targets; split kernels are also kept whole for single-thread runs, so the "
     "code grows, which is why it is off by default).")]
 ConvAlgorithmOpt = Annotated[str, typer.Option(
-    "--conv-algorithm", help="auto: 3x3 unit-stride convolutions with 8+ channels and a vector's width of "
+    "--conv-algorithm", metavar="auto|direct",
+    help="auto: 3x3 unit-stride convolutions with 8+ channels and a vector's width of "
     "2x2 output tiles as Winograd F(2x2, 3x3) (2.25x fewer multiply-adds; results within rounding of a "
     "direct sum); direct: every convolution sums its taps directly.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
@@ -229,7 +244,7 @@ def verify_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
     backend: BackendOpt = "c",
-    target: TargetOpt = None,
+    target: VerifyTargetOpt = None,
     inputs: Annotated[Path | None, typer.Option("--inputs", help=".npz of input arrays by name "
                                                 "(default: random, seeded).", show_default=False)] = None,
     expected: Annotated[Path | None, typer.Option("--expected", help=".npz of expected outputs by name "
@@ -243,7 +258,8 @@ def verify_cmd(
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Compile MODEL, build it for this machine, run it and compare every output with onnxruntime."""
+    """Compile MODEL, build it for this machine (or --target, run under qemu-user), run it and compare
+    every output with onnxruntime."""
     from aot.compiler import compile as compile_model
     from aot.npz import load_npz
     from aot.verify import verify_package
@@ -335,7 +351,8 @@ def _build_to_run(package: Any, target_name: str | None, backend: str) -> Any:
 @_report_errors
 def build_cmd(
     model: ModelArg,
-    target: Annotated[str, typer.Option("--target", help="Target preset (see `aot targets`) or .toml file.")],
+    target: Annotated[str, typer.Option("--target", metavar="NAME|FILE.toml",
+                                        help="Target preset (see `aot targets`) or target .toml file.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
     input_shape: InputShapeOpt = None,
     name: NameOpt = None,
@@ -343,7 +360,8 @@ def build_cmd(
     weights_format: WeightsFormatOpt = "auto",
     parallel: ParallelOpt = False,
     conv_algorithm: ConvAlgorithmOpt = "auto",
-    toolchain: Annotated[str, typer.Option("--toolchain", help="auto, gcc (cross GCC), zig (pip install "
+    toolchain: Annotated[str, typer.Option("--toolchain", metavar="auto|gcc|zig|clang",
+                                           help="auto, gcc (cross GCC), zig (pip install "
                                            "ziglang) or clang (bare metal).")] = "auto",
     dynamic: Annotated[bool, typer.Option("--dynamic", help="Link the runner against the target's libc "
                                           "instead of statically.")] = False,
@@ -487,6 +505,20 @@ def targets_cmd(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     width = max(len(t.name) for t in targets)
     for t in targets:
         print(printable(f"{t.name:{width}}  {t.triple:32} {t.description}"))
+
+
+def _print_version(requested: bool) -> None:
+    if requested:
+        print(f"aot {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the aot version and exit.")] = False,
+) -> None:
+    del version  # --version is handled by its eager callback, before any command runs
 
 
 @app.command("version")
