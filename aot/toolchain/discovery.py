@@ -86,17 +86,30 @@ def find_toolchain(target: Target, prefer: str | None = None) -> Toolchain:
         candidates.append(Toolchain("clang", ("clang", f"--target={target.triple}"), ("llvm-ar",), False, "none"))
     if candidates:
         return candidates[0]
+    wanted = f" ({prefer})" if prefer else ""
+    raise BuildError(f"--target {target.name}: no C toolchain{wanted} found for {target.triple}; "
+                     + _install_hint(target))
+
+
+# The Debian package of each preset's cross GCC.
+_GCC_PACKAGES = {"aarch64-linux-gnu-": "gcc-aarch64-linux-gnu", "arm-linux-gnueabihf-": "gcc-arm-linux-gnueabihf",
+                 "arm-none-eabi-": "gcc-arm-none-eabi", "x86_64-linux-gnu-": "gcc-x86-64-linux-gnu"}
+
+
+def _install_hint(target: Target) -> str:
+    """What to install so that find_toolchain finds a compiler for `target`: only what it would use."""
     hints = []
     if target.gcc_prefix:
-        pkg = {"aarch64-linux-gnu-": "gcc-aarch64-linux-gnu", "arm-linux-gnueabihf-": "gcc-arm-linux-gnueabihf",
-               "arm-none-eabi-": "gcc-arm-none-eabi", "x86_64-linux-gnu-": "gcc-x86-64-linux-gnu"}.get(
-            target.gcc_prefix, f"a {target.gcc_prefix}gcc cross compiler")
-        hints.append(f"apt-get install {pkg}")
-    if target.zig_target:
+        package = _GCC_PACKAGES.get(target.gcc_prefix)
+        debian = f" (Debian: apt-get install {package})" if package else ""
+        hints.append(f"install {target.gcc_prefix}gcc{debian}")
+    if target.zig_target and not target.bare_metal:
         hints.append("pip install ziglang")
-    wanted = f" ({prefer})" if prefer else ""
-    raise BuildError(f"--target {target.name}: no C toolchain{wanted} found for {target.triple}; install one: "
-                     + " or ".join(hints))
+    text = " or ".join(hints) or "give a target .toml with gcc_prefix or zig_target"
+    if target.bare_metal:
+        # find_toolchain skips zig here: it brings no newlib, whose math.h the kernels include.
+        text += "; zig is not used for bare-metal targets, as it has no C library for them"
+    return text
 
 
 def qemu_for(target: Target) -> list[str]:
