@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the bundled example: compile examples/tiny_cnn.onnx into a C package, build it
 # with the system C compiler, run it on an input image, print the result and the arena size, and
-# check it against onnxruntime. Sets up its own virtual environment (.venv) on first use.
+# check it against onnxruntime. Sets up its own virtual environment (.venv) on first use, with aot,
+# its dependencies and onnxruntime only (tests/setup_env.sh, AOT_SETUP_MINIMAL=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AOT_SETUP_MINIMAL=1 source tests/setup_env.sh

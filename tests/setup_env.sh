@@ -1,5 +1,8 @@
 # Sourced by the README's commands: makes sure the system tools and a virtual environment with
 # aot and its test dependencies exist, then activates it. Safe to run again; fast when set up.
+# AOT_SETUP_MINIMAL=1 (examples/run_example.sh) sets up only what `aot compile`, make and
+# `aot verify` on this machine need: gcc, make and libc6-dev, and aot with its dependencies plus
+# onnxruntime (the [verify] extra), without the test tools (pytest, scikit-learn, ruff ...).
 #
 # System packages (Debian/Ubuntu, installed with apt-get when missing and running as root):
 #   gcc make libc6-dev        build packages for this machine
@@ -9,7 +12,6 @@
 #                             aarch64, rpi3: armhf; tests/test_conformance_cross.py needs both)
 #   gcc-arm-none-eabi/newlib  bare-metal Cortex-M targets
 #   chromium                  renders `aot report` pages in a test (headless)
-# AOT_SETUP_MINIMAL=1 installs only the first line (enough for `aot compile/verify` on this machine).
 need_cmd() { command -v "$1" >/dev/null 2>&1; }
 packages=()
 need_cmd cc || packages+=(gcc libc6-dev)
@@ -35,11 +37,14 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-# Reinstall when pyproject.toml changed since the last install.
-stamp=.venv/.aot-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# Install (again) when pyproject.toml changed since the last install. A full install serves the
+# minimal setup too; a minimal one is completed by the next full setup.
+full_stamp=.venv/.aot-installed
+if [ "${AOT_SETUP_MINIMAL:-0}" = 1 ]; then extra=verify stamp=.venv/.aot-installed-verify; else extra=test stamp=$full_stamp; fi
+is_current() { [ -f "$1" ] && [ ! pyproject.toml -nt "$1" ]; }
+if ! is_current "$full_stamp" && ! is_current "$stamp"; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[$extra]"
   touch "$stamp"
 fi
 # shellcheck disable=SC1091
