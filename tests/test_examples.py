@@ -94,7 +94,7 @@ def test_readme_newcomer_path_to_a_verified_raspberry_pi_4_binary(tmp_path: Path
     import pytest
 
     setup, commands, shown = _readme_newcomer_path()
-    assert setup == ["sudo apt-get install -y python3-venv make gcc-aarch64-linux-gnu qemu-user",
+    assert setup == ["sudo apt-get install -y python3-venv make gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user",
                      'python3 -m venv .venv && . .venv/bin/activate', 'pip install ".[verify]"']
     assert [c.split()[0] for c in commands] == ["aot", "make", "python", "qemu-aarch64", "aot"]
     for tool in ("make", "aarch64-linux-gnu-gcc", "qemu-aarch64"):
@@ -123,3 +123,65 @@ def test_readme_newcomer_path_to_a_verified_raspberry_pi_4_binary(tmp_path: Path
 
     probabilities = np.load(tmp_path / "output0.npy")
     assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1) < 1e-5
+
+
+def _readme_commands() -> list[str]:
+    """Every command the README shows: the lines of its code blocks and its `inline code`."""
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```\w*\n(.*?)```", text, re.S)
+    prose = re.sub(r"```\w*\n.*?```", "", text, flags=re.S)
+    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)] + \
+        [line.strip() for block in blocks for line in block.splitlines()]
+
+
+def _apt_installs() -> list[list[str]]:
+    installs = [re.match(r"(?:sudo )?apt-get install (?:-y )?(.*)", c) for c in _readme_commands()]
+    return [m.group(1).split() for m in installs if m]
+
+
+def test_readme_newcomer_apt_line_has_every_package_its_steps_use() -> None:
+    """Each tool the steps run comes from the apt line: make, the --target's cross GCC and its C
+    library (the runner links statically), and qemu-user for the qemu-* command."""
+    from aot.targets import load_target
+    from aot.toolchain.discovery import _GCC_PACKAGES
+
+    setup, commands, _ = _readme_newcomer_path()
+    apt = setup[0].split()[4:]
+    target = load_target(next(re.search(r"--target (\S+)", c).group(1) for c in commands if "--target" in c))
+    assert _GCC_PACKAGES[target.gcc_prefix] in apt and "libc6-dev-arm64-cross" in apt
+    assert any(c.startswith(target.qemu) for c in commands) and "qemu-user" in apt
+    assert {"make", "python3-venv"} <= set(apt)
+
+
+def test_readme_names_the_cross_packages_of_every_preset_and_setup_env_installs() -> None:
+    """Every preset's cross GCC (and for Linux its libc for static runners) appears in an apt-get
+    command, and the first paragraph lists what tests/setup_env.sh installs."""
+    from aot.targets import list_targets
+    from aot.toolchain.discovery import _GCC_PACKAGES
+
+    named = {package for install in _apt_installs() for package in install}
+    for target in list_targets():
+        if target.gcc_prefix and target.arch != "x86_64":
+            assert _GCC_PACKAGES[target.gcc_prefix] in named, target.name
+    assert {"gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "libc6-dev-armhf-cross", "qemu-user",
+            "cmake"} <= named
+    setup = (REPO / "tests" / "setup_env.sh").read_text()
+    installed = {p for group in re.findall(r"packages\+=\(([^)]*)\)", setup) for p in group.split()}
+    first_paragraph = " ".join((REPO / "README.md").read_text().split("\n## ", 1)[0].split())
+    assert installed and all(f" {p} " in first_paragraph.replace("`", " ") for p in installed), installed
+
+
+def test_readme_apt_packages_exist() -> None:
+    """No typo in a package name: apt knows each one (needs this machine's apt lists)."""
+    import shutil
+
+    import pytest
+
+    if not shutil.which("apt-cache"):
+        pytest.skip("apt-cache not installed")
+    packages = sorted({p for install in _apt_installs() for p in install})
+    shown = subprocess.run(["apt-cache", "show", "--no-all-versions", *packages], capture_output=True, text=True)
+    if "No packages found" in shown.stderr and "Package: gcc" not in shown.stdout:
+        pytest.skip("apt lists not downloaded (apt-get update)")
+    known = set(re.findall(r"^Package: (\S+)", shown.stdout, re.M))
+    assert set(packages) <= known, set(packages) - known
