@@ -83,7 +83,9 @@ def memory_chart(lifetimes: Sequence[Lifetime], steps: int, arena_bytes: int) ->
         })
     largest = sorted(rects, key=lambda r: (-r["size"], r["y"], r["x"]))[:LEGEND_ENTRIES]
     return {
-        "rects": rects, "legend": largest, "x_ticks": _x_ticks(steps), "y_ticks": _y_ticks(arena),
+        "rects": rects, "legend": largest, "x_ticks": _x_ticks(steps),
+        # An empty arena (every tensor an input, output or weight) gets no scale to read off.
+        "y_ticks": _y_ticks(arena) if arena_bytes > 0 else [{"pos": 0.0, "label": "0"}],
         "y_label": f"arena offset ({y_unit(arena)[0]})",
         "chart_width": PLOT_WIDTH, "chart_height": PLOT_HEIGHT,
         "margin_left": MARGIN_LEFT, "margin_top": MARGIN_TOP,

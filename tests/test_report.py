@@ -75,6 +75,7 @@ def test_chart_ticks_span_the_arena_at_any_size() -> None:
         assert positions[0] == 0 and positions == sorted(positions)
         assert 3 <= len(positions) <= 10 and positions[-1] <= chart["chart_height"]
         assert chart["chart_height"] - positions[-1] < 14  # the bottom (the arena's end) is labelled
+    assert [t["label"] for t in memory_chart([], 1, 0)["y_ticks"]] == ["0"]  # nothing in the arena: no scale
     steps = [t["label"] for t in memory_chart([], 250, 1024)["x_ticks"]]
     assert steps[0] == "0" and len(steps) <= 16 and all(int(b) - int(a) == 20 for a, b in zip(steps, steps[1:]))
 
