@@ -6,8 +6,11 @@ program, whose shared libraries export only their own <name>_* symbols."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import aot
 from aot.compiler import compile as compile_model
 from aot.host.build import STRICT_CFLAGS, host_cc, host_target_cflags
 from tests.helpers import run_onnxruntime
-from tests.test_build_paths import CROSS, EXAMPLE
+from tests.test_build_paths import CROSS, EXAMPLE, REPO
 
 REFERENCE_TOLERANCE = 1e-5
 
@@ -276,3 +279,41 @@ def test_find_package_cross_built_with_the_toolchain_file_runs_under_qemu(tmp_pa
     program = app / "build" / "app"
     assert program.read_bytes()[18] == 183  # e_machine EM_AARCH64
     check_outputs(sh([qemu, str(program)]), ["tiny_cnn"])
+
+
+README_SECTION = "### Linking a package into your build"
+
+
+def readme_blocks() -> dict[str, list[str]]:
+    """The code blocks of the README's integration section, by language."""
+    text = (REPO / "README.md").read_text()
+    section = text.split(README_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    blocks: dict[str, list[str]] = {}
+    for kind, body in re.findall(r"```(\w+)\n(.*?)```", section, re.S):
+        blocks.setdefault(kind, []).append(body)
+    return blocks
+
+
+@needs_cmake
+@pytest.mark.skipif(shutil.which("pkg-config") is None or shutil.which("make") is None,
+                    reason="needs make and pkg-config")
+def test_readme_integration_commands_run_as_written(tmp_path: Path) -> None:
+    """The README's install / find_package / pkg-config commands, literally, with its
+    app/CMakeLists.txt, HOME in a temporary folder and this checkout's aot on PATH."""
+    blocks = readme_blocks()
+    (commands,), (cmake_lists,) = blocks["sh"], blocks["cmake"]
+    (tmp_path / "examples").mkdir()
+    shutil.copy(EXAMPLE, tmp_path / "examples")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "CMakeLists.txt").write_text(cmake_lists)
+    (tmp_path / "app" / "app.c").write_text(program_source([("tiny_cnn", True)]))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aot").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m aot "$@"\n')
+    (bin_dir / "aot").chmod(0o755)
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PKG_CONFIG_PATH", None)
+    sh(["bash", "-c", "set -euo pipefail\n" + commands], cwd=tmp_path, env=env)
+    for program in ("app/build/app", "app/app_pc"):
+        check_outputs(sh([str(tmp_path / program)]), ["tiny_cnn"])
