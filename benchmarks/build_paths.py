@@ -70,7 +70,8 @@ def measure(model: Path, runs: int, work: Path) -> dict[str, float]:
     app = work / "app"
     app.mkdir()
     (app / "CMakeLists.txt").write_text(PARENT_CMAKE.format(package=plain.resolve()))
-    _sh("cmake", "-S", app, "-B", app / "build")
+    # Inside another project the package builds its runner only when asked for.
+    _sh("cmake", "-S", app, "-B", app / "build", f"-D{package.name.upper()}_BUILD_RUNNER=ON")
     _sh("cmake", "--build", app / "build")
     times["cmake"] = _runner_median_us(app / "build" / "model" / f"{package.name}_runner", files, runs, work)
 

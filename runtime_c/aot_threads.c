@@ -1,6 +1,10 @@
 /*
  * aot thread pool (see aot_threads.h). C99 + POSIX threads.
  *
+ * The package's aot_threads.h maps the names aot_thread_pool* used here to the package's own
+ * (<name>_thread_pool_create ...): the symbols this file defines carry the package's name, so the
+ * pools of several packages link into one program. Everything else in it is static.
+ *
  * One job at a time: parallel_for publishes (fn, context, count) under the pool's lock with a
  * new generation number and wakes the workers; then the caller and whichever workers are awake
  * take chunks of iterations (about four per thread) from a shared counter until none is left.

@@ -83,8 +83,9 @@ def test_cmake_add_subdirectory_is_optimised_for_this_cpu(portable_package: Path
     app.mkdir()
     (app / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.13)\nproject(app C)\n"
                                         f"add_subdirectory({portable_package.as_posix()} model)\n")
+    # Inside another project the runner is built only when asked for.
     configure = sh(["cmake", "-S", str(app), "-B", str(app / "build"), "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
-                    f"-DCMAKE_BUILD_TYPE={build_type}"])
+                    f"-DCMAKE_BUILD_TYPE={build_type}", "-DTINY_CNN_BUILD_RUNNER=ON"])
     assert configure.returncode == 0, configure.stderr
     commands = json.loads((app / "build" / "compile_commands.json").read_text())
     model = next(c["command"] for c in commands if c["file"].endswith("tiny_cnn.c"))

@@ -42,14 +42,15 @@ class HostModel:
         self._pool = None
         self._executor = None
         if threads > 1:
-            if not hasattr(self._lib, "aot_thread_pool_create"):
+            pool_api = f"{package.name}_thread_pool"  # runtime/aot_threads.h: named after the package
+            if not hasattr(self._lib, f"{pool_api}_create"):
                 raise AotError(f"{package.name}: the package has no thread pool (compiled for a target without "
                                "threads, or built with THREADS=0)")
-            create = self._lib.aot_thread_pool_create
+            create = getattr(self._lib, f"{pool_api}_create")
             create.restype, create.argtypes = ctypes.c_void_p, [ctypes.c_int32]
-            executor = self._lib.aot_thread_pool_executor
+            executor = getattr(self._lib, f"{pool_api}_executor")
             executor.restype, executor.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
-            self._destroy = self._lib.aot_thread_pool_destroy
+            self._destroy = getattr(self._lib, f"{pool_api}_destroy")
             self._destroy.restype, self._destroy.argtypes = None, [ctypes.c_void_p]
             self._pool = create(threads)
             if not self._pool:

@@ -4,6 +4,7 @@ backend's aot/backends/c/model_source.py), the weights, the runner, Makefile and
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,13 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(BUILD_FILE_FILTERS)  # |make_comment, |make_value, |cmake_comment, |cmake_quoted
     return env
+
+
+def numeric_version(version: str) -> str:
+    """`version`'s leading release numbers ("0.2.0" of "0.2.0.dev1"): what CMake's project(VERSION)
+    and pkg-config's comparisons understand. The package's version is that of the aot that made it."""
+    match = re.match(r"\d+(\.\d+){0,3}", version)
+    return match.group(0) if match else "0"
 
 
 def _port_context(port: Port) -> dict[str, Any]:
@@ -118,7 +126,7 @@ def _weights_context(slots: Sequence[WeightSlot]) -> list[dict[str, Any]]:
     } for s in slots]
 
 
-def _templates(name: str, target: Target | None, binary_weights: bool) -> dict[str, str]:
+def _templates(name: str, target: Target | None, binary_weights: bool, threads: bool) -> dict[str, str]:
     """The package's rendered files: path -> template."""
     templates = {
         f"{name}.h": "c/model.h.j2",
@@ -128,6 +136,9 @@ def _templates(name: str, target: Target | None, binary_weights: bool) -> dict[s
         "Makefile": "build/Makefile.j2",
         "CMakeLists.txt": "build/CMakeLists.txt.j2",
         **({"toolchain.cmake": "build/toolchain.cmake.j2"} if target else {}),
+        # The pool's header names its functions after the package (runtime/aot_threads.c, copied
+        # as it is, defines them through its macros): several packages' pools in one program.
+        **({"runtime/aot_threads.h": "c/threads.h.j2"} if threads else {}),
     }
     if binary_weights:
         templates[f"{name}_weights.S"] = "c/weights.S.j2"
@@ -153,7 +164,8 @@ def render_c_sources(run: RunPlan, source: str, onnx_nodes: int,
     weights_format = resolve_weights_format(weights_format, run.weights_struct_bytes)
     blob = weights_blob(run.weight_slots, run.weights_struct_bytes) if weights_format == "binary" else None
     context = {
-        "name": name, "NAME": name.upper(), "version": __version__, "entry": c_api.entry_points(name),
+        "name": name, "NAME": name.upper(), "version": __version__,
+        "cmake_version": numeric_version(__version__), "entry": c_api.entry_points(name),
         "source_comment": c_comment(source), "name_literal": c_string(name),
         "inputs": [_port_context(p) for p in run.inputs], "outputs": [_port_context(p) for p in run.outputs],
         "arena_bytes": run.arena_bytes, "arena_align": run.arena_align, "weights_bytes": run.weights_bytes,
@@ -169,7 +181,7 @@ def render_c_sources(run: RunPlan, source: str, onnx_nodes: int,
     }
     env = _environment()
     files: dict[str, FileData] = {path: _render(env.get_template(t), context)
-                                  for path, t in _templates(name, target, blob is not None).items()}
+                                  for path, t in _templates(name, target, blob is not None, threads).items()}
     if blob is not None:
         files[f"{name}_weights.bin"] = blob
     return files, {"weights_format": weights_format}
