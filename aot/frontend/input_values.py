@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import onnx
@@ -27,7 +27,7 @@ from aot.npz import MAX_HEADER_BYTES
 
 # What aot.compile(input_values=...) takes per input: an array (or anything np.asarray takes), or
 # the text of the command-line option after `NAME=`.
-InputValue = Union[np.ndarray, str, int, float, bool, list, tuple]
+InputValue = np.ndarray | str | int | float | bool | list | tuple
 # Text values are for small vectors; bigger ones go in an .npy file.
 MAX_TEXT_VALUES = 4096
 # The manifest lists a bound value's numbers up to this many, and a sha256 of its bytes beyond.
@@ -140,8 +140,8 @@ def _from_text(where: str, name: str, text: str, dtype: np.dtype[Any], declared:
                               "dimensions; give its value as an .npy file")
     count = math.prod(shape)
     if count != len(numbers):
-        raise InputValueError(f"{where}={text[:40]}: {len(numbers)} value(s), input {name!r} of shape "
-                              f"{_dims_text(declared)} takes {count}")
+        raise InputValueError(f"{where}={text[:40]}: {len(numbers)} value(s), input {name!r} "
+                              f"(declared {_dims_text(declared)}) takes {count}")
     return _fitted(where, name, np.array(numbers, dtype=dtype).reshape(shape), dtype, declared)
 
 
@@ -186,7 +186,8 @@ def _fitted(where: str, name: str, array: np.ndarray, dtype: np.dtype[Any], decl
         if dtype.kind == "f":  # rounding to the float type is fine; a finite value turned infinite is not
             fits = bool(np.all(np.isfinite(cast) | ~np.isfinite(array)))
         else:  # integers and bools: every value exactly as given
-            fits = bool(np.all(np.isfinite(array))) and np.array_equal(cast.astype(np.float64), array.astype(np.float64))
+            fits = bool(np.all(np.isfinite(array))) and np.array_equal(cast.astype(np.float64),
+                                                                       array.astype(np.float64))
     if not fits:
         raise InputValueError(f"{where}: the value ({array.dtype}) does not fit input {name!r}'s dtype {dtype} "
                               "without changing it")
@@ -197,8 +198,8 @@ def _dims_text(declared: list[int | None] | None) -> str:
     if declared is None:
         return "(unknown rank)"
     if not declared:
-        return "scalar"
-    return "x".join("?" if d is None else str(d) for d in declared)
+        return "a scalar"
+    return "[" + ", ".join("?" if d is None else str(d) for d in declared) + "]"
 
 
 def _load_npy(where: str, text: str) -> np.ndarray:
