@@ -81,7 +81,7 @@ def manifest_entry(name: str, array: np.ndarray) -> dict[str, Any]:
     if array.size <= MANIFEST_VALUES:
         entry["values"] = [_json_number(v) for v in array.reshape(-1).tolist()]
     else:
-        entry["sha256"] = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+        entry["sha256"] = hashlib.sha256(array.tobytes()).hexdigest()
     return entry
 
 
@@ -180,9 +180,9 @@ def _fitted(where: str, name: str, array: np.ndarray, dtype: np.dtype[Any], decl
             raise InputValueError(f"{where}: the value has shape {list(array.shape)}, input {name!r} is declared "
                                   f"{_dims_text(declared)}")
     if array.dtype == dtype:
-        return np.ascontiguousarray(array)
+        return array.copy(order="C")  # (np.ascontiguousarray makes a scalar 1-D)
     with np.errstate(all="ignore"):
-        cast = array.astype(dtype)
+        cast = array.astype(dtype, order="C")
         if dtype.kind == "f":  # rounding to the float type is fine; a finite value turned infinite is not
             fits = bool(np.all(np.isfinite(cast) | ~np.isfinite(array)))
         else:  # integers and bools: every value exactly as given
@@ -191,7 +191,7 @@ def _fitted(where: str, name: str, array: np.ndarray, dtype: np.dtype[Any], decl
     if not fits:
         raise InputValueError(f"{where}: the value ({array.dtype}) does not fit input {name!r}'s dtype {dtype} "
                               "without changing it")
-    return np.ascontiguousarray(cast)
+    return cast
 
 
 def _dims_text(declared: list[int | None] | None) -> str:
