@@ -184,6 +184,13 @@ def _values(options: list[str] | None) -> dict[str, str]:
     return parse_input_values(options or [])
 
 
+def _value_files(options: list[str] | None) -> list[Path]:
+    """--input-value .npy files: an existing -o holding one is never replaced, as for the model."""
+    from aot.frontend.input_values import value_files
+
+    return value_files(_values(options))
+
+
 def _files_read(model: Path, output: Path, force: bool, targets: list[str]) -> list[Path]:
     """The files a command reads (the model, its external data, a --target .toml): an existing
     -o that holds one is never replaced. Listed only when -o exists and may be replaced, as
@@ -218,7 +225,7 @@ def compile_cmd(
     from aot.package.output_dir import check_output_folder
 
     _check_name(name)
-    read = _files_read(model, output, force, target or [])
+    read = _files_read(model, output, force, target or []) + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling: a refusal costs nothing
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None,
                             weights_format=weights_format, parallel=parallel, progress=_progress(),
@@ -384,7 +391,7 @@ def build_cmd(
     if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
         raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
     _check_name(name)
-    read = _files_read(model, output, force, [target])
+    read = _files_read(model, output, force, [target]) + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling and building: a refusal costs nothing
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)

@@ -196,3 +196,13 @@ def test_bound_input_on_inspect_report_and_build_commands(tmp_path: Path) -> Non
     assert report.is_file()
     for command in ("compile", "verify", "build", "bench", "inspect", "report"):
         assert "--input-value" in run_aot_cli(command, "--help").stdout, command
+
+
+def test_force_never_replaces_a_folder_holding_the_npy(tmp_path: Path) -> None:
+    model = topk_model(tmp_path)
+    out = tmp_path / "pkg"
+    assert run_aot_cli("compile", str(model), "--input-value", "k=2", "-o", str(out)).returncode == 0
+    np.save(out / "k.npy", np.array([2], dtype=np.int64))  # a package folder aot wrote, now holding the value
+    result = run_aot_cli("compile", str(model), "--input-value", f"k={out / 'k.npy'}", "-o", str(out), "--force")
+    assert_user_error(result, str(out))
+    assert (out / "k.npy").is_file()

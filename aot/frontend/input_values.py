@@ -56,6 +56,11 @@ def parse_input_values(options: Iterable[str]) -> dict[str, str]:
     return values
 
 
+def value_files(values: Mapping[str, str]) -> list[Path]:
+    """The .npy files among parsed option values (what a command reads besides the model)."""
+    return [Path(text) for text in values.values() if not _TEXT_LIST.fullmatch(text)]
+
+
 def bind_input_values(model: onnx.ModelProto, values: Mapping[str, InputValue]) -> dict[str, np.ndarray]:
     """Turn each named runtime input of `model` (changed in place) into an initializer holding its
     value, checked against the input's declared type; returns the bound arrays by name."""
