@@ -206,3 +206,10 @@ def test_force_never_replaces_a_folder_holding_the_npy(tmp_path: Path) -> None:
     result = run_aot_cli("compile", str(model), "--input-value", f"k={out / 'k.npy'}", "-o", str(out), "--force")
     assert_user_error(result, str(out))
     assert (out / "k.npy").is_file()
+
+
+def test_same_package_whatever_the_order_of_the_options(tmp_path: Path) -> None:
+    model = scale_model(tmp_path)
+    one = aot.compile(str(model), input_values={"rate": "16000", "axis": "1"})
+    other = aot.compile(str(model), input_values={"axis": "1", "rate": "16000"})
+    assert one.files == other.files

@@ -65,12 +65,12 @@ def bind_input_values(model: onnx.ModelProto, values: Mapping[str, InputValue]) 
     """Turn each named runtime input of `model` (changed in place) into an initializer holding its
     value, checked against the input's declared type; returns the bound arrays by name."""
     inputs = {vi.name: vi for vi in runtime_inputs(model)}
-    bound: dict[str, np.ndarray] = {}
-    for name, value in values.items():
+    for name in values:
         if name not in inputs:
             known = ", ".join(repr(n) for n in inputs) or "none"
             raise InputValueError(f"--input-value {name}=...: the model has no input {name!r} (inputs: {known})")
-        bound[name] = _value_for(inputs[name], value)
+    # In the model's input order, whatever the options' order: the same package either way.
+    bound = {name: _value_for(vi, values[name]) for name, vi in inputs.items() if name in values}
     if not bound:
         return bound
     kept = [vi for vi in model.graph.input if vi.name not in bound]
