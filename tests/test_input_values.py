@@ -124,6 +124,14 @@ def test_unbound_shape_deciding_input_names_the_option(tmp_path: Path) -> None:
                       "TopK", "graph input 'k'", "--input-value k=")
     assert_user_error(run_aot_cli("compile", str(resize_model(tmp_path)), "-o", str(out)),
                       "graph input 'scales'", "--input-value scales=")
+    # Output shapes declared in the model: the import passes, and the lowering needs k's value.
+    declared = _save(tmp_path / "topk_declared.onnx", [helper.make_node("TopK", ["x", "k"], ["values", "indices"])],
+                     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7]),
+                      helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+                     [helper.make_tensor_value_info("values", TensorProto.FLOAT, [3, 2]),
+                      helper.make_tensor_value_info("indices", TensorProto.INT64, [3, 2])])
+    assert_user_error(run_aot_cli("compile", str(declared), "-o", str(out)),
+                      "compile-time constant", "graph input 'k'", "--input-value k=")
     assert not out.exists()
 
 
