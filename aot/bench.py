@@ -24,6 +24,7 @@ from aot.analysis import model_stats
 from aot.compiler import compile as compile_model
 from aot.compiler import load
 from aot.errors import AotError
+from aot.frontend.input_values import InputValue
 from aot.host.peak import peak_gflops
 from aot.host.run import HostModel, aligned_array
 from aot.targets import host_preset_name
@@ -138,16 +139,18 @@ SETTLE_SECONDS = 0.2
 
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
-          opt: str = "-O3 -march=native", conv_algorithm: str = "auto") -> BenchResult:
+          opt: str = "-O3 -march=native", conv_algorithm: str = "auto",
+          input_values: Mapping[str, InputValue] | None = None) -> BenchResult:
     # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
     package = compile_model(model_path, input_shapes, target=host_preset_name(), parallel=threads > 1,
-                            conv_algorithm=conv_algorithm)
-    graph, _ = load(model_path, input_shapes)
+                            conv_algorithm=conv_algorithm, input_values=input_values)
+    graph, _ = load(model_path, input_shapes, input_values)
     macs = model_stats(graph).macs
     ours = HostModel.build(package, opt=opt, threads=threads)
     inputs = random_inputs(package, seed)
     # Both sides get the same cache-line-aligned arrays (see HostModel.runner_for).
     feeds = {k: aligned_array(np.asarray(v)) for k, v in inputs.items()}
+    feeds.update(package.bound_inputs)  # onnxruntime runs the original model: it is fed what aot bound
 
     try:
         session = onnxruntime_session(os.fspath(model_path), threads)

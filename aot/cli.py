@@ -42,6 +42,15 @@ InputShapeOpt = Annotated[
     typer.Option("--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable).",
                  show_default=False),
 ]
+InputValueOpt = Annotated[
+    list[str] | None,
+    typer.Option("--input-value", help="Bind an input at compile time: NAME=FILE.npy, NAME=1,2,3 (a small vector) "
+                                       "or NAME=16000 (a scalar), in the dtype and shape the model declares for it "
+                                       "(repeatable). It becomes a constant, so the shapes it decides (Resize "
+                                       "scales, Slice starts, TopK k, Pad pads...) are static, and it is no longer "
+                                       "an input of the package: the C API's <name>_inputs has no field for it.",
+                 show_default=False),
+]
 # Fixed sets of values are shown as their metavar (c|llvm) but checked where they are used
 # (aot.compile, aot/pipeline.py ...), which names the option in its one-line error; test_cli_ux checks
 # that each metavar lists exactly those modules' values.
@@ -184,6 +193,19 @@ def _shapes(options: list[str] | None) -> dict[str, tuple[int, ...]]:
     return parse_input_shapes(options or [])
 
 
+def _values(options: list[str] | None) -> dict[str, str]:
+    from aot.frontend.input_values import parse_input_values
+
+    return parse_input_values(options or [])
+
+
+def _value_files(options: list[str] | None) -> list[Path]:
+    """--input-value .npy files: an existing -o holding one is never replaced, as for the model."""
+    from aot.frontend.input_values import value_files
+
+    return value_files(_values(options))
+
+
 def _files_read(model: Path, output: Path, force: bool, targets: list[str]) -> list[Path]:
     """The files a command reads (the model, its external data, a --target .toml): an existing
     -o that holds one is never replaced. Listed only when -o exists and may be replaced, as
@@ -202,6 +224,7 @@ def compile_cmd(
     model: ModelArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
     input_shape: InputShapeOpt = None,
+    input_value: InputValueOpt = None,
     name: NameOpt = None,
     backend: BackendOpt = "c",
     target: TargetOpt = None,
@@ -217,11 +240,11 @@ def compile_cmd(
     from aot.package.output_dir import check_output_folder
 
     _check_name(name)
-    read = _files_read(model, output, force, target or [])
+    read = _files_read(model, output, force, target or []) + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling: a refusal costs nothing
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None,
                             weights_format=weights_format, parallel=parallel, progress=_progress(),
-                            conv_algorithm=conv_algorithm)
+                            conv_algorithm=conv_algorithm, input_values=_values(input_value))
     with _progress().step("writing the package"):
         written = package.write(output, force=force, inputs=read)
     m = package.manifest
@@ -243,6 +266,7 @@ def compile_cmd(
 def verify_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
+    input_value: InputValueOpt = None,
     backend: BackendOpt = "c",
     target: VerifyTargetOpt = None,
     inputs: Annotated[Path | None, typer.Option("--inputs", help=".npz of input arrays by name "
@@ -270,10 +294,10 @@ def verify_cmd(
         raise AotError("--target: verify checks one target at a time")
     if per_layer:
         _verify_per_layer(model, _shapes(input_shape), backend, target[0] if target else None, inputs,
-                          tolerance, seed, as_json, conv_algorithm)
+                          tolerance, seed, as_json, conv_algorithm, _values(input_value))
         return
     package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None,
-                            progress=_progress(), conv_algorithm=conv_algorithm)
+                            progress=_progress(), conv_algorithm=conv_algorithm, input_values=_values(input_value))
     # Each array's header is checked against the model before its data is read, and before building.
     given = load_npz(inputs, "--inputs", package.inputs) if inputs is not None else None
     want = (load_npz(expected, "--expected", package.outputs, role="output", exact_dtype=False)
@@ -300,7 +324,8 @@ def verify_cmd(
 
 
 def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: str, target: str | None,
-                      inputs: Path | None, tolerance: float, seed: int, as_json: bool, conv_algorithm: str) -> None:
+                      inputs: Path | None, tolerance: float, seed: int, as_json: bool, conv_algorithm: str,
+                      input_values: dict[str, str]) -> None:
     from aot.npz import load_npz
     from aot.per_layer import compare_layers
 
@@ -308,7 +333,7 @@ def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: 
     given = (lambda specs: load_npz(inputs, "--inputs", specs)) if inputs is not None else None
     _progress().start("per-layer comparison (compile, build and run with every node's output exposed)")
     results, culprit = compare_layers(model, shapes, lambda pkg: _build_to_run(pkg, target, backend), given,
-                                      tolerance, seed, backend, target, conv_algorithm)
+                                      tolerance, seed, backend, target, conv_algorithm, input_values)
     _progress().finish()
     if as_json:
         print(json.dumps({
@@ -355,6 +380,7 @@ def build_cmd(
                                         help="Target preset (see `aot targets`) or target .toml file.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
     input_shape: InputShapeOpt = None,
+    input_value: InputValueOpt = None,
     name: NameOpt = None,
     backend: BackendOpt = "c",
     weights_format: WeightsFormatOpt = "auto",
@@ -383,13 +409,13 @@ def build_cmd(
     if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
         raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
     _check_name(name)
-    read = _files_read(model, output, force, [target])
+    read = _files_read(model, output, force, [target]) + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling and building: a refusal costs nothing
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
     package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target,
                             weights_format=weights_format, parallel=parallel, progress=_progress(),
-                            conv_algorithm=conv_algorithm)
+                            conv_algorithm=conv_algorithm, input_values=_values(input_value))
     # Build in a staging copy, then publish package and artefacts together: no half-built folder,
     # and nothing made next to -o (not even its parent folders) if the build fails.
     with tempfile.TemporaryDirectory(prefix="aot-build-") as tmp:
@@ -424,6 +450,7 @@ def build_cmd(
 def bench_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
+    input_value: InputValueOpt = None,
     threads: Annotated[int, typer.Option("--threads", help="Threads for aot and onnxruntime.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", help="Interleaved rounds of each side.")] = 15,
     conv_algorithm: ConvAlgorithmOpt = "auto",
@@ -439,7 +466,7 @@ def bench_cmd(
         raise AotError(f"--threads {threads}: give at most 1024, as the runner's -t")
     with _progress().step(f"bench ({rounds} rounds)"):
         result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds,
-                       conv_algorithm=conv_algorithm)
+                       conv_algorithm=conv_algorithm, input_values=_values(input_value))
     if as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
         return
@@ -459,6 +486,7 @@ def report_cmd(
     model: ModelArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.", show_default=False)],
     input_shape: InputShapeOpt = None,
+    input_value: InputValueOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Write one self-contained HTML page: memory plan chart, kernels with their ONNX nodes and MACs, sizes."""
@@ -469,7 +497,7 @@ def report_cmd(
     read = _files_read(model, output, True, [])
     check_output_file(output, read)  # before the analysis: a refusal costs nothing
     with _progress().step("analysis and rendering"):
-        page = render_report(build_report(model, _shapes(input_shape)))
+        page = render_report(build_report(model, _shapes(input_shape), _values(input_value)))
     write_file_atomically(output, page.encode(), inputs=read)
     print(f"wrote {printable(output)}")
 
@@ -479,13 +507,14 @@ def report_cmd(
 def inspect_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
+    input_value: InputValueOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show MODEL's ops (and which are unsupported), parameters, MACs and memory plan."""
     from aot.inspect import inspect_model, show
 
-    report = inspect_model(model, _shapes(input_shape), progress=_progress())
+    report = inspect_model(model, _shapes(input_shape), progress=_progress(), input_values=_values(input_value))
     if as_json:
         print(json.dumps(report, sort_keys=True))
     else:

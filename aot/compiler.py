@@ -15,6 +15,7 @@ from aot.backends.run_plan import Port, RunPlan, plan_run
 from aot.codegen.c_names import model_identifier
 from aot.errors import AotError
 from aot.frontend.importer import import_model
+from aot.frontend.input_values import InputValue, manifest_entry
 from aot.frontend.loader import load_onnx
 from aot.host.run import HostPackage
 from aot.ir.graph import Graph
@@ -35,14 +36,16 @@ BACKENDS = ("c", "llvm")
 
 
 def load(model: str | os.PathLike[str] | onnx.ModelProto,
-         input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> tuple[Graph, str]:
+         input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+         input_values: Mapping[str, InputValue] | None = None) -> tuple[Graph, str]:
     """The graph IR of a model file or ModelProto, and a label for messages."""
     if isinstance(model, onnx.ModelProto):
         source = model.graph.name or "<model>"
-        return import_model(model, input_shapes, source=source, name=model.graph.name or "model"), source
+        return import_model(model, input_shapes, source=source, name=model.graph.name or "model",
+                            input_values=input_values), source
     path = Path(model)
     proto = load_onnx(path)
-    return import_model(proto, input_shapes, source=str(path), name=path.stem), str(path)
+    return import_model(proto, input_shapes, source=str(path), name=path.stem, input_values=input_values), str(path)
 
 
 def _without_cyclic_gc(function: Callable[..., Package]) -> Callable[..., Package]:
@@ -73,6 +76,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     progress: Progress | None = None,
     parallel: bool = False,
     conv_algorithm: str = "auto",
+    input_values: Mapping[str, InputValue] | None = None,
 ) -> HostPackage:
     """Compile an ONNX model (path or ModelProto) into an in-memory Package (a HostPackage, whose
     run() builds and runs it on this machine).
@@ -92,6 +96,10 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     conv_algorithm="auto" (default) computes the 3x3 unit-stride convolutions with enough channels
     as Winograd F(2x2, 3x3) (aot/ops/conv/winograd.py: 2.25x fewer multiply-adds, results within
     rounding of a direct sum); "direct" sums every convolution's taps directly.
+
+    input_values={"name": value} binds graph inputs at compile time (--input-value): each is a constant
+    before shape inference and folding, so the shapes it decides are static, and is no package input.
+    A value (array, list, number or the option's text) fits the input's declared type.
     """
     progress = progress or SILENT
     if backend not in BACKENDS:
@@ -103,7 +111,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     options = PipelineOptions(tuple(targets), parallel, conv_algorithm)
     objects = _llvm_objects(targets) if backend == "llvm" else []
     progress.start("import")
-    graph, source = load(model, input_shapes)
+    graph, source = load(model, input_shapes, input_values)
     check_address_space(targets, ((f"tensor {t.name!r}", t.nbytes) for t in graph.tensors.values()))
     ident = _package_name(graph.name if name is None else name)
     progress.start("graph passes")
@@ -133,9 +141,11 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "kernel_order": [{"op": k.op, "sources": k.sources} for k in planned.kernels],
         **_target_entries(ident, targets, objects),
     }
+    if graph.bound_inputs:  # only then: packages without bound inputs keep their manifest as it was
+        manifest["input_values"] = [manifest_entry(n, v) for n, v in graph.bound_inputs.items()]
     files[MANIFEST] = finalize_manifest(files, manifest)
     progress.finish()
-    return HostPackage(ident, files, manifest)
+    return HostPackage(ident, files, manifest, bound_inputs=dict(graph.bound_inputs))
 
 
 def _package_name(name: str) -> str:

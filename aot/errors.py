@@ -19,6 +19,10 @@ class InputShapeError(AotError):
     """An --input-shape option is wrong, or a dimension is left symbolic."""
 
 
+class InputValueError(AotError):
+    """An --input-value option is wrong or does not fit the input it binds."""
+
+
 class UnsupportedError(AotError):
     """The model uses ops or features aot cannot compile; lists every one at once."""
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from aot.analysis import model_stats
 from aot.frontend.importer import load_graph
+from aot.frontend.input_values import InputValue
 from aot.ir.graph import Graph
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower, lower_and_plan, plan
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
 
 def inspect_model(path: str | os.PathLike[str],
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                  progress: Progress | None = None) -> dict[str, Any]:
+                  progress: Progress | None = None,
+                  input_values: Mapping[str, InputValue] | None = None) -> dict[str, Any]:
     progress = progress or SILENT
     progress.start("import")
-    graph = load_graph(path, input_shapes, allow_unsupported=True)
+    graph = load_graph(path, input_shapes, allow_unsupported=True, input_values=input_values)
     stats = model_stats(graph)
     report: dict[str, Any] = {
         "model": str(path),

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from aot.frontend.input_shapes import apply_input_shapes
+from aot.frontend.input_values import InputValue, bind_input_values
 from aot.frontend.loader import load_onnx
 from aot.frontend.shape_folding import fold_static_subgraphs, forget_stale_shapes
 from aot.verify import OutputComparison, compare, onnxruntime_outputs, random_inputs
@@ -32,9 +33,12 @@ class LayerResult:
 
 
 def with_every_tensor_as_output(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None,
-                                source: str = "<model>") -> onnx.ModelProto:
+                                source: str = "<model>",
+                                input_values: Mapping[str, InputValue] | None = None) -> onnx.ModelProto:
     debug = onnx.ModelProto()
     debug.CopyFrom(model)
+    # Bound inputs are initializers of the debug model itself, so onnxruntime runs it with them too.
+    bind_input_values(debug, input_values or {})
     apply_input_shapes(debug, input_shapes or {})
     # The compiler's own inference (sizes checked, no onnx data propagation: see shape_folding),
     # on a copy: the debug model keeps every node.
@@ -59,7 +63,8 @@ def with_every_tensor_as_output(model: onnx.ModelProto, input_shapes: Mapping[st
 def compare_layers(model_path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None,
                    build: Any, inputs: dict[str, np.ndarray] | Callable[[list[dict[str, Any]]], dict[str, np.ndarray]]
                    | None = None, tolerance: float = 1e-4,
-                   seed: int = 0, backend: str = "c", target: str | None = None, conv_algorithm: str = "auto"
+                   seed: int = 0, backend: str = "c", target: str | None = None, conv_algorithm: str = "auto",
+                   input_values: Mapping[str, InputValue] | None = None,
                    ) -> tuple[list[LayerResult], LayerResult | None]:
     """`build(package)` returns something with .run(inputs) (the host or a target under qemu).
     `inputs` may be a function of the compiled package's input specs (a checked .npz reader)."""
@@ -68,7 +73,7 @@ def compare_layers(model_path: str | os.PathLike[str], input_shapes: Mapping[str
     from aot.compiler import compile as compile_model
 
     model = load_onnx(model_path)
-    debug = with_every_tensor_as_output(model, input_shapes, str(model_path))
+    debug = with_every_tensor_as_output(model, input_shapes, str(model_path), input_values)
     package = compile_model(debug, input_shapes, name=f"{os.path.basename(str(model_path)).split('.')[0]}_debug",
                             backend=backend, target=target, conv_algorithm=conv_algorithm)
     if callable(inputs):

@@ -13,6 +13,7 @@ import jinja2
 
 from aot.analysis import node_macs
 from aot.compiler import load
+from aot.frontend.input_values import InputValue
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
 from aot.planner.liveness import arena_intervals
@@ -22,8 +23,9 @@ from aot.version import __version__
 
 
 def build_report(model_path: str | os.PathLike[str],
-                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
-    graph, source = load(model_path, input_shapes)
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                 input_values: Mapping[str, InputValue] | None = None) -> dict[str, Any]:
+    graph, source = load(model_path, input_shapes, input_values)
     macs_by_node = {n.name: node_macs(n) for n in graph.nodes}
     source_nodes = graph.source_node_count
     run_passes(graph)

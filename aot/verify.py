@@ -112,7 +112,8 @@ class Runnable(Protocol):
 def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarray] | None = None,
                    expected: dict[str, np.ndarray] | None = None, tolerance: float = DEFAULT_TOLERANCE,
                    seed: int = 0, built: Runnable | None = None, progress: Progress | None = None) -> VerifyResult:
-    """Run `built` (default: the package built for this machine) and compare with the reference."""
+    """Run `built` (default: the package built for this machine) and compare with the reference
+    (onnxruntime runs the original model, fed also the inputs the package has bound: --input-value)."""
     progress = progress or SILENT
     inputs = inputs if inputs is not None else random_inputs(package, seed)
     if built is None:
@@ -124,7 +125,7 @@ def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarr
     names = [o["name"] for o in package.outputs]
     if expected is None:
         progress.start("running onnxruntime")
-        feeds = {k: v for k, v in inputs.items()}
+        feeds = {**inputs, **getattr(package, "bound_inputs", {})}
         reference = onnxruntime_outputs(model_path, feeds, names)
         source = "onnxruntime"
     else:

@@ -3,7 +3,8 @@
 Sources of cases:
   * node cases, generated in memory by onnx.backend.test.case.node.collect_testcases(None): one
     ONNX node per model, with numpy inputs and expected outputs; inputs an op needs at compile
-    time (axes, k, pads...) become initializers with the case's values (freeze_compile_time_inputs);
+    time (axes, k, pads, Resize scales...) are bound with each data set's values, as
+    `--input-value` binds them (aot.compile(input_values=...); see compile_time_inputs);
   * model folders under onnx/backend/test/data/{pytorch-converted,pytorch-operator,simple}: a
     model.onnx and test_data_set_N/{input,output}_K.pb;
   * light models, onnx/backend/test/data/light/light_X.onnx: real architectures whose weights are
@@ -95,6 +96,8 @@ class Case:
     name: str
     model: onnx.ModelProto
     node_data: list[DataSet] | None = None  # node cases carry their data in memory
+    # Runtime inputs an op needs at compile time: bound with each data set's value (--input-value).
+    bound: tuple[str, ...] = ()
     folder: Path | None = None  # model folders: test_data_set_N/ inside
     light_output: Path | None = None  # light models: the expected output_0 TensorProto
 
@@ -143,19 +146,18 @@ def node_cases() -> list[Case]:
     cases = []
     for tc in sorted(raw, key=lambda t: t.name):
         data = [([_as_array(v) for v in ins], [_as_array(v) for v in outs]) for ins, outs in tc.data_sets]
-        model, data = freeze_compile_time_inputs(tc.model, data)
-        cases.append(Case(NODE, tc.name, model, node_data=data))
+        cases.append(Case(NODE, tc.name, tc.model, node_data=data, bound=compile_time_inputs(tc.model)))
     return cases
 
 
-def freeze_compile_time_inputs(model: onnx.ModelProto, data: list[DataSet]) -> tuple[onnx.ModelProto, list[DataSet]]:
+def compile_time_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
     """Node cases feed every input at run time, even those that decide shapes: Reduce axes,
-    TopK's k, Slice starts/ends, Pad pads, CumSum's axis... A static-shape compiler needs those at
-    compile time, as a deployed model has them (initializers, or values folded from shapes); the
-    registry lists them per op (aot.ops.registry.constant_inputs). A graph input such a value is
-    computed from becomes an initializer holding the case's value, when every data set gives the
-    same one (onnx-mlir's backend tests freeze the same inputs). Everything else stays a run-time
-    input."""
+    TopK's k, Slice starts/ends, Pad pads, Resize scales, CumSum's axis... A static-shape compiler
+    needs those at compile time, as a deployed model has them (initializers, values folded from
+    shapes, or inputs bound with --input-value); the registry lists them per op
+    (aot.ops.registry.constant_inputs). The graph inputs such a value is computed from are bound,
+    each data set compiled with its own values (onnx-mlir's backend tests freeze the same inputs).
+    Everything else stays a run-time input."""
     runtime = [vi.name for vi in runtime_inputs(model)]
     producers = {out: node for node in model.graph.node for out in node.output if out}
     wanted: set[str] = set()
@@ -179,26 +181,7 @@ def freeze_compile_time_inputs(model: onnx.ModelProto, data: list[DataSet]) -> t
             for i in constant_inputs(node.op_type):
                 if i < len(node.input):
                     trace(node.input[i])
-    frozen: dict[str, np.ndarray] = {}
-    for name in sorted(wanted):
-        position = runtime.index(name)
-        # (Scalars come as numpy scalars, e.g. np.int32(0), in some cases.)
-        values = [np.asarray(ins[position]) for ins, _ in data
-                  if position < len(ins) and isinstance(ins[position], (np.ndarray, np.generic))]
-        if len(values) == len(data) and values and all(
-                v.dtype == values[0].dtype and np.array_equal(v, values[0]) for v in values):
-            frozen[name] = values[0]
-    if not frozen:
-        return model, data
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
-    kept = [vi for vi in result.graph.input if vi.name not in frozen]
-    del result.graph.input[:]
-    result.graph.input.extend(kept)
-    result.graph.initializer.extend(numpy_helper.from_array(v, name) for name, v in frozen.items())
-    drop = {runtime.index(name) for name in frozen}
-    data = [([v for i, v in enumerate(ins) if i not in drop], outs) for ins, outs in data]
-    return result, data
+    return tuple(name for name in runtime if name in wanted)
 
 
 def folder_cases(suite: str) -> list[Case]:
@@ -335,13 +318,13 @@ def scope_problem(model: onnx.ModelProto) -> str | None:
     return None
 
 
-def _foldable_nodes(model: onnx.ModelProto) -> set[int]:
+def _foldable_nodes(model: onnx.ModelProto, bound: Iterable[str] = ()) -> set[int]:
     """Indices of top-level nodes that aot's frontend folds into constants: nodes computing only
     from initializers and other folded values, and Shape/Size of a declared static shape. (The
     frontend also folds what shape inference reveals; this cheap look needs no evaluation, which
     matters for the light models whose ConstantOfShape nodes make hundreds of MB of weights.)"""
     graph = model.graph
-    constant = {t.name for t in graph.initializer}
+    constant = {t.name for t in graph.initializer} | set(bound)
     static = set(constant)
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
         tt = vi.type.tensor_type
@@ -361,10 +344,10 @@ def _foldable_nodes(model: onnx.ModelProto) -> set[int]:
     return folded
 
 
-def registry_missing_ops(model: onnx.ModelProto) -> list[str]:
+def registry_missing_ops(model: onnx.ModelProto, bound: Iterable[str] = ()) -> list[str]:
     """Op types aot would have to lower that are not in its registry (nodes it folds into
-    constants at compile time need no lowering)."""
-    folded = _foldable_nodes(model)
+    constants at compile time, from initializers and the `bound` inputs, need no lowering)."""
+    folded = _foldable_nodes(model, bound)
     missing = {n.op_type for i, n in enumerate(model.graph.node)
                if i not in folded and not is_supported(n.domain, n.op_type)}
     for node in model.graph.node:  # ops inside subgraphs, were any to be reached
@@ -375,9 +358,9 @@ def registry_missing_ops(model: onnx.ModelProto) -> list[str]:
     return sorted(missing)
 
 
-def statically_supported(model: onnx.ModelProto) -> bool:
+def statically_supported(model: onnx.ModelProto, bound: Iterable[str] = ()) -> bool:
     """Whether every op aot has to lower (after folding constants) is in its registry."""
-    return not registry_missing_ops(model)
+    return not registry_missing_ops(model, bound)
 
 
 def in_scope(case: Case) -> bool:
@@ -386,7 +369,7 @@ def in_scope(case: Case) -> bool:
 
 def is_test_target(case: Case) -> bool:
     """In scope and using only registered ops: these cases must pass."""
-    return in_scope(case) and statically_supported(case.model)
+    return in_scope(case) and statically_supported(case.model, case.bound)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,13 +458,17 @@ def _run_case(case: Case, opt: str, extra_cflags: str, backend: str, target: str
             return result(FAILED, f"{where}{len(inputs)} inputs/{len(expected)} outputs given, the model "
                                   f"has {len(names_in)}/{len(names_out)}")
         feeds = dict(zip(names_in, inputs, strict=True))
+        # Inputs an op needs at compile time are bound with this data set's values (--input-value).
+        values = {name: np.asarray(feeds.pop(name)) for name in case.bound}
         # A static-shape compiler is told the sizes of symbolic dimensions (as `--input-shape` does
         # on the command line); the data set's own arrays say what they are.
-        shapes = {name: tuple(np.shape(feeds[name])) for name in symbolic}
-        key = tuple(sorted(shapes.items()))
+        shapes = {name: tuple(np.shape(feeds[name])) for name in symbolic if name not in values}
+        key = (tuple(sorted(shapes.items())),
+               tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in sorted(values.items())))
         if key not in hosts:
             try:
-                package = compile_model(case.model, input_shapes=shapes or None, backend=backend, target=target)
+                package = compile_model(case.model, input_shapes=shapes or None, backend=backend, target=target,
+                                        input_values=values or None)
             except UnsupportedError as e:
                 return result(UNSUPPORTED, "", sorted(e.unsupported))
             except AotError as e:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.compiler import compile as compile_model
 from aot.compiler import load
 from tests import conformance as cf
 from tests.conftest import conformance_summary_path
@@ -96,14 +97,20 @@ def test_folding_evaluates_ops_at_the_model_opset() -> None:
     assert_matches_onnxruntime(model, {"x": rand(1, 3, 2, 2)})
 
 
-def test_compile_time_inputs_become_initializers() -> None:
-    """Inputs the registry says an op needs at compile time (TopK's k, Reduce axes) are frozen
-    with the case's value; data inputs, and indices read at run time, stay inputs."""
+def test_compile_time_inputs_are_bound_with_input_values() -> None:
+    """Inputs the registry says an op needs at compile time (TopK's k, Reduce axes, Resize scales)
+    are bound with each data set's value, as --input-value binds them; data inputs, and indices
+    read at run time, stay inputs of the package."""
     cases = {c.name: c for c in ALL_CASES if c.suite == cf.NODE}
-    for name, frozen, runtime in (("test_top_k", {"k"}, ["x"]),
-                                  ("test_reduce_sum_keepdims_example", {"axes"}, ["data"]),
-                                  ("test_gather_0", set(), ["data", "indices"])):
+    for name, bound, runtime in (("test_top_k", ("k",), ["x"]),
+                                 ("test_reduce_sum_keepdims_example", ("axes",), ["data"]),
+                                 ("test_resize_upsample_scales_nearest", ("scales",), ["X"]),
+                                 ("test_gather_0", (), ["data", "indices"])):
         case = cases[name]
-        assert {t.name for t in case.model.graph.initializer} == frozen, name
-        assert [vi.name for vi in cf.runtime_inputs(case.model)] == runtime, name
-        assert all(len(inputs) == len(runtime) for inputs, _ in case.data_sets()), name
+        assert case.bound == bound, name
+        assert not case.model.graph.initializer, name  # the case's model as onnx ships it
+        inputs, _ = case.data_sets()[0]
+        values = {n: v for n, v in zip([vi.name for vi in cf.runtime_inputs(case.model)], inputs) if n in bound}
+        package = compile_model(case.model, input_values=values)
+        assert [i["name"] for i in package.inputs] == runtime, name
+        assert [v["name"] for v in package.manifest.get("input_values", [])] == list(bound), name

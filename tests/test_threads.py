@@ -20,6 +20,7 @@ import onnx
 import pytest
 from onnx import helper
 
+import aot
 from aot.compiler import compile as compile_model
 from aot.host.build import STRICT_CFLAGS, host_cc
 from aot.host.run import HostModel
@@ -276,3 +277,18 @@ def test_bench_threads_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert {"ours_ms", "onnxruntime_ms", "ratio", "threads"} <= result.keys() and result["threads"] == 2
+
+
+def test_public_compile_takes_parallel() -> None:
+    """The README's `aot.compile(..., parallel=True)`: the package gets the thread pool, and its
+    run over 2 threads gives the serial outputs."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx"
+    threaded, serial = aot.compile(str(example), parallel=True), aot.compile(str(example))
+    assert "runtime/aot_threads.c" in threaded.files and "runtime/aot_threads.c" not in serial.files
+    x = rand(1, 3, 32, 32, seed=3)
+    name = threaded.manifest["inputs"][0]["name"]
+    model = HostModel.build(threaded, threads=2)
+    got = model.run({name: x})
+    want = serial.run({name: x})
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)

@@ -11,9 +11,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from aot.errors import ModelLoadError, NodeError, UnsupportedError
+from aot.errors import InputShapeError, ModelLoadError, NodeError, UnsupportedError
 from aot.frontend.initializers import initializer_array
 from aot.frontend.input_shapes import apply_input_shapes, runtime_inputs
+from aot.frontend.input_values import InputValue, bind_input_values
 from aot.frontend.loader import default_opset, load_onnx, upgrade_opset
 from aot.frontend.shape_folding import (
     check_declared_outputs,
@@ -25,17 +26,18 @@ from aot.frontend.shape_folding import (
 from aot.frontend.type_constraints import check_type_constraints
 from aot.ir.graph import Graph, Node, Tensor
 from aot.ir.sizes import too_many_elements
-from aot.ops.registry import is_supported
+from aot.ops.attrs import graph_inputs_behind
+from aot.ops.registry import constant_inputs, is_supported
 
 
 def load_graph(
     path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-    allow_unsupported: bool = False,
+    allow_unsupported: bool = False, input_values: Mapping[str, InputValue] | None = None,
 ) -> Graph:
     """Load an ONNX file and return its static graph IR."""
     model = load_onnx(path)
     return import_model(model, input_shapes, source=str(path), name=Path(path).stem,
-                        allow_unsupported=allow_unsupported)
+                        allow_unsupported=allow_unsupported, input_values=input_values)
 
 
 def import_model(
@@ -44,13 +46,21 @@ def import_model(
     source: str = "<model>",
     name: str = "model",
     allow_unsupported: bool = False,
+    input_values: Mapping[str, InputValue] | None = None,
 ) -> Graph:
     """The static graph IR of `model`. Unsupported ops are all reported at once; with
-    `allow_unsupported` (for `aot inspect`) they are kept as nodes and listed in graph.unsupported."""
+    `allow_unsupported` (for `aot inspect`) they are kept as nodes and listed in graph.unsupported.
+    `input_values` (--input-value) bind graph inputs to constants before anything else reads the
+    model, so the shapes they decide are static; graph.bound_inputs holds them."""
     model_copy = upgrade_opset(model, source)
     if model_copy is model:
         model_copy = onnx.ModelProto()
         model_copy.CopyFrom(model)
+    bound = bind_input_values(model_copy, input_values or {})
+    both = sorted(set(bound) & set(input_shapes or {}))
+    if both:
+        raise InputShapeError(f"--input-shape {both[0]}=...: input {both[0]!r} is bound by --input-value, "
+                              "which gives its shape")
     apply_input_shapes(model_copy, input_shapes or {})
     stored_shapes = forget_stale_shapes(model_copy)
     folded = fold_static_subgraphs(model_copy, source, stored=stored_shapes)
@@ -63,7 +73,20 @@ def import_model(
     graph = _build_graph(folded, source, name, lenient=bool(unsupported))
     graph.source_node_count = len(model.graph.node)
     graph.unsupported = unsupported
+    graph.bound_inputs = bound
     return graph
+
+
+def _unbound_input_hint(op_type: str, inputs: list[Tensor | None]) -> str:
+    """When an input the op needs at compile time comes from a graph input: the option that binds it."""
+    for index in constant_inputs(op_type):
+        tensor = inputs[index] if index < len(inputs) else None
+        sources = graph_inputs_behind(tensor) if tensor is not None else []
+        if sources:
+            via = "is the graph input" if sources == [tensor.name] else "is computed from the graph input"
+            return (f"; its input {index} (tensor {tensor.name!r}) {via} {sources[0]!r}: give its value with "
+                    f"--input-value {sources[0]}=... (FILE.npy, 1,2,3 or a number)")
+    return ""
 
 
 def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
@@ -164,7 +187,8 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
                     infer_shapes(model, source, strict=True)  # raises with onnx's reason, if it has one
                 raise NodeError(
                     f"{source}: node {label!r} ({proto.op_type})",
-                    f"output {out_name!r} has no static shape after shape inference and folding",
+                    f"output {out_name!r} has no static shape after shape inference and folding"
+                    + _unbound_input_hint(proto.op_type, inputs),
                 )
             dtype, shape = info
             why = too_many_elements(shape)

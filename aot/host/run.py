@@ -154,6 +154,9 @@ class HostPackage(Package):
     """A Package that also runs on this machine: what aot.compile returns."""
 
     _host_model: HostModel | None = field(default=None, repr=False)
+    # The graph inputs bound at compile time (--input-value), by name: a reference run (aot verify
+    # feeding onnxruntime the original model) needs them.
+    bound_inputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def run(self, inputs: dict[str, Any] | list[Any],
             build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:

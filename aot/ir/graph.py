@@ -82,6 +82,8 @@ class Graph:
         self.source_node_count = 0  # nodes in the ONNX model this graph came from
         self.unsupported: dict[str, list[str]] = {}  # op type -> node names (kept only for inspect)
         self.unknown_shapes: list[str] = []  # tensors after unsupported ops (inspect only)
+        # Graph inputs bound at compile time (--input-value), by name; they are constants now.
+        self.bound_inputs: dict[str, np.ndarray] = {}
 
     def add_tensor(self, tensor: Tensor) -> Tensor:
         if tensor.name in self.tensors:

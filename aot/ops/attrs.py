@@ -18,9 +18,35 @@ def constant_input(node: Node, index: int, what: str) -> np.ndarray | None:
     if t is None:
         return None
     if not t.is_constant:
+        sources = graph_inputs_behind(t)
+        if sources:
+            first = sources[0]
+            where = f"is the graph input {first!r}" if first == t.name else \
+                f"is computed from the graph input{'s' if len(sources) > 1 else ''} {', '.join(map(repr, sources))}"
+            raise fail(node, f"input {index} ({what}, tensor {t.name!r}) must be a compile-time constant and "
+                             f"{where}: give its value with --input-value {first}=... (FILE.npy, 1,2,3 or a "
+                             "number)")
         raise fail(node, f"input {index} ({what}, tensor {t.name!r}) must be a compile-time constant "
                          "(an initializer or computable from initializers and shapes)")
     return t.data
+
+
+def graph_inputs_behind(t: Tensor) -> list[str]:
+    """The graph inputs (non-constant tensors nothing produces) whose values `t` is computed from,
+    in the order first met."""
+    found: list[str] = []
+    seen: set[Tensor] = set()
+    stack = [t]
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen or tensor.is_constant:  # Tensors hash by identity (eq=False)
+            continue
+        seen.add(tensor)
+        if tensor.producer is None:
+            found.append(tensor.name)
+        else:
+            stack.extend(reversed([i for i in tensor.producer.inputs if i is not None]))
+    return found
 
 
 def required_input(node: Node, index: int, what: str) -> Tensor:
