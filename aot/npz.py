@@ -92,18 +92,25 @@ def _read_headers(archive: zipfile.ZipFile, where: str) -> dict[str, Member]:
     return members
 
 
+def read_npy_header(stream: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Shape, Fortran order and dtype from an .npy header, read within MAX_HEADER_BYTES; the stream
+    is left at the first data byte. ValueError/EOFError/SyntaxError when it is not one."""
+    version = npy_format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran, dtype = npy_format.read_array_header_1_0(stream, max_header_size=MAX_HEADER_BYTES)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = npy_format.read_array_header_2_0(stream, max_header_size=MAX_HEADER_BYTES)
+    else:
+        raise ValueError(f"unknown .npy version {version}")
+    return tuple(int(d) for d in shape), bool(fortran), np.dtype(dtype)
+
+
 def _header(stream: IO[bytes], info: zipfile.ZipInfo, key: str, where: str) -> Member:
     try:
-        version = npy_format.read_magic(stream)
-        if version == (1, 0):
-            shape, fortran, dtype = npy_format.read_array_header_1_0(stream, max_header_size=MAX_HEADER_BYTES)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = npy_format.read_array_header_2_0(stream, max_header_size=MAX_HEADER_BYTES)
-        else:
-            raise ValueError(f"unknown .npy version {version}")
+        shape, fortran, dtype = read_npy_header(stream)
     except (ValueError, EOFError, OSError, SyntaxError) as e:
         raise VerifyError(f"{where}: member {info.filename!r} is not a readable .npy array ({e})") from e
-    return Member(key, info, tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran), stream.tell())
+    return Member(key, info, shape, dtype, fortran, stream.tell())
 
 
 def _match(members: dict[str, Member], specs: Sequence[Mapping[str, Any]], where: str,

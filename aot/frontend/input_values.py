@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 import onnx
-from numpy.lib import format as npy_format
 from onnx import helper, numpy_helper
 
 from aot.errors import InputValueError
 from aot.frontend.input_shapes import is_utf8, runtime_inputs
-from aot.npz import MAX_HEADER_BYTES
+from aot.npz import read_npy_header
 
 # What aot.compile(input_values=...) takes per input: an array (or anything np.asarray takes), or
 # the text of the command-line option after `NAME=`.
@@ -218,14 +217,7 @@ def _load_npy(where: str, text: str) -> np.ndarray:
         raise InputValueError(f"{label}: not a regular file")
     try:
         with open(path, "rb") as f:
-            version = npy_format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = npy_format.read_array_header_1_0(f, max_header_size=MAX_HEADER_BYTES)
-            elif version in ((2, 0), (3, 0)):
-                shape, fortran, dtype = npy_format.read_array_header_2_0(f, max_header_size=MAX_HEADER_BYTES)
-            else:
-                raise ValueError(f"unknown .npy version {version}")
-            dtype = np.dtype(dtype)
+            shape, fortran, dtype = read_npy_header(f)
             if dtype.hasobject or dtype.kind not in "biuf":
                 raise InputValueError(f"{label}: the array has dtype {dtype}; only numbers and bools can be bound")
             count = math.prod(int(d) for d in shape)
