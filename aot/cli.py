@@ -218,14 +218,35 @@ def _files_read(model: Path, output: Path, force: bool, targets: list[str]) -> l
     return [model, *external_data_files(model), *tomls]
 
 
+ModelsArg = Annotated[list[Path], typer.Argument(
+    help="The ONNX model file; several make one package (one header and entry points per model, one "
+         "library, weights stored once).", show_default=False)]
+ModelNamesOpt = Annotated[list[str] | None, typer.Option(
+    "--name", help="Model name: prefix of every C symbol (default: the file name). With several models, "
+                   "one --name per model, in order.", show_default=False)]
+PackageNameOpt = Annotated[str | None, typer.Option(
+    "--package-name", help="With several models (or shapes): the library's name, lib<NAME>.a, and its "
+                           "header <NAME>.h, which includes the models' (default: their names joined by _; "
+                           "a model's own name for its shape variants).", show_default=False)]
+SharedArenaOpt = Annotated[bool, typer.Option(
+    "--shared-arena", help="With several models that never run at the same time: one arena for them all, "
+                           "of the largest model's size (<PACKAGE>_DECLARE_ARENA in the package's header).")]
+
+
 @app.command("compile")
 @_report_errors
 def compile_cmd(
-    model: ModelArg,
+    model: ModelsArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
-    input_shape: InputShapeOpt = None,
+    input_shape: Annotated[list[str] | None, typer.Option(
+        "--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable). Several shapes for "
+                              "one input compile the model at each, with one entry point per shape "
+                              "(<name>_1x3x224x224_run ...) and the weights stored once. With several "
+                              "models it applies to each model with that input.", show_default=False)] = None,
     input_value: InputValueOpt = None,
-    name: NameOpt = None,
+    name: ModelNamesOpt = None,
+    package_name: PackageNameOpt = None,
+    shared_arena: SharedArenaOpt = False,
     backend: BackendOpt = "c",
     target: TargetOpt = None,
     weights_format: WeightsFormatOpt = "auto",
@@ -236,29 +257,44 @@ def compile_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Compile MODEL into a C package (header, sources, weights, runtime, Makefile, CMakeLists)."""
-    from aot.compiler import compile as compile_model
+    from aot.compiler import compile_models
+    from aot.model_set import default_package_name, model_specs
     from aot.package.output_dir import check_output_folder
 
-    _check_name(name)
-    read = _files_read(model, output, force, target or []) + _value_files(input_value)
+    for n in [*(name or []), *([package_name] if package_name is not None else [])]:
+        _check_name(n)
+    read = [f for m in model for f in _files_read(m, output, force, target or [])] + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling: a refusal costs nothing
-    package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target or None,
-                            weights_format=weights_format, parallel=parallel, progress=_progress(),
-                            conv_algorithm=conv_algorithm, input_values=_values(input_value))
+    specs = model_specs(model, name or [], input_shape or [], input_value or [])
+    package = compile_models(specs, package_name or default_package_name(model, name or [], specs),
+                             shared_arena=shared_arena, backend=backend, target=target or None,
+                             weights_format=weights_format, parallel=parallel, progress=_progress(),
+                             conv_algorithm=conv_algorithm)
     with _progress().step("writing the package"):
         written = package.write(output, force=force, inputs=read)
     m = package.manifest
     if as_json:
         print(json.dumps({"package": str(written), **{k: v for k, v in m.items() if k != "files"}}, sort_keys=True))
         return
-    print(f"compiled {printable(model)} -> {printable(written)}/")
-    print(f"  {m['onnx_nodes']} ONNX nodes -> {m['kernels']} kernels")
-    print(f"  arena {m['arena_bytes']} bytes (lower bound {m['arena_lower_bound_bytes']}, "
-          f"unshared {m['arena_unshared_bytes']}), weights {m['weights_bytes']} bytes")
+    print(f"compiled {', '.join(printable(p) for p in model)} -> {printable(written)}/")
+    for view in package.models:
+        _print_model_summary(view.manifest, len(package.models) > 1)
+    if "models" in m:
+        arena = (f"one arena of {m['arena_bytes']} bytes (--shared-arena)" if m["shared_arena"]
+                 else "an arena per model")
+        print(f"  package: {len(m['models'])} models, {arena}, weights {m['weights_bytes']} bytes stored once")
     print(f"  C API: {package.name}.h  build: make -C {printable(written)}")
     for entry in m.get("targets", []):
-        print(printable(f"  LLVM object for {entry['name']} ({entry['triple']}, cpu {entry['cpu']}): "
-                        f"{entry['object']}"))
+        objects = entry.get("objects", [entry.get("object")])
+        print(printable(f"  LLVM object{'s' if len(objects) > 1 else ''} for {entry['name']} ({entry['triple']}, "
+                        f"cpu {entry['cpu']}): {', '.join(objects)}"))
+
+
+def _print_model_summary(m: dict[str, Any], named: bool) -> None:
+    prefix = f"  {printable(m['name'])}: " if named else "  "
+    print(f"{prefix}{m['onnx_nodes']} ONNX nodes -> {m['kernels']} kernels")
+    print(f"{' ' * len(prefix) if named else '  '}arena {m['arena_bytes']} bytes (lower bound "
+          f"{m['arena_lower_bound_bytes']}, unshared {m['arena_unshared_bytes']}), weights {m['weights_bytes']} bytes")
 
 
 @app.command("verify")
@@ -421,7 +457,7 @@ def build_cmd(
     with tempfile.TemporaryDirectory(prefix="aot-build-") as tmp:
         staging = package.write(Path(tmp) / "pkg")
         _progress().start(f"cross build for {preset.name} ({tools.kind}: {tools.cc_text})")
-        built = build_package_dir(staging, package.name, preset, tools, static=not dynamic,
+        built = build_package_dir(staging, package, preset, tools, static=not dynamic,
                                   llvm=backend == "llvm")
         _progress().finish()
         files = {str(p.relative_to(staging)): p.read_bytes() for p in staging.rglob("*")

@@ -6,12 +6,13 @@ import functools
 import gc
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from aot.backends.run_plan import Port, RunPlan, plan_run
+from aot.backends.run_plan import Port, RunPlan, SharedWeightsView, plan_run
 from aot.codegen.c_names import model_identifier
 from aot.errors import AotError
 from aot.frontend.importer import import_model
@@ -19,11 +20,14 @@ from aot.frontend.input_values import InputValue, manifest_entry
 from aot.frontend.loader import load_onnx
 from aot.host.run import HostPackage
 from aot.ir.graph import Graph
+from aot.model_set import ModelSpec
 from aot.package.blob import FileData
-from aot.package.c_sources import check_weights_format, render_c_sources
+from aot.package.c_sources import ModelSources, PackageSources, check_weights_format, render_package
 from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
+from aot.planner.arena import PlannedProgram
+from aot.planner.weights import layout_shared_weights
 from aot.progress import SILENT, Progress
 from aot.resources import resource_dir
 from aot.targets import Target, resolve_targets
@@ -65,6 +69,14 @@ def _without_cyclic_gc(function: Callable[..., Package]) -> Callable[..., Packag
     return paused
 
 
+@dataclass(frozen=True)
+class _PlannedModel:
+    ident: str
+    source: str
+    graph: Graph
+    planned: PlannedProgram
+
+
 @_without_cyclic_gc
 def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     model: str | os.PathLike[str] | onnx.ModelProto,
@@ -101,33 +113,102 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     before shape inference and folding, so the shapes it decides are static, and is no package input.
     A value (array, list, number or the option's text) fits the input's declared type.
     """
+    return compile_models([ModelSpec(model, input_shapes, name, input_values)], backend=backend, target=target,
+                          weights_format=weights_format, progress=progress, parallel=parallel,
+                          conv_algorithm=conv_algorithm)
+
+
+@_without_cyclic_gc
+def compile_models(
+    models: Sequence[ModelSpec],
+    package_name: str | None = None,
+    shared_arena: bool = False,
+    backend: str = "c",
+    target: str | Sequence[str] | None = None,
+    weights_format: str = "auto",
+    progress: Progress | None = None,
+    parallel: bool = False,
+    conv_algorithm: str = "auto",
+) -> HostPackage:
+    """Compile several models (or one model at several input shapes, as several ModelSpecs) into
+    one package: one header and set of entry points per model, one library, one weights struct in
+    which a weight several models have is stored once. `package_name` names the library (default:
+    the one model's name; for several, the models' names joined by "_"). `shared_arena`: the
+    models never run at the same time, and the package's header declares one arena for them all,
+    of the largest model's size. The other options are compile()'s, the same for every model."""
     progress = progress or SILENT
+    if not models:
+        raise AotError("no model to compile")
     if backend not in BACKENDS:
         raise AotError(f"--backend {backend!r}: unknown backend (available: {', '.join(BACKENDS)})")
     check_weights_format(weights_format)  # before the compile, which can take minutes
     targets = resolve_targets(target)
     if backend == "c" and len(targets) > 1:
         raise AotError("--target: the C backend takes one target (several are for --backend llvm objects)")
+    if shared_arena and len(models) < 2:
+        raise AotError("--shared-arena: the package has one model (it shares an arena among several)")
     options = PipelineOptions(tuple(targets), parallel, conv_algorithm)
     objects = _llvm_objects(targets) if backend == "llvm" else []
+    planned = [_plan_model(spec, targets, options, progress) for spec in models]
+    package = _bundle_name([p.ident for p in planned], package_name)
+    weights = layout_shared_weights([p.planned.program.weights for p in planned],
+                                    tuple(f"{p.ident.upper()}_" for p in planned))
+    check_address_space(targets, [("the weights", sum(s.tensor.nbytes for s in weights.slots))])
+    runs = [plan_run(p.planned, p.ident, SharedWeightsView(package, own, weights.struct_bytes))
+            for p, own in zip(planned, weights.per_model)]
+    sources = PackageSources(package, [ModelSources(run, Path(p.source).name, p.graph.source_node_count,
+                                                    [_build_entry(run.name, t) for t in objects])
+                                       for run, p in zip(runs, planned)],
+                             weights.slots, weights.struct_bytes, targets[0] if len(targets) == 1 else None,
+                             weights_format, options.threads, shared_arena)
+    files, info = _package_files(sources, runs, options, objects, progress)
+    entries = [_model_entry(p, run, targets, objects) for p, run in zip(planned, runs)]
+    manifest = _package_manifest(package, entries, sources, backend, conv_algorithm, info, targets, objects)
+    files[MANIFEST] = finalize_manifest(files, manifest)
+    progress.finish()
+    bound = dict(planned[0].graph.bound_inputs) if len(planned) == 1 else {}
+    return HostPackage(package, files, manifest, bound_inputs=bound)
+
+
+def _plan_model(spec: ModelSpec, targets: list[Target], options: PipelineOptions, progress: Progress) -> _PlannedModel:
+    """One model imported, through the graph passes, lowered and planned."""
     progress.start("import")
-    graph, source = load(model, input_shapes, input_values)
+    graph, source = load(spec.model, spec.input_shapes, spec.input_values)
     check_address_space(targets, ((f"tensor {t.name!r}", t.nbytes) for t in graph.tensors.values()))
-    ident = _package_name(graph.name if name is None else name)
+    ident = _package_name(graph.name if spec.name is None else spec.name)
     progress.start("graph passes")
     run_passes(graph)
     planned = lower_and_plan(graph, options, progress)
     check_address_space(targets, [("the arena", planned.memory.arena_bytes),
                                   ("the weights", sum(t.nbytes for t in planned.program.weights))])
-    run = plan_run(planned, ident)
-    files, info = _package_files(run, Path(source).name, graph.source_node_count, options, objects,
-                                 weights_format, progress)
-    manifest: dict[str, Any] = {
-        "name": ident,
-        "source_model": Path(source).name,
-        "backend": backend,
-        "conv_algorithm": conv_algorithm,
-        "compiler": {"name": "aot", "version": __version__},
+    return _PlannedModel(ident, source, graph, planned)
+
+
+def _bundle_name(idents: list[str], requested: str | None) -> str:
+    """The package's name: the library's, the weights object's and the umbrella header's."""
+    if len(set(idents)) < len(idents):
+        twice = sorted({i for i in idents if idents.count(i) > 1})
+        raise AotError(f"--name: two models of the package are both named {twice[0]!r} (give each its own --name)")
+    if len(idents) == 1:
+        if requested is not None and _package_name(requested) != idents[0]:
+            raise AotError("--package-name: a package of one model has that model's name (use --name)")
+        return idents[0]
+    package = _package_name(requested if requested is not None else "_".join(idents))
+    for ident in idents:
+        for taken in (package, f"{package}_weights"):
+            if ident == taken:
+                raise AotError(f"--name {ident}: the package's own files are named {taken!r} "
+                               "(choose another model name or --package-name)")
+    return package
+
+
+def _model_entry(model: _PlannedModel, run: RunPlan, targets: Sequence[Target],
+                 objects: Sequence[LlvmTarget]) -> dict[str, Any]:
+    """One model's keys of the manifest (for one model, the manifest's own)."""
+    planned = model.planned
+    entry: dict[str, Any] = {
+        "name": run.name,
+        "source_model": Path(model.source).name,
         "inputs": [_io_entry(p) for p in run.inputs],
         "outputs": [_io_entry(p) for p in run.outputs],
         "arena_bytes": planned.memory.arena_bytes,
@@ -135,17 +216,30 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
         "arena_lower_bound_bytes": planned.memory.lower_bound_bytes,
         "arena_unshared_bytes": planned.memory.unshared_bytes,
         "weights_bytes": run.weights_bytes,
-        "weights_format": info["weights_format"],
-        "onnx_nodes": graph.source_node_count,
+        "onnx_nodes": model.graph.source_node_count,
         "kernels": len(planned.kernels),
         "kernel_order": [{"op": k.op, "sources": k.sources} for k in planned.kernels],
-        **_target_entries(ident, targets, objects),
+        **_target_entries(run.name, targets, objects),
     }
-    if graph.bound_inputs:  # only then: packages without bound inputs keep their manifest as it was
-        manifest["input_values"] = [manifest_entry(n, v) for n, v in graph.bound_inputs.items()]
-    files[MANIFEST] = finalize_manifest(files, manifest)
-    progress.finish()
-    return HostPackage(ident, files, manifest, bound_inputs=dict(graph.bound_inputs))
+    if model.graph.bound_inputs:  # only then: packages without bound inputs keep their manifest as it was
+        entry["input_values"] = [manifest_entry(n, v) for n, v in model.graph.bound_inputs.items()]
+    return entry
+
+
+def _package_manifest(package: str, entries: list[dict[str, Any]], sources: PackageSources, backend: str,
+                      conv_algorithm: str, info: Mapping[str, Any], targets: Sequence[Target],
+                      objects: Sequence[LlvmTarget]) -> dict[str, Any]:
+    """manifest.json but its file digests. One model: its keys at the top, as always. Several:
+    the package's name, arena and weights at the top, each model's keys under "models"."""
+    common = {"backend": backend, "conv_algorithm": conv_algorithm,
+              "compiler": {"name": "aot", "version": __version__}, "weights_format": info["weights_format"]}
+    if len(entries) == 1:
+        return {**entries[0], **common}
+    arena = {"arena_bytes": max(e["arena_bytes"] for e in entries),
+             "arena_alignment": max(e["arena_alignment"] for e in entries)} if sources.shared_arena else {}
+    return {"name": package, **common, "shared_arena": sources.shared_arena, **arena,
+            "weights_bytes": sources.weights_bytes, "models": entries,
+            **_target_entries(package, targets, objects, [e["name"] for e in entries])}
 
 
 def _package_name(name: str) -> str:
@@ -154,37 +248,37 @@ def _package_name(name: str) -> str:
     return model_identifier(str(name))
 
 
-def _package_files(run: RunPlan, source: str, onnx_nodes: int, options: PipelineOptions,
-                   objects: Sequence[LlvmTarget], weights_format: str,
-                   progress: Progress) -> tuple[dict[str, FileData], dict[str, Any]]:
+def _package_files(sources: PackageSources, runs: Sequence[RunPlan], options: PipelineOptions,
+                   objects: Sequence[LlvmTarget], progress: Progress) -> tuple[dict[str, FileData], dict[str, Any]]:
     """The package's files but the manifest: C sources and build files, the LLVM objects, the
-    runtime; and what render_c_sources tells the manifest."""
+    runtime; and what render_package tells the manifest."""
     progress.start("C code generation")
-    targets = options.targets
-    files, info = render_c_sources(run, source, onnx_nodes, llvm_targets=[_build_entry(run.name, t) for t in objects],
-                                   target=targets[0] if len(targets) == 1 else None,
-                                   weights_format=weights_format, threads=options.threads)
+    files, info = render_package(sources)
     if objects:
         from aot.backends.llvm import compile_objects
 
         progress.start(f"LLVM code generation ({', '.join(t.name for t in objects)})")
-        files.update(compile_objects(run, objects))
+        for run in runs:
+            files.update(compile_objects(run, objects))
     for runtime_file in sorted(resource_dir("runtime_c").iterdir()):
         if runtime_file.suffix in (".h", ".c") and (options.threads or not runtime_file.name.startswith("aot_threads")):
             files[f"runtime/{runtime_file.name}"] = runtime_file.read_bytes()
     return files, info
 
 
-def _target_entries(ident: str, targets: Sequence[Target], objects: Sequence[LlvmTarget]) -> dict[str, Any]:
+def _target_entries(ident: str, targets: Sequence[Target], objects: Sequence[LlvmTarget],
+                    models: Sequence[str] = ()) -> dict[str, Any]:
     """The manifest's target/triple: the (first) target the package is built for, as its LLVM
-    object names it when it has objects (LLVM spells the triple in 4 parts); targets: every object."""
+    object names it when it has objects (LLVM spells the triple in 4 parts); targets: every object
+    (for several `models`, the objects of each, as "objects")."""
     entries: dict[str, Any] = {}
     first = objects[0] if objects else targets[0] if targets else None
     if first is not None:
         entries.update(target=first.name, triple=first.triple)
     if objects:
         entries["targets"] = [{"name": t.name, "triple": t.triple, "cpu": t.cpu, "features": t.features,
-                               "object": _build_entry(ident, t)["object"]} for t in objects]
+                               **({"objects": [_build_entry(m, t)["object"] for m in models]} if models
+                                  else {"object": _build_entry(ident, t)["object"]})} for t in objects]
     return entries
 
 

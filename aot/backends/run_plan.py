@@ -95,24 +95,39 @@ class RunPlan:
     steps: tuple[Step, ...]
     arena_bytes: int
     arena_align: int
-    weight_slots: tuple[WeightSlot, ...]
+    weight_slots: tuple[WeightSlot, ...]  # the members this model uses
     weights_struct_bytes: int  # the weights struct with its padding
     weights_bytes: int         # the weights' own bytes
+    weights_name: str          # the weights object is <weights_name>_weights: the package's
 
     @property
     def has_tasks(self) -> bool:
         return any(call.parallel for step in self.steps for call in step.calls)
 
 
-def plan_run(planned: PlannedProgram, name: str) -> RunPlan:
-    """The entry points of the planned program (kernels in run order) with its arena."""
+def plan_run(planned: PlannedProgram, name: str, weights: SharedWeightsView | None = None) -> RunPlan:
+    """The entry points of the planned program (kernels in run order) with its arena. `weights`:
+    where its weights are in a struct several models share (by default its own `<name>_weights`)."""
     program, plan = planned.program, planned.memory
-    slot_list, weights_struct_bytes = layout_weights(program.weights, f"{name.upper()}_")
-    slots = {s.tensor: s for s in slot_list}
+    if weights is None:
+        slot_list, struct_bytes = layout_weights(program.weights, f"{name.upper()}_")
+        weights = SharedWeightsView(name, {s.tensor: s for s in slot_list}, struct_bytes)
+    slots = weights.slots
     inputs, outputs = describe_ports(program, name)
     steps = tuple(_step(program, plan, slots, i) for i in range(len(program.kernels)))
-    return RunPlan(name, inputs, outputs, steps, plan.arena_bytes, plan.alignment, tuple(slot_list),
-                   weights_struct_bytes, sum(t.nbytes for t in program.weights))
+    used = tuple(sorted({slots[t] for t in program.weights}, key=lambda s: s.offset))
+    return RunPlan(name, inputs, outputs, steps, plan.arena_bytes, plan.alignment, used,
+                   weights.struct_bytes, sum(t.nbytes for t in program.weights), weights.owner)
+
+
+@dataclass(frozen=True)
+class SharedWeightsView:
+    """One model's view of a weights struct: the object's owner (`<owner>_weights`), the member
+    of each of the model's weight tensors, and the struct's size."""
+
+    owner: str
+    slots: dict[Tensor, WeightSlot]
+    struct_bytes: int
 
 
 def describe_ports(program: Program, name: str) -> tuple[tuple[Port, ...], tuple[Port, ...]]:

@@ -21,7 +21,8 @@ C_KEYWORDS = frozenset([
 ])
 
 
-def c_identifier(name: str, fallback: str = "t", public: bool = False, own_macro_prefix: str = "") -> str:
+def c_identifier(name: str, fallback: str = "t", public: bool = False,
+                 own_macro_prefix: str | tuple[str, ...] = "") -> str:
     """A valid C identifier resembling `name` (not yet unique).
 
     `public`: the identifier is part of the package's API (a field of <name>_inputs), so it also
@@ -49,7 +50,8 @@ class UniqueNames:
 
     `public`: the names are public identifiers (see `c_identifier`, also for `own_macro_prefix`)."""
 
-    def __init__(self, reserved: set[str] | None = None, public: bool = False, own_macro_prefix: str = "") -> None:
+    def __init__(self, reserved: set[str] | None = None, public: bool = False,
+                 own_macro_prefix: str | tuple[str, ...] = "") -> None:
         self._used: set[str] = set(reserved or ())
         self._public = public
         self._own_macro_prefix = own_macro_prefix
@@ -82,7 +84,7 @@ def short_tensor_name(name: str) -> str:
     return first + hint
 
 
-def weight_member_names(tensor_names: Sequence[str], own_macro_prefix: str = "") -> list[str]:
+def weight_member_names(tensor_names: Sequence[str], own_macro_prefix: str | tuple[str, ...] = "") -> list[str]:
     """The members of the weights struct, one per tensor, named after the tensors (their ONNX
     initializers): sanitised like public fields (the struct is seen after the standard headers and
     the model's own macros, `own_macro_prefix`), unique, and none of the struct's padding members

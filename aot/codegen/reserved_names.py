@@ -101,11 +101,13 @@ MATH_UNARY_FUNCTIONS = frozenset([
 MATH_OTHER_FUNCTIONS = frozenset(["pow", "fmod", "fabs", "nearbyint"])
 
 
-def is_reserved_public(ident: str, own_macro_prefix: str = "") -> bool:
+def is_reserved_public(ident: str, own_macro_prefix: str | tuple[str, ...] = "") -> bool:
     """Whether `ident` cannot be a public struct field; `own_macro_prefix` is the model's macro
-    prefix ("TINY_CNN_": the header defines TINY_CNN_ARENA_SIZE ...)."""
-    own = bool(own_macro_prefix) and ident.startswith(own_macro_prefix) \
-        and bool(_OWN_MACRO_SUFFIXES.fullmatch(ident[len(own_macro_prefix):]))
+    prefix ("TINY_CNN_": the header defines TINY_CNN_ARENA_SIZE ...), or the prefixes of every
+    model of a package, for the weights struct they share."""
+    prefixes = (own_macro_prefix,) if isinstance(own_macro_prefix, str) else own_macro_prefix
+    own = any(p and ident.startswith(p) and bool(_OWN_MACRO_SUFFIXES.fullmatch(ident[len(p):]))
+              for p in prefixes)
     return ident in _NAMES or bool(_PATTERNS.fullmatch(ident)) or own or needs_prefix(ident)
 
 

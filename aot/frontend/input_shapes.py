@@ -29,6 +29,18 @@ def parse_input_shapes(options: Iterable[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_input_shape_variants(options: Iterable[str]) -> dict[str, list[tuple[int, ...]]]:
+    """Like parse_input_shapes, but an input may be given several shapes: the model is compiled at
+    each (shape variants, one entry point per shape). The same shape twice is an error."""
+    variants: dict[str, list[tuple[int, ...]]] = {}
+    for opt in options:
+        ((name, dims),) = parse_input_shapes([opt]).items()
+        if dims in variants.get(name, []):
+            raise InputShapeError(f"--input-shape {opt!r}: input {name!r} is given this shape twice")
+        variants.setdefault(name, []).append(dims)
+    return variants
+
+
 def is_utf8(text: str) -> bool:
     """False for command-line text holding bytes that are not UTF-8 (Python keeps them as lone
     surrogates, which no name read from an ONNX file can contain)."""

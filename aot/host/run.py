@@ -35,14 +35,14 @@ class HostModel:
         self._keep = keep  # a TemporaryDirectory kept alive as long as the library is loaded
         # Where the model code in the library came from: "c", or "llvm" and the target's name.
         self.backend, self.target = host_variant(package)
-        self._lib = ctypes.CDLL(str(directory / f"lib{package.name}.so"))
+        self._lib = ctypes.CDLL(str(directory / f"lib{package.library}.so"))
         if threads < 1:
             raise AotError(f"threads {threads}: give at least 1")
         self.threads = threads
         self._pool = None
         self._executor = None
         if threads > 1:
-            pool_api = f"{package.name}_thread_pool"  # runtime/aot_threads.h: named after the package
+            pool_api = f"{package.library}_thread_pool"  # runtime/aot_threads.h: named after the package
             if not hasattr(self._lib, f"{pool_api}_create"):
                 raise AotError(f"{package.name}: the package has no thread pool (compiled for a target without "
                                "threads, or built with THREADS=0)")
@@ -158,9 +158,24 @@ class HostPackage(Package):
     # feeding onnxruntime the original model) needs them.
     bound_inputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    # For a package of several models: each model's bound inputs, by model name.
+    model_bound_inputs: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    @property
+    def models(self) -> list[HostPackage]:
+        """The package's models, each as a HostPackage of its own (the same files): this package
+        itself when it holds one model."""
+        if "models" not in self.manifest:
+            return [self]
+        return [HostPackage(name, self.files, self.model_manifest(name),
+                            bound_inputs=self.model_bound_inputs.get(name, {})) for name in self.model_names]
+
     def run(self, inputs: dict[str, Any] | list[Any],
             build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         """Build for the host (once) and run through ctypes; returns outputs by ONNX name."""
+        if "models" in self.manifest:
+            raise AotError(f"{self.name}: the package holds {len(self.model_names)} models "
+                           f"({', '.join(self.model_names)}): run one of package.models")
         if self._host_model is None:
             self._host_model = HostModel.build(self, build_dir)
         return self._host_model.run(inputs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jinja2
@@ -126,19 +127,92 @@ def _weights_context(slots: Sequence[WeightSlot]) -> list[dict[str, Any]]:
     } for s in slots]
 
 
-def _templates(name: str, target: Target | None, binary_weights: bool, threads: bool) -> dict[str, str]:
-    """The package's rendered files: path -> template."""
+@dataclass(frozen=True)
+class ModelSources:
+    """One model of a package, as the C files need it."""
+
+    run: RunPlan
+    source: str                           # the ONNX file it came from (for comments)
+    onnx_nodes: int
+    llvm_targets: Sequence[Mapping[str, Any]] = ()  # its LLVM objects (aot/compiler.py `_build_entry`)
+
+
+@dataclass(frozen=True)
+class PackageSources:
+    """What a package holds: its models, the weights struct they share, how it is built."""
+
+    name: str                             # the library's name; the model's own for one model
+    models: Sequence[ModelSources]
+    weight_slots: Sequence[WeightSlot]    # every member of <name>_weights
+    weights_struct_bytes: int
+    target: Target | None = None
+    weights_format: str = "auto"
+    threads: bool = True
+    shared_arena: bool = False
+
+    @property
+    def is_bundle(self) -> bool:
+        """Several models (or shapes) in one package: an umbrella header <name>.h includes theirs."""
+        return len(self.models) > 1
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(s.tensor.nbytes for s in self.weight_slots)
+
+
+def render_c_sources(run: RunPlan, source: str, onnx_nodes: int,
+                     llvm_targets: Sequence[Mapping[str, Any]] = (),
+                     target: Target | None = None, weights_format: str = "auto", threads: bool = True,
+                     ) -> tuple[dict[str, FileData], dict]:
+    """The C and build files of a one-model package, plus the weights format chosen."""
+    model = ModelSources(run, source, onnx_nodes, llvm_targets)
+    return render_package(PackageSources(run.name, [model], run.weight_slots, run.weights_struct_bytes,
+                                         target, weights_format, threads))
+
+
+def render_package(package: PackageSources) -> tuple[dict[str, FileData], dict]:
+    """The package's C and build files, plus the weights format chosen, for the manifest.
+
+    Each model has its header, model source and runner; the package has one weights struct
+    (<name>_weights.c, or <name>_weights.S + <name>_weights.bin: see WEIGHTS_FORMATS), one
+    Makefile and CMakeLists building one library of every model, and for several models an
+    umbrella header <name>.h. `threads`: the build files compile runtime/aot_threads.c (the
+    pthread pool) into the library and the runners (Linux targets; not for bare metal).
+    """
+    name = package.name
+    weights_format = resolve_weights_format(package.weights_format, package.weights_struct_bytes)
+    blob = (weights_blob(package.weight_slots, package.weights_struct_bytes) if weights_format == "binary"
+            else None)
+    shared = _package_context(package, weights_format, blob)
+    env = _environment()
+    files: dict[str, FileData] = {}
+    for model in package.models:
+        context = {**shared, **_model_context(package, model)}
+        for path, template in _model_templates(model.run.name).items():
+            files[path] = _render(env.get_template(template), context)
+    for path, template in _package_templates(package, blob is not None).items():
+        files[path] = _render(env.get_template(template), shared)
+    if blob is not None:
+        files[f"{name}_weights.bin"] = blob
+    return files, {"weights_format": weights_format}
+
+
+def _model_templates(name: str) -> dict[str, str]:
+    return {f"{name}.h": "c/model.h.j2", f"{name}.c": "c/model.c.j2", f"{name}_runner.c": "c/runner.c.j2"}
+
+
+def _package_templates(package: PackageSources, binary_weights: bool) -> dict[str, str]:
+    """The package's files besides each model's: path -> template."""
+    name = package.name
     templates = {
-        f"{name}.h": "c/model.h.j2",
-        f"{name}.c": "c/model.c.j2",
         f"{name}_weights.h": "c/weights.h.j2",
-        f"{name}_runner.c": "c/runner.c.j2",
         "Makefile": "build/Makefile.j2",
         "CMakeLists.txt": "build/CMakeLists.txt.j2",
-        **({"toolchain.cmake": "build/toolchain.cmake.j2"} if target else {}),
+        **({f"{name}.h": "c/package.h.j2"} if package.is_bundle else {}),
+        **({"toolchain.cmake": "build/toolchain.cmake.j2"} if package.target else {}),
         # The pool's header names its functions after the package (runtime/aot_threads.c, copied
         # as it is, defines them through its macros): several packages' pools in one program.
-        **({"runtime/aot_threads.h": "c/threads.h.j2"} if threads else {}),
+        **({"runtime/aot_threads.h": "c/threads.h.j2"} if package.threads else {}),
     }
     if binary_weights:
         templates[f"{name}_weights.S"] = "c/weights.S.j2"
@@ -147,41 +221,50 @@ def _templates(name: str, target: Target | None, binary_weights: bool, threads: 
     return templates
 
 
-def render_c_sources(run: RunPlan, source: str, onnx_nodes: int,
-                     llvm_targets: Sequence[Mapping[str, Any]] = (),
-                     target: Target | None = None, weights_format: str = "auto", threads: bool = True,
-                     ) -> tuple[dict[str, FileData], dict]:
-    """The package's C and build files, plus the weights format chosen, for the manifest.
-
-    `llvm_targets` describes the LLVM objects the package carries, so that the build files can
-    use them instead of <name>.c (see aot/compiler.py `_build_entry`). `weights_format` (see
-    WEIGHTS_FORMATS) chooses between <name>_weights.c and <name>_weights.S + <name>_weights.bin;
-    either defines the same <name>_weights object, so the rest of the package is the same.
-    `threads`: the build files compile runtime/aot_threads.c (the pthread pool) into the library
-    and the runner (Linux targets; not for bare metal).
-    """
-    name = run.name
-    weights_format = resolve_weights_format(weights_format, run.weights_struct_bytes)
-    blob = weights_blob(run.weight_slots, run.weights_struct_bytes) if weights_format == "binary" else None
-    context = {
-        "name": name, "NAME": name.upper(), "version": __version__,
-        "cmake_version": numeric_version(__version__), "entry": c_api.entry_points(name),
-        "source_comment": c_comment(source), "name_literal": c_string(name),
+def _model_context(package: PackageSources, model: ModelSources) -> dict[str, Any]:
+    """What one model's header, source and runner print (over the package's context)."""
+    run, name = model.run, model.run.name
+    return {
+        "name": name, "NAME": name.upper(), "entry": c_api.entry_points(name),
+        "source_comment": c_comment(model.source), "name_literal": c_string(name),
         "inputs": [_port_context(p) for p in run.inputs], "outputs": [_port_context(p) for p in run.outputs],
         "arena_bytes": run.arena_bytes, "arena_align": run.arena_align, "weights_bytes": run.weights_bytes,
-        **model_source_context(run), "threads": threads,
-        "onnx_nodes": onnx_nodes,
-        "llvm_targets": list(llvm_targets),
-        "target": target,
+        **model_source_context(run),
+        "onnx_nodes": model.onnx_nodes,
+    }
+
+
+def _package_context(package: PackageSources, weights_format: str, blob: WeightsBlob | None) -> dict[str, Any]:
+    """What the package's own files print: weights, build files, umbrella header, pool header."""
+    name = package.name
+    models = package.models
+    headers = [f"{m.run.name}.h" for m in models] + ([f"{name}.h"] if package.is_bundle else [])
+    return {
+        "name": name, "NAME": name.upper(), "package": name, "PACKAGE": name.upper(),
+        "version": __version__, "cmake_version": numeric_version(__version__),
+        "threads": package.threads, "target": package.target, "shared_arena": package.shared_arena,
+        "models": [{"name": m.run.name, "NAME": m.run.name.upper(), "header": f"{m.run.name}.h",
+                    "runner": f"{m.run.name}_runner", "source_comment": c_comment(m.source)} for m in models],
+        "model_sources": " ".join(f"{m.run.name}.c" for m in models),
+        "headers": headers,
+        "runners": [f"{m.run.name}_runner" for m in models],
+        "llvm_targets": _package_llvm_targets(models),
+        "arena_bytes": max(m.run.arena_bytes for m in models),
+        "arena_align": max(m.run.arena_align for m in models),
+        "weights_bytes": package.weights_bytes,
         "weights_format": weights_format,
         "weights_source": f"{name}_weights.S" if blob else f"{name}_weights.c",
         "weights_blob_bytes": len(blob) if blob else 0,
         "weights_align": WEIGHT_ALIGN,
-        "weights": _weights_context(run.weight_slots),
+        "weights": _weights_context(package.weight_slots),
     }
-    env = _environment()
-    files: dict[str, FileData] = {path: _render(env.get_template(t), context)
-                                  for path, t in _templates(name, target, blob is not None, threads).items()}
-    if blob is not None:
-        files[f"{name}_weights.bin"] = blob
-    return files, {"weights_format": weights_format}
+
+
+def _package_llvm_targets(models: Sequence[ModelSources]) -> list[dict[str, Any]]:
+    """The LLVM targets of the package: each with the objects of every model for it."""
+    merged: dict[str, dict[str, Any]] = {}
+    for model in models:
+        for entry in model.llvm_targets:
+            target = merged.setdefault(entry["name"], {**entry, "objects": []})
+            target["objects"].append(entry["object"])
+    return list(merged.values())

@@ -26,6 +26,28 @@ class Package:
     manifest: dict[str, Any]
 
     @property
+    def library(self) -> str:
+        """The library the model is in: lib<library>.a (the package's, which may hold several models)."""
+        return str(self.manifest.get("library", self.name))
+
+    @property
+    def model_names(self) -> list[str]:
+        """The package's models: its own name, or the names of the several it holds."""
+        return [m["name"] for m in self.manifest["models"]] if "models" in self.manifest else [self.name]
+
+    def model_manifest(self, model: str) -> dict[str, Any]:
+        """One model's view of the manifest: the package's keys, then the model's own (inputs, arena
+        ...), and "library", the package's name, when that differs from the model's."""
+        if "models" not in self.manifest:
+            if model != self.name:
+                raise KeyError(model)
+            return self.manifest
+        entry = next(m for m in self.manifest["models"] if m["name"] == model)
+        common = {k: v for k, v in self.manifest.items() if k not in ("models", "name", "targets", "target",
+                                                                       "triple", "weights_bytes")}
+        return {**common, **entry, "library": self.name}
+
+    @property
     def arena_bytes(self) -> int:
         return int(self.manifest["arena_bytes"])
 

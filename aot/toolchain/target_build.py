@@ -23,13 +23,14 @@ if TYPE_CHECKING:
     from aot.package.package import Package
 
 
-def build_package_dir(package_dir: Path, name: str, target: Target, toolchain: Toolchain,
+def build_package_dir(package_dir: Path, package: Package, target: Target, toolchain: Toolchain,
                       opt: str = "-O3", static: bool = True, extra_cflags: str = "",
                       llvm: bool = False) -> list[Path]:
-    """Run the package's Makefile for `target`; returns the artefacts built (library, runner).
-    With `llvm`, the model code comes from the package's LLVM object for the target."""
+    """Run the package's Makefile for `target`; returns the artefacts built (library, a runner per
+    model). With `llvm`, the model code comes from the package's LLVM object for the target."""
     cflags = " ".join([opt, STRICT_CFLAGS, *toolchain.target_cflags(target), extra_cflags]).strip()
-    goals = [f"lib{name}.a"] if target.bare_metal else [f"lib{name}.a", f"{name}_runner"]
+    runners = [] if target.bare_metal else [f"{model}_runner" for model in package.model_names]
+    goals = [f"lib{package.library}.a", *runners]
     ldflags = "-static" if static and not target.bare_metal and toolchain.static_ok else ""
     variables = ["BACKEND=llvm", f"TARGET={target.name}"] if llvm else []
     # TARGET_CFLAGS is cleared: the package's defaults are GCC spellings, already translated above.
@@ -63,7 +64,7 @@ class TargetModel:
         toolchain = toolchain or find_toolchain(target)
         keep = None
         if build_dir is None:
-            keep = tempfile.TemporaryDirectory(prefix=f"aot-{package.name}-{target.name}-")
+            keep = tempfile.TemporaryDirectory(prefix=f"aot-{package.library}-{target.name}-")
             directory = Path(keep.name) / "pkg"
             package.write(directory)
         else:
@@ -71,7 +72,7 @@ class TargetModel:
         llvm = package.manifest.get("backend") == "llvm"
         progress = progress or SILENT
         progress.start(f"cross build for {target.name} ({toolchain.kind}: {toolchain.cc_text})")
-        build_package_dir(directory, package.name, target, toolchain, opt=opt, extra_cflags=extra_cflags, llvm=llvm)
+        build_package_dir(directory, package, target, toolchain, opt=opt, extra_cflags=extra_cflags, llvm=llvm)
         progress.finish()
         return cls(package, target, directory, keep)
 

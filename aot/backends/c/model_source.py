@@ -28,8 +28,9 @@ class Regions:
     arena (`float *conv1_out = (float *)(a + 16384);`), named after the tensor and declared before
     the first call that passes it; weights as members of the weights struct."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, weights_owner: str | None = None) -> None:
         self.model = model
+        self.weights_owner = weights_owner or model  # the weights object is <owner>_weights
         # Public-style names: no keyword or standard macro, no NAME_ macro of the model's header.
         self._names = UniqueNames(_RUN_LOCALS, public=True, own_macro_prefix=f"{model.upper()}_")
         self._local: dict[Tensor, str] = {}
@@ -39,7 +40,7 @@ class Regions:
         if tensor not in self._local:
             base = c_identifier(short_tensor_name(tensor.name), "t", public=True)
             # Not the name of a function of the file (<name>_k0, aot_parallel_for ...).
-            clashes = base.startswith((f"{self.model}_", "aot_"))
+            clashes = base.startswith((f"{self.model}_", f"{self.weights_owner}_", "aot_"))
             self._local[tensor] = self._names.make(f"t_{base}" if clashes else base, "t")
         return self._local[tensor]
 
@@ -68,7 +69,7 @@ class Regions:
         # A param may be a slice of its root (a Concat part written in place): element offset.
         shift = f" + {arg.elements}" if arg.elements else ""
         if arg.kind == WEIGHT and arg.weight is not None:
-            return f"{self.model}_weights.{arg.weight.member}{shift}"
+            return f"{self.weights_owner}_weights.{arg.weight.member}{shift}"
         return f"{self.local(arg.tensor)}{shift}"
 
 
@@ -114,7 +115,7 @@ def model_source_context(run: RunPlan) -> dict[str, Any]:
     kernels: list[str] = []
     calls: list[str] = []
     tasks: list[dict[str, str]] = []
-    regions = Regions(run.name)
+    regions = Regions(run.name, run.weights_name)
     declared: set[str] = set()  # the run function's locals so far
     for step in run.steps:
         calls += _step_code(printer, regions, step, declared, kernels, tasks)

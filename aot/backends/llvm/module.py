@@ -86,7 +86,7 @@ class ModelModule:
 
     @property
     def weights_symbol(self) -> str:
-        return f"{self.name}_weights"
+        return f"{self.run.weights_name}_weights"
 
     def build(self) -> ir.Module:
         emitter = KernelEmitter(self.module, MathLibrary(self.module))
