@@ -32,4 +32,15 @@ def compile(model, input_shapes=None, name=None, backend="c", target=None,  # no
                     input_values=input_values, parallel=parallel)
 
 
-__all__ = ["__version__", "compile"]
+def compile_models(models, package_name=None, shared_arena=False, **options):  # noqa: ANN001, ANN003, ANN201
+    """Compile several models into one package (`aot compile a.onnx b.onnx -o pkg`): `models` is a
+    list of aot.model_set.ModelSpec (model, input_shapes, name, input_values), one per model, or
+    one per input shape of the same model (shape variants: the weights are stored once).
+    shared_arena=True declares one arena for models that never run at the same time. The other
+    options are compile()'s. The result's .models are the models, each with run()."""
+    from aot.compiler import compile_models as _compile_models
+
+    return _compile_models(models, package_name=package_name, shared_arena=shared_arena, **options)
+
+
+__all__ = ["__version__", "compile", "compile_models"]

@@ -91,9 +91,6 @@ ConvAlgorithmOpt = Annotated[str, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show step timings on stderr, and details "
                                                                   "(the exception chain) on errors.")]
-NameOpt = Annotated[str | None, typer.Option("--name", help="Model name: prefix of every C symbol "
-                                                             "(default: the file name).", show_default=False)]
-
 
 _PROGRESS: contextvars.ContextVar[Progress] = contextvars.ContextVar("aot_progress", default=SILENT)
 
@@ -233,16 +230,33 @@ SharedArenaOpt = Annotated[bool, typer.Option(
                            "of the largest model's size (<PACKAGE>_DECLARE_ARENA in the package's header).")]
 
 
+InputShapesOpt = Annotated[list[str] | None, typer.Option(
+    "--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable). Several shapes for "
+                          "one input compile the model at each, with one entry point per shape "
+                          "(<name>_1x3x224x224_run ...) and the weights stored once. With several "
+                          "models it applies to each model with that input.", show_default=False)]
+
+
+def _compile_package(models: list[Path], names: list[str] | None, package_name: str | None, shared_arena: bool,
+                     input_shape: list[str] | None, input_value: list[str] | None, **options: Any) -> Any:
+    """compile, build and verify: the package of MODEL... (one or several, or one at several shapes);
+    its .models are in the order of the model files' specs (aot/model_set.py)."""
+    from aot.compiler import compile_models
+    from aot.model_set import default_package_name, model_specs
+
+    for n in [*(names or []), *([package_name] if package_name is not None else [])]:
+        _check_name(n)
+    specs = model_specs(models, names or [], input_shape or [], input_value or [])
+    return compile_models(specs, package_name or default_package_name(models, names or [], specs),
+                          shared_arena=shared_arena, progress=_progress(), **options)
+
+
 @app.command("compile")
 @_report_errors
 def compile_cmd(
     model: ModelsArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
-    input_shape: Annotated[list[str] | None, typer.Option(
-        "--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable). Several shapes for "
-                              "one input compile the model at each, with one entry point per shape "
-                              "(<name>_1x3x224x224_run ...) and the weights stored once. With several "
-                              "models it applies to each model with that input.", show_default=False)] = None,
+    input_shape: InputShapesOpt = None,
     input_value: InputValueOpt = None,
     name: ModelNamesOpt = None,
     package_name: PackageNameOpt = None,
@@ -257,19 +271,13 @@ def compile_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Compile MODEL into a C package (header, sources, weights, runtime, Makefile, CMakeLists)."""
-    from aot.compiler import compile_models
-    from aot.model_set import default_package_name, model_specs
     from aot.package.output_dir import check_output_folder
 
-    for n in [*(name or []), *([package_name] if package_name is not None else [])]:
-        _check_name(n)
     read = [f for m in model for f in _files_read(m, output, force, target or [])] + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling: a refusal costs nothing
-    specs = model_specs(model, name or [], input_shape or [], input_value or [])
-    package = compile_models(specs, package_name or default_package_name(model, name or [], specs),
-                             shared_arena=shared_arena, backend=backend, target=target or None,
-                             weights_format=weights_format, parallel=parallel, progress=_progress(),
-                             conv_algorithm=conv_algorithm)
+    package = _compile_package(model, name, package_name, shared_arena, input_shape, input_value,
+                               backend=backend, target=target or None, weights_format=weights_format,
+                               parallel=parallel, conv_algorithm=conv_algorithm)
     with _progress().step("writing the package"):
         written = package.write(output, force=force, inputs=read)
     m = package.manifest
@@ -300,9 +308,10 @@ def _print_model_summary(m: dict[str, Any], named: bool) -> None:
 @app.command("verify")
 @_report_errors
 def verify_cmd(
-    model: ModelArg,
-    input_shape: InputShapeOpt = None,
+    model: ModelsArg,
+    input_shape: InputShapesOpt = None,
     input_value: InputValueOpt = None,
+    shared_arena: SharedArenaOpt = False,
     backend: BackendOpt = "c",
     target: VerifyTargetOpt = None,
     inputs: Annotated[Path | None, typer.Option("--inputs", help=".npz of input arrays by name "
@@ -319,35 +328,56 @@ def verify_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Compile MODEL, build it for this machine (or --target, run under qemu-user), run it and compare
-    every output with onnxruntime."""
-    from aot.compiler import compile as compile_model
-    from aot.npz import load_npz
-    from aot.verify import verify_package
+    every output with onnxruntime. Several models (or shapes) are verified as one package, each model
+    in turn."""
+    from aot.model_set import model_specs
 
     _check_tolerance(tolerance)
     _check_seed(seed)
     if target and len(target) > 1:
         raise AotError("--target: verify checks one target at a time")
+    specs = model_specs(model, [], input_shape or [], input_value or [])
+    if len(specs) > 1 and (per_layer or inputs is not None or expected is not None):
+        option = "--per-layer" if per_layer else "--inputs" if inputs is not None else "--expected"
+        raise AotError(f"{option}: the package has {len(specs)} models; give one model (and one shape) with it")
     if per_layer:
-        _verify_per_layer(model, _shapes(input_shape), backend, target[0] if target else None, inputs,
+        _verify_per_layer(model[0], _shapes(input_shape), backend, target[0] if target else None, inputs,
                           tolerance, seed, as_json, conv_algorithm, _values(input_value))
         return
-    package = compile_model(model, _shapes(input_shape), backend=backend, target=target or None,
-                            progress=_progress(), conv_algorithm=conv_algorithm, input_values=_values(input_value))
+    package = _compile_package(model, None, None, shared_arena, input_shape, input_value, backend=backend,
+                               target=target or None, conv_algorithm=conv_algorithm)
+    results = [_verify_model(view, Path(spec.model), backend, target[0] if target else None, inputs, expected,
+                             tolerance, seed, as_json) for view, spec in zip(package.models, specs)]
+    if as_json:
+        payloads = [payload for _, payload in results]
+        print(json.dumps(payloads[0] if len(payloads) == 1 else
+                         {"passed": all(p["passed"] for p in payloads), "package": package.name,
+                          "shared_arena": shared_arena, "models": payloads}, sort_keys=True))
+    if not all(passed for passed, _ in results):
+        raise typer.Exit(EXIT_MISMATCH)
+
+
+def _verify_model(package: Any, model: Path, backend: str, target: str | None, inputs: Path | None,
+                  expected: Path | None, tolerance: float, seed: int, as_json: bool) -> tuple[bool, dict[str, Any]]:
+    """Verify one model of a package (printing its result unless --json); (passed, its JSON)."""
+    from aot.npz import load_npz
+    from aot.verify import verify_package
+
     # Each array's header is checked against the model before its data is read, and before building.
     given = load_npz(inputs, "--inputs", package.inputs) if inputs is not None else None
     want = (load_npz(expected, "--expected", package.outputs, role="output", exact_dtype=False)
             if expected is not None else None)
-    built = _build_to_run(package, target[0] if target else None, backend)
+    built = _build_to_run(package, target, backend)
     result = verify_package(package, str(model), given, want, tolerance, seed, built=built, progress=_progress())
     where = getattr(built, "where", "host")
-    if as_json:
-        payload = result.to_json()
-        payload.update({"model": str(model), "backend": backend, "arena_bytes": package.arena_bytes,
-                        "target": package.manifest.get("target", "host"), "ran_on": where})
-        print(json.dumps(payload, sort_keys=True))
-    else:
-        print(f"verify {printable(model)} (backend {backend}, {printable(where)}) against {result.reference}, "
+    payload = result.to_json()
+    payload.update({"model": str(model), "backend": backend, "arena_bytes": package.arena_bytes,
+                    "target": package.manifest.get("target", "host"), "ran_on": where})
+    if package.library != package.name:
+        payload["name"] = package.name
+    if not as_json:
+        label = printable(model) + (f" as {printable(package.name)}" if package.library != package.name else "")
+        print(f"verify {label} (backend {backend}, {printable(where)}) against {result.reference}, "
               f"tolerance {tolerance:g}")
         for o in result.outputs:
             status = "ok  " if o.passed else "FAIL"
@@ -355,8 +385,7 @@ def verify_cmd(
             print(f"  {status} {printable(o.name)}: max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}"
                   f"{printable(extra)}")
         print("PASSED" if result.passed else "FAILED")
-    if not result.passed:
-        raise typer.Exit(EXIT_MISMATCH)
+    return result.passed, payload
 
 
 def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: str, target: str | None,
@@ -411,13 +440,15 @@ def _build_to_run(package: Any, target_name: str | None, backend: str) -> Any:
 @app.command("build")
 @_report_errors
 def build_cmd(
-    model: ModelArg,
+    model: ModelsArg,
     target: Annotated[str, typer.Option("--target", metavar="NAME|FILE.toml",
                                         help="Target preset (see `aot targets`) or target .toml file.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
-    input_shape: InputShapeOpt = None,
+    input_shape: InputShapesOpt = None,
     input_value: InputValueOpt = None,
-    name: NameOpt = None,
+    name: ModelNamesOpt = None,
+    package_name: PackageNameOpt = None,
+    shared_arena: SharedArenaOpt = False,
     backend: BackendOpt = "c",
     weights_format: WeightsFormatOpt = "auto",
     parallel: ParallelOpt = False,
@@ -435,7 +466,6 @@ def build_cmd(
     (for Linux targets) the runner program, cross-compiled."""
     import tempfile
 
-    from aot.compiler import compile as compile_model
     from aot.package.output_dir import check_output_folder
     from aot.targets import load_target
     from aot.toolchain.discovery import find_toolchain
@@ -444,14 +474,13 @@ def build_cmd(
 
     if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
         raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
-    _check_name(name)
-    read = _files_read(model, output, force, [target]) + _value_files(input_value)
+    read = [f for m in model for f in _files_read(m, output, force, [target])] + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling and building: a refusal costs nothing
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
-    package = compile_model(model, _shapes(input_shape), name=name, backend=backend, target=target,
-                            weights_format=weights_format, parallel=parallel, progress=_progress(),
-                            conv_algorithm=conv_algorithm, input_values=_values(input_value))
+    package = _compile_package(model, name, package_name, shared_arena, input_shape, input_value,
+                               backend=backend, target=target, weights_format=weights_format,
+                               parallel=parallel, conv_algorithm=conv_algorithm)
     # Build in a staging copy, then publish package and artefacts together: no half-built folder,
     # and nothing made next to -o (not even its parent folders) if the build fails.
     with tempfile.TemporaryDirectory(prefix="aot-build-") as tmp:
@@ -476,7 +505,8 @@ def build_cmd(
                           "artefacts": [{"file": a, "kind": k, "bytes": b} for a, k, b in artefacts]},
                          sort_keys=True))
         return
-    print(printable(f"built {model} for {preset.name} ({preset.triple}) with {tools.kind}: {tools.cc_text}"))
+    print(printable(f"built {', '.join(map(str, model))} for {preset.name} ({preset.triple}) with {tools.kind}: "
+                    f"{tools.cc_text}"))
     for artefact, kind, size in artefacts:
         print(printable(f"  {written / artefact}: {kind}, {size} bytes"))
 

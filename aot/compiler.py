@@ -149,7 +149,7 @@ def compile_models(
         raise AotError("--shared-arena: the package has one model (it shares an arena among several)")
     options = PipelineOptions(tuple(targets), parallel, conv_algorithm)
     objects = _llvm_objects(targets) if backend == "llvm" else []
-    planned = [_plan_model(spec, targets, options, progress) for spec in models]
+    planned = [_plan_model_named(spec, targets, options, progress, len(models) > 1) for spec in models]
     package = _bundle_name([p.ident for p in planned], package_name)
     weights = layout_shared_weights([p.planned.program.weights for p in planned],
                                     tuple(f"{p.ident.upper()}_" for p in planned))
@@ -168,6 +168,23 @@ def compile_models(
     progress.finish()
     bound = dict(planned[0].graph.bound_inputs) if len(planned) == 1 else {}
     return HostPackage(package, files, manifest, bound_inputs=bound)
+
+
+def _plan_model_named(spec: ModelSpec, targets: list[Target], options: PipelineOptions, progress: Progress,
+                      several: bool) -> _PlannedModel:
+    """_plan_model; in a package of several models its errors name the model they are about."""
+    try:
+        return _plan_model(spec, targets, options, progress)
+    except AotError as e:
+        label = _spec_label(spec)
+        if several and len(e.args) == 1 and not str(e).startswith(label):
+            e.args = (f"{label}: {e}",)
+        raise
+
+
+def _spec_label(spec: ModelSpec) -> str:
+    where = spec.model.graph.name or "<model>" if isinstance(spec.model, onnx.ModelProto) else str(spec.model)
+    return f"{where} (as {spec.name})" if spec.name else where
 
 
 def _plan_model(spec: ModelSpec, targets: list[Target], options: PipelineOptions, progress: Progress) -> _PlannedModel:

@@ -2,7 +2,8 @@
 --name go to which model, and the shape variants (one input given several shapes).
 
 `aot compile a.onnx b.onnx -o pkg` puts several models in one package; an option naming an input
-goes to every model that has that input. `--input-shape x=1x3x224x224 --input-shape x=1x3x320x320`
+goes to every model that has that input, or, written `a:image=...` (the model file's name or stem,
+a colon, the input), to that model alone. `--input-shape x=1x3x224x224 --input-shape x=1x3x320x320`
 compiles the model once per shape, as models named `<name>_1x3x224x224` and `<name>_1x3x320x320`
 whose weights the package stores once.
 """
@@ -13,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import onnx
 
@@ -20,6 +22,8 @@ from aot.errors import AotError, InputShapeError, InputValueError
 from aot.frontend.input_shapes import parse_input_shape_variants, runtime_inputs
 from aot.frontend.input_values import InputValue, parse_input_values
 from aot.frontend.loader import load_onnx
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -38,18 +42,22 @@ def model_specs(models: Sequence[Path], names: Sequence[str], shape_options: Seq
     if names and len(names) != len(models):
         raise AotError(f"--name: given {len(names)} time(s) for {len(models)} models "
                        "(give one --name per model, in the models' order)")
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:
+        raise AotError(f"--name {twice[0]}: two models of the package are both named {twice[0]!r}")
     shapes = parse_input_shape_variants(shape_options)
     values = parse_input_values(value_options)
-    inputs = _input_names(models) if len(models) > 1 else [set(shapes) | set(values)]
-    _check_routed(models, inputs, shapes, "--input-shape", InputShapeError)
-    _check_routed(models, inputs, values, "--input-value", InputValueError)
+    if len(models) == 1:
+        routed_shapes, routed_values = [shapes], [values]
+    else:
+        inputs = _input_names(models)
+        routed_shapes = _route(models, inputs, shapes, "--input-shape", InputShapeError)
+        routed_values = _route(models, inputs, values, "--input-value", InputValueError)
     specs: list[ModelSpec] = []
-    for i, (model, own) in enumerate(zip(models, inputs)):
+    for i, model in enumerate(models):
         name = names[i] if names else None
-        mine = {n: v for n, v in shapes.items() if n in own}
-        bound = {n: v for n, v in values.items() if n in own}
-        specs += [ModelSpec(model, variant, variant_name, bound) for variant_name, variant in
-                  _variants(model, name, mine)]
+        specs += [ModelSpec(model, variant, variant_name, routed_values[i]) for variant_name, variant in
+                  _variants(model, name, routed_shapes[i])]
     return specs
 
 
@@ -58,12 +66,25 @@ def _input_names(models: Sequence[Path]) -> list[set[str]]:
     return [{vi.name for vi in runtime_inputs(load_onnx(m))} for m in models]
 
 
-def _check_routed(models: Sequence[Path], inputs: list[set[str]], given: Mapping[str, object], option: str,
-                  error: type[AotError]) -> None:
-    for name in given:
-        if not any(name in own for own in inputs):
+def _route(models: Sequence[Path], inputs: list[set[str]], given: Mapping[str, V], option: str,
+           error: type[AotError]) -> list[dict[str, V]]:
+    """Each model's share of `given` (by input name): an input's option goes to every model with
+    that input; `<model>:<input>` (the model file's name or stem) to that model only."""
+    routed: list[dict[str, V]] = [{} for _ in models]
+    for name, value in given.items():
+        takers = [i for i, own in enumerate(inputs) if name in own]
+        key = name
+        if not takers and ":" in name:
+            prefix, key = name.split(":", 1)
+            takers = [i for i, m in enumerate(models) if prefix in (m.name, m.stem) and key in inputs[i]]
+        if not takers:
             known = "; ".join(f"{m}: {', '.join(sorted(own)) or 'none'}" for m, own in zip(models, inputs))
             raise error(f"{option} {name}=...: no model has an input {name!r} ({known})")
+        for i in takers:
+            if key in routed[i]:
+                raise error(f"{option} {name}=...: input {key!r} of {models[i]} is given twice")
+            routed[i][key] = value
+    return routed
 
 
 def _variants(model: Path, name: str | None, shapes: Mapping[str, list[tuple[int, ...]]],
@@ -87,8 +108,9 @@ def _variants(model: Path, name: str | None, shapes: Mapping[str, list[tuple[int
 
 
 def default_package_name(models: Sequence[Path], names: Sequence[str], specs: Sequence[ModelSpec]) -> str | None:
-    """A package of one model's shape variants is named after the model (its header declares them
-    all); otherwise None: compile_models names it (the one model's name, or the names joined)."""
-    if len(models) == 1 and len(specs) > 1:
-        return names[0] if names else models[0].stem
-    return None
+    """The package's default name: a model's own for its shape variants (its header declares them
+    all), the models' names joined by "_" for several; None for one model (compile_models names it
+    after the model)."""
+    if len(specs) == 1:
+        return None
+    return "_".join(names) if names else "_".join(m.stem for m in models)
