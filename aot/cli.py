@@ -27,6 +27,7 @@ from aot.version import __version__
 
 EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_INTERNAL = 1, 2, 3
 
+
 def _click_exceptions() -> Any:
     """click's exception classes: typer 0.29+ vendors click as typer._click, older typer uses click."""
     try:
@@ -47,15 +48,17 @@ class _OneLineUsageErrors(TyperGroup):
         if not standalone_mode:  # the caller handles click's exceptions itself
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         errors = _click_exceptions()
+        # click < 8.2 prints the help of a bare `aot` itself, without this exception.
+        no_args_is_help = getattr(errors, "NoArgsIsHelpError", ())
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except errors.NoArgsIsHelpError as e:  # bare `aot`: the help text is the answer
+        except no_args_is_help as e:  # bare `aot`: the help text is the answer
             e.show()
             sys.exit(e.exit_code)
         except errors.ClickException as e:
             print(f"aot: error: {_usage_error_text(e)}", file=sys.stderr)
             sys.exit(EXIT_USER_ERROR if isinstance(e, errors.UsageError) else e.exit_code)
-        except errors.Abort:
+        except typer.Abort:  # click's Abort: typer's own class since typer 0.29, re-exported before
             print("aot: aborted", file=sys.stderr)
             sys.exit(1)
         # Without standalone mode click returns an Exit's code, or the command's return value (None).
