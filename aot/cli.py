@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from aot.errors import AotError, BuildError
 from aot.progress import SILENT, Progress, StepReporter
@@ -26,7 +27,57 @@ from aot.version import __version__
 
 EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_INTERNAL = 1, 2, 3
 
+
+def _click_exceptions() -> Any:
+    """click's exception classes: typer 0.29+ vendors click as typer._click, older typer uses click."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # typer < 0.29
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+class _OneLineUsageErrors(TyperGroup):
+    """Every command line error (unknown option or command, missing argument or option value, a
+    value its type rejects) as one line on stderr and exit 2, like any other bad input: click would
+    print the usage block and an "Error:" line. It is the group's main, so `python -m aot`, the
+    `aot` script and a test's `app(...)` all get it."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:  # the caller handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        errors = _click_exceptions()
+        # click < 8.2 prints the help of a bare `aot` itself, without this exception.
+        no_args_is_help = getattr(errors, "NoArgsIsHelpError", ())
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except no_args_is_help as e:  # bare `aot`: the help text is the answer
+            e.show()
+            sys.exit(e.exit_code)
+        except errors.ClickException as e:
+            print(f"aot: error: {_usage_error_text(e)}", file=sys.stderr)
+            sys.exit(EXIT_USER_ERROR if isinstance(e, errors.UsageError) else e.exit_code)
+        except typer.Abort:  # click's Abort: typer's own class since typer 0.29, re-exported before
+            print("aot: aborted", file=sys.stderr)
+            sys.exit(1)
+        # Without standalone mode click returns an Exit's code, or the command's return value (None).
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error_text(error: Exception) -> str:
+    """click's message, prefixed by the subcommand it is about, in aot's style: `compile: no such
+    option: --bogus`. Escaped, so an option name with a newline cannot start a second line."""
+    message = str(error.format_message()).rstrip(".")  # type: ignore[attr-defined]
+    message = message[:1].lower() + message[1:]
+    ctx = getattr(error, "ctx", None)
+    if ctx is not None and ctx.parent is not None and ctx.info_name:
+        message = f"{ctx.info_name}: {message}"
+    return printable(message)
+
+
 app = typer.Typer(
+    cls=_OneLineUsageErrors,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -326,7 +326,8 @@ def _build_entry(model: str, spec: LlvmTarget) -> dict[str, Any]:
 
     return {"name": spec.name, "triple": spec.triple,
             "object": object_name(model, spec), "cc_machines": list(spec.cc_machines),
-            "cc_regexes": [f"^{p.replace('%', '.*')}$" for p in spec.cc_machines], "cflags": list(spec.cflags)}
+            "cc_regexes": [f"^{p.replace('%', '.*')}$" for p in spec.cc_machines], "cflags": list(spec.cflags),
+            "pic": spec.reloc == "pic"}
 
 
 def _io_entry(port: Port) -> dict[str, Any]:

@@ -3,7 +3,9 @@ each option, what --target does, the version, and only the installs that would w
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,8 @@ def test_bare_metal_without_a_toolchain_names_only_what_works(monkeypatch: pytes
         discovery.find_toolchain(load_target("cortex-m4f"))
     message = str(error.value)
     assert message.startswith("--target cortex-m4f: no C toolchain found for thumbv7em-none-eabihf")
-    assert "install arm-none-eabi-gcc (Debian: apt-get install gcc-arm-none-eabi)" in message
+    assert ("install arm-none-eabi-gcc with newlib (Debian: apt-get install gcc-arm-none-eabi "
+            "libnewlib-arm-none-eabi)") in message
     assert "pip install ziglang" not in message
 
 
@@ -103,3 +106,38 @@ def test_build_for_cortex_m_without_a_cross_gcc_is_one_line(tmp_path: Path, monk
     assert_user_error(result, "--target cortex-m4f", "apt-get install gcc-arm-none-eabi")
     assert "ziglang" not in result.stderr
     assert not (tmp_path / "pkg").exists()
+
+
+def _path_of(tmp_path: Path, tools: tuple[str, ...]) -> Path:
+    """A folder of symlinks to these tools only, to be the whole PATH."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in tools:
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"needs {tool}")
+        (folder / tool).symlink_to(os.path.realpath(found))
+    return folder
+
+
+def test_bare_metal_with_clang_but_no_c_library_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """clang alone brings no math.h for a bare-metal triple: the build names it and what to
+    install before compiling anything, instead of failing inside the first source file."""
+    monkeypatch.setenv("PATH", str(_path_of(tmp_path, ("clang", "llvm-ar", "make", "sh"))))
+    monkeypatch.setenv("CC", "")
+    for toolchain in ("auto", "clang"):
+        result = aot("build", str(EXAMPLE), "--target", "cortex-m4f", "-o", str(tmp_path / "pkg"),
+                     "--toolchain", toolchain)
+        assert_user_error(result, "--target cortex-m4f: no C library for thumbv7em-none-eabihf",
+                          "clang --target=thumbv7em-none-eabihf finds no math.h",
+                          "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi")
+        assert "tiny_cnn.c" not in result.stderr  # refused before the build, not by the compiler
+        assert not (tmp_path / "pkg").exists()
+
+
+def test_bare_metal_prefers_the_gcc_with_newlib_over_clang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(_path_of(tmp_path, ("clang", "arm-none-eabi-gcc", "arm-none-eabi-ar"))))
+    if discovery._missing_header(discovery.find_toolchain(load_target("cortex-m4f"), "gcc"),
+                                 load_target("cortex-m4f")):
+        pytest.skip("arm-none-eabi-gcc has no newlib here")
+    assert discovery.find_toolchain(load_target("cortex-m4f")).cc == ("arm-none-eabi-gcc",)

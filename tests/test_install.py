@@ -132,19 +132,30 @@ def compile_commands(build: Path) -> dict[str, str]:
 
 
 @needs_cmake
-@pytest.mark.parametrize("variant", ["c-parallel", "llvm-binary-weights"])
+@pytest.mark.parametrize("variant", ["c-parallel", "llvm-binary-weights", "c-parallel-shared",
+                                     "llvm-parallel-binary-weights-shared"])
 def test_find_package_after_cmake_install(tmp_path: Path, variant: str) -> None:
-    threaded = variant == "c-parallel"
+    """`-shared`: configured with BUILD_SHARED_LIBS=ON, the package installs lib<name>.so (the LLVM
+    object and the weights' assembly in it too), which exports only its own symbols."""
+    threaded = "parallel" in variant
+    shared = variant.endswith("-shared")
     backend = "llvm" if variant.startswith("llvm") else "c"
     package = compile_model(EXAMPLE, name="tiny_cnn", backend=backend, parallel=threaded,
                           weights_format="binary" if "binary" in variant else "c")
     pkg = package.write(tmp_path / "pkg")
     prefix = tmp_path / "prefix"
-    build_and_install(pkg, tmp_path / "build", prefix)
+    build_and_install(pkg, tmp_path / "build", prefix, *(["-DBUILD_SHARED_LIBS=ON"] * shared))
     installed = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*") if p.is_file())
     headers = ["include/tiny_cnn/runtime/aot_runtime.h", *(["include/tiny_cnn/runtime/aot_threads.h"] * threaded),
                "include/tiny_cnn/tiny_cnn.h"]
-    assert installed == sorted([*headers, "lib/libtiny_cnn.a", "lib/pkgconfig/tiny_cnn.pc",
+    library = prefix / "lib" / ("libtiny_cnn.so" if shared else "libtiny_cnn.a")
+    if shared:
+        symbols = exported_symbols(library)
+        assert "tiny_cnn_run" in symbols and all(s.startswith("tiny_cnn_") for s in symbols), symbols
+        assert ("tiny_cnn_run_parallel" in symbols) == threaded
+        if backend == "llvm":  # the model code is the LLVM object's, not tiny_cnn.c compiled by CMake
+            assert not list((tmp_path / "build").rglob("tiny_cnn.c.o"))
+    assert installed == sorted([*headers, str(library.relative_to(prefix)), "lib/pkgconfig/tiny_cnn.pc",
                                 "lib/cmake/tiny_cnn/tiny_cnnConfig.cmake",
                                 "lib/cmake/tiny_cnn/tiny_cnnConfigVersion.cmake",
                                 "lib/cmake/tiny_cnn/tiny_cnnTargets.cmake",
@@ -157,6 +168,8 @@ def test_find_package_after_cmake_install(tmp_path: Path, variant: str) -> None:
         "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"])
     sh(["cmake", "--build", str(app / "build")])
     check_outputs(sh([str(app / "build" / "app")]), ["tiny_cnn"])
+    if shared:  # the program runs the installed library, not a copy linked into it
+        assert str(library) in sh(["ldd", str(app / "build" / "app")])
     # The model's own flags are not the application's: only its include folders reach app.c.
     command = compile_commands(app / "build")["app.c"]
     assert f"{prefix}/include/tiny_cnn" in command
@@ -168,6 +181,19 @@ def test_find_package_after_cmake_install(tmp_path: Path, variant: str) -> None:
     (versioned / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.13)\nproject(v C)\n"
                                               f"find_package(tiny_cnn {aot.__version__} CONFIG REQUIRED)\n")
     sh(["cmake", "-S", str(versioned), "-B", str(versioned / "build"), f"-DCMAKE_PREFIX_PATH={prefix}"])
+
+
+@needs_cmake
+def test_shared_library_of_a_bare_metal_llvm_object_is_refused_at_configure(tmp_path: Path) -> None:
+    """A bare-metal LLVM object has static relocations: configuring it into a shared library stops
+    with a message naming the way out, not a link error."""
+    pkg = compile_model(EXAMPLE, name="tiny_cnn", backend="llvm", target="cortex-m4f").write(tmp_path / "pkg")
+    result = subprocess.run(["cmake", "-S", str(pkg), "-B", str(tmp_path / "build"), "-DBUILD_SHARED_LIBS=ON",
+                             "-DTINY_CNN_TARGET=cortex-m4f"], capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    message = " ".join(result.stderr.split())
+    assert "TINY_CNN_TARGET=cortex-m4f is not position-independent" in message, result.stderr
+    assert "BUILD_SHARED_LIBS=OFF" in message and "TINY_CNN_BACKEND=c" in message
 
 
 @needs_cmake

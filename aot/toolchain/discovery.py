@@ -2,7 +2,10 @@
 
 Order of preference: the host compiler when the target is the host; a cross GCC from the
 distribution (e.g. aarch64-linux-gnu-gcc); `ziglang` from PyPI (a cross C compiler and linker for
-every target, `pip install ziglang`); clang (bare-metal compile only, it brings no libc).
+every target, `pip install ziglang`); clang (bare-metal compile only, it brings no libc). A
+bare-metal compiler is used only if it finds the C library headers the package includes (newlib's
+math.h): clang has none of its own, nor a GCC without newlib, and the build would fail deep in the
+first source file.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import platform
 import shlex
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -84,6 +88,8 @@ def find_toolchain(target: Target, prefer: str | None = None) -> Toolchain:
                                     "none" if target.bare_metal else "musl"))
     if target.bare_metal and shutil.which("clang") and prefer in (None, "clang"):
         candidates.append(Toolchain("clang", ("clang", f"--target={target.triple}"), ("llvm-ar",), False, "none"))
+    if target.bare_metal and candidates:
+        return _with_c_library(target, candidates)
     if candidates:
         return candidates[0]
     wanted = f" ({prefer})" if prefer else ""
@@ -91,18 +97,52 @@ def find_toolchain(target: Target, prefer: str | None = None) -> Toolchain:
                      + _install_hint(target))
 
 
-# The Debian package of each preset's cross GCC.
+# The C library headers the package's sources include (the compiler's own headers, stdint.h and
+# stddef.h, come with every compiler).
+_C_LIBRARY_HEADERS = ("math.h", "string.h")
+
+
+def _missing_header(toolchain: Toolchain, target: Target) -> str | None:
+    """The first C library header that `toolchain` does not find when compiling for `target`."""
+    for header in _C_LIBRARY_HEADERS:
+        try:
+            probe = subprocess.run([*toolchain.cc, *toolchain.target_cflags(target), "-E", "-x", "c", "-o",
+                                    os.devnull, "-"], input=f"#include <{header}>\n", capture_output=True,
+                                   text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return header
+        if probe.returncode != 0:
+            return header
+    return None
+
+
+def _with_c_library(target: Target, candidates: list[Toolchain]) -> Toolchain:
+    """The first bare-metal candidate that has a C library for `target`, else one line naming each
+    compiler tried, the header it lacks and what to install."""
+    lacking = []
+    for toolchain in candidates:
+        header = _missing_header(toolchain, target)
+        if header is None:
+            return toolchain
+        lacking.append(f"{toolchain.cc_text} finds no {header}")
+    raise BuildError(f"--target {target.name}: no C library for {target.triple} ({'; '.join(lacking)}); "
+                     + _install_hint(target))
+
+
+# The Debian packages of each preset's cross GCC (for bare metal with its C library, newlib).
 _GCC_PACKAGES = {"aarch64-linux-gnu-": "gcc-aarch64-linux-gnu", "arm-linux-gnueabihf-": "gcc-arm-linux-gnueabihf",
                  "arm-none-eabi-": "gcc-arm-none-eabi", "x86_64-linux-gnu-": "gcc-x86-64-linux-gnu"}
+_LIBC_PACKAGES = {"arm-none-eabi-": "libnewlib-arm-none-eabi"}
 
 
 def _install_hint(target: Target) -> str:
     """What to install so that find_toolchain finds a compiler for `target`: only what it would use."""
     hints = []
     if target.gcc_prefix:
-        package = _GCC_PACKAGES.get(target.gcc_prefix)
-        debian = f" (Debian: apt-get install {package})" if package else ""
-        hints.append(f"install {target.gcc_prefix}gcc{debian}")
+        packages = [p for p in (_GCC_PACKAGES.get(target.gcc_prefix), _LIBC_PACKAGES.get(target.gcc_prefix)) if p]
+        debian = f" (Debian: apt-get install {' '.join(packages)})" if packages else ""
+        libc = " with newlib" if target.bare_metal else ""
+        hints.append(f"install {target.gcc_prefix}gcc{libc}{debian}")
     if target.zig_target and not target.bare_metal:
         hints.append("pip install ziglang")
     text = " or ".join(hints) or "give a target .toml with gcc_prefix or zig_target"

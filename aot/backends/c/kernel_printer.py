@@ -39,6 +39,7 @@ from aot.kernel.ir import (
     walk_stmts,
 )
 from aot.kernel.parallel import has_parallel
+from aot.kernel.unread import drop_unread_locals, untouched_params
 
 # Vector multiply-adds in one loop body from which the body counts as long (see long_fma_body).
 LONG_FMA_BODY = 64
@@ -186,7 +187,10 @@ class KernelPrinter:
         origin = ", ".join(repr(s) for s in kernel.sources)
         lines = [f"/* {kernel.name}: {c_comment(kernel.op)} <- ONNX {c_comment(origin)} */",
                  self.signature(kernel, may_alias), "{"]
-        for stmt in kernel.body:
+        # Only what is read is printed: -Werror rejects unused locals and parameters (aot/kernel/unread.py).
+        body = drop_unread_locals(kernel.body)
+        lines += [f"    (void){p.name}; /* not read here */" for p in untouched_params(kernel.params, body)]
+        for stmt in body:
             self._stmt(stmt, 1, lines)
         lines.append("}")
         return "\n".join(lines)
