@@ -281,3 +281,37 @@ def test_variant_counts_must_agree(tmp_path: Path) -> None:
                           "--input-shape", "b=1x4", "--input-shape", "b=1x8", "--input-shape", "b=1x16",
                           "-o", str(out)), "must be given as many each")
     assert not out.exists()
+
+
+README_SECTION = "### Several models in one package"
+
+
+def test_readme_multi_model_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    """The README's commands, literally, from a copy of the examples with this checkout's aot on
+    PATH; the figures its prose gives are the package's."""
+    import os
+    import sys
+
+    text = (REPO / "README.md").read_text()
+    section = text.split(README_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    (commands,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aot").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m aot "$@"\n')
+    (bin_dir / "aot").chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-c", "set -euo pipefail\n" + commands], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("PASSED") == 3 and "FAILED" not in result.stdout
+    pkg = tmp_path / "assistant"
+    assert (pkg / "libassistant.a").exists() and (pkg / "keyword_cnn_1x40x196_runner").exists()
+    m = manifest(pkg)
+    arenas = [e["arena_bytes"] for e in m["models"]]
+    weights = [e["weights_bytes"] for e in m["models"]]
+    prose = " ".join(section.split())
+    assert f"share {m['weights_bytes']} bytes of weights" in prose
+    assert f"one arena of {m['arena_bytes']} bytes" in prose and m["arena_bytes"] == max(arenas)
+    assert f"take {sum(weights)} bytes of weights" in prose
+    assert f"{' + '.join(map(str, arenas))} = {sum(arenas)} bytes of arenas" in prose
