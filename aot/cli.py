@@ -273,7 +273,7 @@ ModelNamesOpt = Annotated[list[str] | None, typer.Option(
     "--name", help="Model name: prefix of every C symbol (default: the file name). With several models, "
                    "one --name per model, in order.", show_default=False)]
 PackageNameOpt = Annotated[str | None, typer.Option(
-    "--package-name", help="With several models (or shapes): the library's name, lib<NAME>.a, and its "
+    "--package-name", metavar="NAME", help="With several models (or shapes): the library's name, lib<NAME>.a, and its "
                            "header <NAME>.h, which includes the models' (default: their names joined by _; "
                            "a model's own name for its shape variants).", show_default=False)]
 SharedArenaOpt = Annotated[bool, typer.Option(
