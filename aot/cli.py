@@ -341,7 +341,8 @@ def compile_cmd(
     if "models" in m:
         arena = (f"one arena of {m['arena_bytes']} bytes (--shared-arena)" if m["shared_arena"]
                  else "an arena per model")
-        print(f"  package: {len(m['models'])} models, {arena}, weights {m['weights_bytes']} bytes (each distinct array once)")
+        print(f"  package: {len(m['models'])} models, {arena}, weights {m['weights_bytes']} bytes "
+              "(each distinct array once)")
     print(f"  C API: {package.name}.h  build: make -C {printable(written)}")
     for entry in m.get("targets", []):
         objects = entry.get("objects", [entry.get("object")])

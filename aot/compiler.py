@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import gc
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -149,7 +149,7 @@ def compile_models(
         raise AotError("--shared-arena: the package has one model (it shares an arena among several)")
     options = PipelineOptions(tuple(targets), parallel, conv_algorithm)
     objects = _llvm_objects(targets) if backend == "llvm" else []
-    planned = [_plan_model_named(spec, targets, options, progress, len(models) > 1) for spec in models]
+    planned = _plan_models(models, targets, options, progress)
     package = _bundle_name([p.ident for p in planned], package_name)
     weights = layout_shared_weights([p.planned.program.weights for p in planned],
                                     tuple(f"{p.ident.upper()}_" for p in planned))
@@ -168,6 +168,26 @@ def compile_models(
     progress.finish()
     bound = dict(planned[0].graph.bound_inputs) if len(planned) == 1 else {}
     return HostPackage(package, files, manifest, bound_inputs=bound)
+
+
+def _plan_models(models: Sequence[ModelSpec], targets: list[Target], options: PipelineOptions,
+                 progress: Progress) -> list[_PlannedModel]:
+    """Every model planned; a shape variant (a model file planned before) adopts the choices of
+    its first shape, so that their kernels read the weights in one layout."""
+    first_choices: dict[object, tuple[tuple[Hashable, object], ...]] = {}
+    planned = []
+    for spec in models:
+        source = _source_key(spec.model)
+        own = replace(options, preferred=first_choices.get(source, ()))
+        model = _plan_model_named(spec, targets, own, progress, len(models) > 1)
+        first_choices.setdefault(source, model.planned.program.choices)
+        planned.append(model)
+    return planned
+
+
+def _source_key(model: str | os.PathLike[str] | onnx.ModelProto) -> object:
+    """What makes two specs the same model: its file, or the ModelProto object."""
+    return id(model) if isinstance(model, onnx.ModelProto) else os.path.realpath(model)
 
 
 def _plan_model_named(spec: ModelSpec, targets: list[Target], options: PipelineOptions, progress: Progress,

@@ -9,6 +9,7 @@ tiles; planning returns its result and leaves the lowered Program as it is.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from aot.errors import AotError
@@ -34,6 +35,9 @@ class PipelineOptions:
     # threads, so the code grows; per-slot scratch grows the arena).
     parallel: bool = False
     conv_algorithm: str = "auto"
+    # Another shape's choices (Program.choices), adopted where they fit: shape variants of one
+    # model then pack their weights alike, and the package stores them once.
+    preferred: tuple[tuple[Hashable, object], ...] = ()
 
     def __post_init__(self) -> None:
         if self.conv_algorithm not in CONV_ALGORITHMS:
@@ -65,7 +69,8 @@ def tiles_for(targets: tuple[Target, ...] | list[Target]) -> TileConfig:
 
 def lower(graph: Graph, options: PipelineOptions) -> Program:
     """`graph`'s kernels for the options' tiles, threads and convolution algorithm."""
-    return lower_graph(graph, tiles=options.tiles, parallel=options.threads, conv_algorithm=options.conv_algorithm)
+    return lower_graph(graph, tiles=options.tiles, parallel=options.threads, conv_algorithm=options.conv_algorithm,
+                       preferred=dict(options.preferred))
 
 
 def plan(program: Program, options: PipelineOptions) -> PlannedProgram:

@@ -315,3 +315,17 @@ def test_readme_multi_model_walkthrough_runs_as_written(tmp_path: Path) -> None:
     assert f"one arena of {m['arena_bytes']} bytes" in prose and m["arena_bytes"] == max(arenas)
     assert f"take {sum(weights)} bytes of weights" in prose
     assert f"{' + '.join(map(str, arenas))} = {sum(arenas)} bytes of arenas" in prose
+
+
+def test_shape_variants_adopt_the_first_shapes_convolution_algorithms(tmp_path: Path) -> None:
+    """keyword_cnn at 49 and 98 frames: its strided conv would run im2col at one length and
+    tiled rows at the other, packing its weights two ways; the second shape adopts the first's
+    algorithm, so the package holds one model's weights, and both shapes still match onnxruntime."""
+    model = REPO / "examples" / "keyword_cnn.onnx"
+    shapes = ("--input-shape", "features=1x40x49", "--input-shape", "features=1x40x98")
+    pkg = tmp_path / "pkg"
+    ok("compile", str(model), *shapes, "-o", str(pkg))
+    m = manifest(pkg)
+    assert m["weights_bytes"] == m["models"][0]["weights_bytes"] == m["models"][1]["weights_bytes"]
+    payload = json.loads(ok("verify", str(model), *shapes, "--json").stdout)
+    assert payload["passed"] and len(payload["models"]) == 2

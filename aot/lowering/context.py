@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -57,8 +57,13 @@ class Epilogue:
 
 class LoweringContext:
     def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = False,
-                 conv_algorithm: str = "auto") -> None:
+                 conv_algorithm: str = "auto", preferred: Mapping[Hashable, object] | None = None) -> None:
         self.graph = graph
+        # Choices lowerings make for speed (a Conv's algorithm), by node key (see choice_key): those
+        # of this lowering, and those another shape of the same model made, which its variants
+        # adopt where they fit (aot/compiler.py), so that they pack the weights alike.
+        self.choices: list[tuple[Hashable, object]] = []
+        self.preferred: Mapping[Hashable, object] = preferred or {}
         # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv/winograd.py);
         # "direct": every convolution sums its taps directly.
         self.conv_algorithm = conv_algorithm
@@ -73,6 +78,12 @@ class LoweringContext:
         # the graph, so one graph can be lowered again (for other register tiles) unchanged.
         self._new_names: set[str] = set()
         self.fusion = FusionPlan()
+
+    def choice_key(self, node: Node, *facts: Hashable) -> Hashable:
+        """The key of a choice for `node`, the same in every shape variant of the model: its op,
+        how many choices for that op came before, its name, and `facts` that must agree too."""
+        ordinal = sum(1 for key, _ in self.choices if isinstance(key, tuple) and key[0] == node.op_type)
+        return (node.op_type, ordinal, node.name, *facts)
 
     # -- storage sharing -------------------------------------------------------------------
     def alias(self, view: Tensor, of: Tensor) -> None:

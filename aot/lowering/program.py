@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 from aot.errors import NodeError
@@ -43,11 +44,15 @@ class Program:
     # (kernel, output param, input param): the output is written over the input, which dies
     # there (decided by aot/planner/in_place.py once the kernel order is final).
     in_place: tuple[tuple[int, int, int], ...] = ()
+    # The choices the lowerings made for speed, by node key (LoweringContext.choices): what a
+    # shape variant of the model adopts.
+    choices: tuple[tuple[Hashable, object], ...] = ()
 
     def reordered(self, order: list[int]) -> Program:
         """The same kernels run in `order` (a permutation of kernel indices)."""
         return Program(self.graph, [self.kernels[i] for i in order], [self.bindings[i] for i in order],
-                       [self.offsets[i] for i in order], self.storage, self.weights, self.arena_tensors)
+                       [self.offsets[i] for i in order], self.storage, self.weights, self.arena_tensors,
+                       choices=self.choices)
 
     def overlapping_params(self, kernel_index: int) -> set[int]:
         """Params of one kernel whose element ranges in the same storage overlap another param's
@@ -80,11 +85,12 @@ class Program:
 
 
 def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES,
-                parallel: bool = False, conv_algorithm: str = "auto") -> Program:
+                parallel: bool = False, conv_algorithm: str = "auto",
+                preferred: Mapping[Hashable, object] | None = None) -> Program:
     """`parallel`: lowerings may mark loops that pay for splitting over threads (aot/lowering/
     parallel.py); False (the default, as `aot compile` without --parallel) for packages without
     threads, whose kernels then have none. aot/pipeline.py chooses these from the options."""
-    ctx = LoweringContext(graph, tiles, parallel, conv_algorithm)
+    ctx = LoweringContext(graph, tiles, parallel, conv_algorithm, preferred)
     ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
     if fuse:
         for part, whole, offset in plan_concat_in_place(graph):
@@ -99,7 +105,7 @@ def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TIL
             continue  # lowered when its chain ends
         _lower_node(node, ctx)
     output_roots = _route_outputs(ctx)
-    program = Program(graph, ctx.kernels, ctx.kernel_bindings, ctx.kernel_offsets)
+    program = Program(graph, ctx.kernels, ctx.kernel_bindings, ctx.kernel_offsets, choices=tuple(ctx.choices))
     _assign_storage(program, output_roots)
     return program
 

@@ -101,6 +101,68 @@ def _tiled_algorithm(planar: ConvGeometry, tiles: TileConfig, dtype: str) -> Con
                          rows_first=interleave_rows(spec, mode))
 
 
+def adopt_algorithm(geometry: ConvGeometry, weights: np.ndarray | None, dtype: str, tiles: TileConfig,
+                    allow_winograd: bool, preferred: ConvAlgorithm) -> ConvAlgorithm | None:
+    """`preferred` (the choice for the same convolution at another input shape) made to fit this
+    geometry, or None where it cannot run here. Shape variants of one model adopt the first
+    shape's choices, so their kernels read the weights in the same packed layout and the package
+    stores them once (SqueezeNet at 224 and 320: 2 of 26 weights were packed two ways). Only the
+    choices made for speed follow `preferred`; what the geometry forces (direct, rows, the copy
+    of the input) is decided here as choose_algorithm decides it."""
+    own = choose_algorithm(geometry, weights, dtype, tiles, allow_winograd)
+    if own.kind in ("direct", "rows") or weights is None or preferred.kind in ("direct", "rows"):
+        return None
+    planar = geometry.planar()
+    if preferred.kind == "winograd":
+        fits = (allow_winograd and _winograd_shape_fits(geometry, tiles, dtype) and _winograd_accurate(weights)
+                and min(geometry.out_spatial) >= 2)
+        return ConvAlgorithm("winograd") if fits else None
+    if preferred.kind == "im2col":
+        column_bytes = (planar.group_in * planar.kernel[0] * planar.kernel[1] * planar.out_spatial[0]
+                        * planar.out_spatial[1] * np.dtype(dtype).itemsize)
+        channels_fit = _channel_tiles_fit(planar.groups, planar.out_channels, tiles, dtype)
+        fits = (planar.groups == 1 and max(planar.strides) > 1 and column_bytes <= IM2COL_LIMIT_BYTES
+                and preferred.mode == ("channels" if preferred.channel_tiles else "pointwise")
+                and (channels_fit or not preferred.channel_tiles))
+        return ConvAlgorithm("im2col", mode=preferred.mode, channel_tiles=preferred.channel_tiles) if fits else None
+    return _adopt_tiled(planar, tiles, dtype, preferred)
+
+
+def _adopt_tiled(planar: ConvGeometry, tiles: TileConfig, dtype: str, preferred: ConvAlgorithm) -> ConvAlgorithm | None:
+    """_tiled_algorithm with `preferred`'s channel tiles and mode, where this geometry allows them."""
+    spec = planar.spec(over_padded_copy=False)
+    channel_tiles = preferred.channel_tiles
+    if channel_tiles and not _channel_tiles_fit(spec.groups, spec.out_channels, tiles, dtype):
+        return None
+    if preferred.mode == "flat":
+        return ConvAlgorithm("tiled", mode="flat") if not channel_tiles and flat_depthwise_fits(spec, tiles, dtype) \
+            else None
+    if not channel_tiles and flat_depthwise_fits(spec, tiles, dtype):
+        return None  # this geometry takes the flat mode's own copies: no other mode is written for it
+    copied = planar.spec(over_padded_copy=True)
+    pointwise = copied.s_h == copied.s_w == 1 and copied.k_h == copied.k_w == 1
+    unit_stride = copied.s_h == copied.s_w == 1
+    allowed = {"channels": channel_tiles, "pointwise": not channel_tiles and pointwise,
+               "grid": not channel_tiles and unit_stride and copied.out_h > 1 and not pointwise,
+               "rows": not channel_tiles and not pointwise}
+    mode = preferred.mode
+    if not allowed.get(mode, False):
+        return None
+    if spec.s_w > 1 and not channel_tiles:
+        copy: Copy = "strided"
+    elif planar.padded:
+        copy = "padded"
+    else:
+        return ConvAlgorithm("tiled", mode=mode, channel_tiles=channel_tiles)
+    return ConvAlgorithm("tiled", copy=copy, mode=mode, channel_tiles=channel_tiles,
+                         rows_first=interleave_rows(spec, mode))
+
+
+def _channel_tiles_fit(groups: int, out_channels: int, tiles: TileConfig, dtype: str) -> bool:
+    """What channel tiles need of a convolution, whether or not they pay (see channel_tiles_pay)."""
+    return groups == 1 and tiles.lanes > 1 and dtype == "float32" and out_channels >= tiles.lanes
+
+
 def _winograd_fits(geometry: ConvGeometry, tiles: TileConfig, dtype: str) -> bool:
     """Whether a 2-D convolution runs as Winograd F(2x2, 3x3): 3x3, unit stride and dilation,
     one group, float32 on a vector target, with channels enough that the multiply-adds saved
@@ -111,9 +173,14 @@ def _winograd_fits(geometry: ConvGeometry, tiles: TileConfig, dtype: str) -> boo
     against 2.4 us; 8 -> 8 on 8x8, 16 tiles, 1.42 against 1.58)."""
     out_h, out_w = geometry.out_spatial if geometry.nd == 2 else (0, 0)
     tile_count = -(-out_h // F2X2_3X3.m) * -(-out_w // F2X2_3X3.m)
+    return _winograd_shape_fits(geometry, tiles, dtype) and tile_count >= tiles.lanes
+
+
+def _winograd_shape_fits(geometry: ConvGeometry, tiles: TileConfig, dtype: str) -> bool:
+    """What Winograd F(2x2, 3x3) needs of a convolution, whatever its image size."""
     return (geometry.nd == 2 and geometry.groups == 1 and geometry.kernel == (3, 3) and geometry.strides == (1, 1)
             and geometry.dilations == (1, 1) and dtype == "float32" and tiles.lanes > 1
-            and geometry.channels >= 8 and geometry.out_channels >= 8 and tile_count >= tiles.lanes)
+            and geometry.channels >= 8 and geometry.out_channels >= 8)
 
 
 # Largest ratio of a filter's largest tap to its median one (nonzero taps, magnitudes) that

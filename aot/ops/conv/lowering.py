@@ -5,7 +5,7 @@ from __future__ import annotations
 from aot.ir.graph import Node
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import conv_operands, fail, spatial_padding, window_output_size, window_steps
-from aot.ops.conv.algorithm import choose_algorithm
+from aot.ops.conv.algorithm import ConvAlgorithm, adopt_algorithm, choose_algorithm
 from aot.ops.conv.direct import lower_conv_direct
 from aot.ops.conv.geometry import ConvGeometry
 from aot.ops.conv.rows import lower_conv_rows
@@ -19,7 +19,13 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
     geometry = conv_geometry(node)
     _, w, _, y, _ = conv_operands(node, "convolution")
     weights = w.data if w.is_constant else None
-    algorithm = choose_algorithm(geometry, weights, y.dtype.name, ctx.tiles, ctx.conv_algorithm != "direct")
+    allow_winograd = ctx.conv_algorithm != "direct"
+    algorithm = choose_algorithm(geometry, weights, y.dtype.name, ctx.tiles, allow_winograd)
+    key = ctx.choice_key(node, tuple(w.shape), y.dtype.name)
+    preferred = ctx.preferred.get(key)
+    if isinstance(preferred, ConvAlgorithm) and preferred != algorithm:
+        algorithm = adopt_algorithm(geometry, weights, y.dtype.name, ctx.tiles, allow_winograd, preferred) or algorithm
+    ctx.choices.append((key, algorithm))
     if algorithm.kind == "winograd":
         lower_conv_winograd(node, ctx, geometry)
     elif algorithm.kind == "im2col":
