@@ -329,3 +329,24 @@ def test_shape_variants_adopt_the_first_shapes_convolution_algorithms(tmp_path: 
     assert m["weights_bytes"] == m["models"][0]["weights_bytes"] == m["models"][1]["weights_bytes"]
     payload = json.loads(ok("verify", str(model), *shapes, "--json").stdout)
     assert payload["passed"] and len(payload["models"]) == 2
+
+
+def test_batch_variants_share_the_packed_matrix_weights(tmp_path: Path) -> None:
+    """Gemm and MatMul pack their weights in column panels whose width depends on the row count;
+    batch 1, 8 and 32 adopt the first's panels, so the package holds one copy, and all match."""
+    rng = np.random.default_rng(1)
+    model = make_model([helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+                        helper.make_node("MatMul", ["r", "w2"], ["y"])],
+                       {"x": np.zeros((1, 40), np.float32)}, ["y"],
+                       {"w1": rng.standard_normal((40, 64)).astype(np.float32) * 0.2,
+                        "b1": rng.standard_normal(64).astype(np.float32) * 0.1,
+                        "w2": rng.standard_normal((64, 12)).astype(np.float32) * 0.2})
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, str(path))
+    shapes = [arg for b in (1, 8, 32) for arg in ("--input-shape", f"x={b}x40")]
+    ok("compile", str(path), *shapes, "-o", str(tmp_path / "pkg"))
+    m = manifest(tmp_path / "pkg")
+    assert len(m["models"]) == 3 and m["weights_bytes"] == m["models"][0]["weights_bytes"]
+    assert json.loads(ok("verify", str(path), *shapes, "--json").stdout)["passed"]

@@ -60,11 +60,12 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
         assert b.data is not None
         b_data = np.ascontiguousarray(b.data.T if node.attr("transB", 0) else b.data)
         if tileable(n, dt):
-            cols = matmul_tile_shape(ctx.tiles, m, n)[1]
-            packed = kb.input(ctx.constant(pack_column_panels(b_data, cols), b.name)).buffer
+            shape = packed_tile_shape(node, ctx, m, n, b.shape)
+            packed = kb.input(ctx.constant(pack_column_panels(b_data, shape[1]), b.name)).buffer
             ctx.emit(kb, tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
                                       b_row=lambda r, j0, width: j0 * k + r * width, b_buffer=packed,
-                                      y_at=lambda i, j: yv.index([i, j]), finish=finish, parallel=parallel))
+                                      y_at=lambda i, j: yv.index([i, j]), finish=finish, parallel=parallel,
+                                      shape=shape))
             return
         bv = kb.input(ctx.constant(b_data, b.name)) if node.attr("transB", 0) else kb.input(b)
     else:
@@ -101,11 +102,12 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
     k2, n = b_shape[-2:]
     dt = y.dtype.name
     packed = None
+    shape = matmul_tile_shape(ctx.tiles, m, n)
     if b.is_constant and b.rank == 2 and tileable(n, dt) and k == k2:
         # Weights (a constant matrix shared by every batch): column panels, as Gemm stores them.
         assert b.data is not None
-        cols = matmul_tile_shape(ctx.tiles, m, n)[1]
-        packed = kb.input(ctx.constant(pack_column_panels(np.asarray(b.data), cols), b.name)).buffer
+        shape = packed_tile_shape(node, ctx, m, n, b.shape)
+        packed = kb.input(ctx.constant(pack_column_panels(np.asarray(b.data), shape[1]), b.name)).buffer
         bv = View(packed, b_shape)  # only for shapes and broadcasting below; indexed by b_row
     else:
         bv = View(kb.input(b).buffer, b_shape)
@@ -134,7 +136,7 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
                                 b_row=lambda r, j0, width: b_row(bi, r, j0, width), b_buffer=b_b.buffer,
                                 y_at=lambda i, j: y_full.index([*bi, i, j]),
                                 finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]),
-                                parallel=parallel and not split_batch)
+                                parallel=parallel and not split_batch, shape=shape)
         # (The untiled product stays serial within one batch: its top level mixes loops and tails.)
         return matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
                            b_at=lambda r, j: b_b.load([*bi, r, j]), y_at=lambda i, j: y_full.index([*bi, i, j]),
@@ -157,6 +159,22 @@ def matmul_tile_shape(tiles: TileConfig, m: int, n: int) -> tuple[int, int]:
     return rows, min(cols, n)
 
 
+def packed_tile_shape(node: Node, ctx: LoweringContext, m: int, n: int,
+                      weight_shape: tuple[int, ...]) -> tuple[int, int]:
+    """The tiles of a product with constant weights, which decide how the weights are packed:
+    another shape's column width where one was chosen (LoweringContext.preferred: a shape variant
+    of the model), so that both read one copy of the weights; the rows then fit the accumulators."""
+    own = matmul_tile_shape(ctx.tiles, m, n)
+    key = ctx.choice_key(node, tuple(weight_shape))
+    preferred = ctx.preferred.get(key)
+    shape = own
+    if isinstance(preferred, tuple) and len(preferred) == 2 and preferred[1] != own[1]:
+        cols = min(int(preferred[1]), n)
+        shape = (min(m, ctx.tiles.rows_for(cols, m)), cols)
+    ctx.choices.append((key, shape))
+    return shape
+
+
 def pack_column_panels(b: np.ndarray, cols: int) -> np.ndarray:
     """B [k, n] as consecutive column panels of `cols` (the last one narrower), each [k][width]:
     a tile then reads its operand rows from one contiguous stream."""
@@ -167,13 +185,15 @@ def pack_column_panels(b: np.ndarray, cols: int) -> np.ndarray:
 def tiled_matmul(kb: KernelBuilder, tiles: TileConfig, out: Buffer, dtype: str, m: int, n: int, k: int,
                  a_at: Callable[[Expr, Expr], Expr], b_row: Callable[[Expr, Expr, int], Expr], b_buffer: Buffer,
                  y_at: Callable[[Expr, Expr], Expr],
-                 finish: Callable[[Expr, Expr, Expr], Expr], parallel: bool = False) -> list[Stmt]:
+                 finish: Callable[[Expr, Expr, Expr], Expr], parallel: bool = False,
+                 shape: tuple[int, int] | None = None) -> list[Stmt]:
     """Y[i, j] = finish(sum_k A[i, k] * B[k, j], i, j) as register tiles: blocks of rows of A
     (broadcasts) by runs of columns of B and Y (vectors); `b_row(r, j0, width)` is the index of
     B[r, j0] in `b_buffer` for the column block [j0, j0 + width), whose row is contiguous.
     `parallel`: the column panels (or, with one panel, the row blocks) are a parallel loop; each
-    tile writes its own outputs only."""
-    rows, cols = matmul_tile_shape(tiles, m, n)
+    tile writes its own outputs only. `shape`: (rows, cols) of the tiles, by default
+    matmul_tile_shape's; packed weights must have been packed in panels of those cols."""
+    rows, cols = shape or matmul_tile_shape(tiles, m, n)
     split_cols = parallel and n > cols
     split_rows = parallel and not split_cols and m > rows
     probe = Var("probe", dtype)
