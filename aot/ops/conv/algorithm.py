@@ -86,7 +86,11 @@ def _tiled_algorithm(planar: ConvGeometry, tiles: TileConfig, dtype: str) -> Con
         # Depthwise with 'same' padding: the flat mode makes its own shifted copies.
         return ConvAlgorithm("tiled", mode="flat")
     copied = planar.spec(over_padded_copy=True)
-    mode = tile_mode(copied, tiles, dtype, channel_tiles)
+    return _tiled_with_copy(planar, spec, tile_mode(copied, tiles, dtype, channel_tiles), channel_tiles)
+
+
+def _tiled_with_copy(planar: ConvGeometry, spec: ConvSpec, mode: TileMode, channel_tiles: bool) -> ConvAlgorithm:
+    """The tiled algorithm in `mode`, over the copy of the input the geometry needs."""
     if spec.s_w > 1 and not channel_tiles:
         copy: Copy = "strided"
     elif planar.padded:
@@ -145,17 +149,9 @@ def _adopt_tiled(planar: ConvGeometry, tiles: TileConfig, dtype: str, preferred:
     allowed = {"channels": channel_tiles, "pointwise": not channel_tiles and pointwise,
                "grid": not channel_tiles and unit_stride and copied.out_h > 1 and not pointwise,
                "rows": not channel_tiles and not pointwise}
-    mode = preferred.mode
-    if not allowed.get(mode, False):
+    if not allowed.get(preferred.mode, False):
         return None
-    if spec.s_w > 1 and not channel_tiles:
-        copy: Copy = "strided"
-    elif planar.padded:
-        copy = "padded"
-    else:
-        return ConvAlgorithm("tiled", mode=mode, channel_tiles=channel_tiles)
-    return ConvAlgorithm("tiled", copy=copy, mode=mode, channel_tiles=channel_tiles,
-                         rows_first=interleave_rows(spec, mode))
+    return _tiled_with_copy(planar, spec, preferred.mode, channel_tiles)
 
 
 def _channel_tiles_fit(groups: int, out_channels: int, tiles: TileConfig, dtype: str) -> bool:
