@@ -138,9 +138,9 @@ def test_conv_transpose_phase_tiles(case: str, bias: bool, backend: str) -> None
 
 def batchnorm_inits(channels: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"s": (rng.random(channels) + 0.5).astype(np.float32), "bb": rng.standard_normal(channels).astype(np.float32),
-            "m": rng.standard_normal(channels).astype(np.float32),
-            "v": (rng.random(channels) + 0.5).astype(np.float32)}
+    values = {"s": rng.random(channels) + 0.5, "bb": rng.standard_normal(channels),
+              "m": rng.standard_normal(channels), "v": rng.random(channels) + 0.5}
+    return {name: v.astype(np.float32) for name, v in values.items()}
 
 
 def upsample_model(case: str, residual: bool):  # noqa: ANN201
