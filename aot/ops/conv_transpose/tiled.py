@@ -57,7 +57,8 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
     bv = kb.input(bias) if bias is not None else None
     dt, tile = final.dtype.name, ctx.tiles
     width = min(tile.cols, max(ph.outputs for ph in cols))
-    budget = tile.rows_for(width, 16)  # accumulator rows a tile of `width` columns affords
+    # Accumulator rows a tile of `width` columns affords, evened out over all the rows.
+    budget = tile.rows_for(width, geo.per_group * len([ph for ph in cols if ph.outputs]))
     sets = column_sets(cols, budget)
     per_set = max(len(s) for s in sets)
     block = max(1, min(geo.per_group, budget // per_set))  # output channels per tile
