@@ -143,21 +143,23 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
                                                                              len(col_taps)), unrolled=2),
                              a_at, b_base, init, scratch, out_at)
 
+    def output_row(n: Expr, g: Expr, ph: Phase, qh: Expr) -> list[Stmt]:
+        def channels(oc0: Expr, count: int) -> list[Stmt]:
+            body = blocks(kb, min_q, width, lambda q0, span: column_block(n, g, oc0, count, ph, qh, q0, span), "q")
+            if max_q > min_q:
+                body += column_block(n, g, oc0, count, ph, qh, const(min_q, INDEX), max_q - min_q)
+            return body
+
+        return blocks(kb, geo.per_group, block, channels, "o")
+
     def image(n: Expr, g: Expr) -> list[Stmt]:
-        stmts: list[Stmt] = []
+        # Row phases innermost: output rows s_h * qh .. s_h * qh + s_h - 1 are written together
+        # from the same few input rows, still in cache. Phases one row longer finish after.
+        common = min(ph.outputs for ph in rows)
+        stmts = kb.loops([common], lambda qh: [s for ph in rows for s in output_row(n, g, ph, qh[0])], prefix="h")
         for ph in rows:
-            def row(qh_idx: list[Expr], ph: Phase = ph) -> list[Stmt]:
-                qh = qh_idx[0]
-
-                def channels(oc0: Expr, count: int) -> list[Stmt]:
-                    body = blocks(kb, min_q, width, lambda q0, span: column_block(n, g, oc0, count, ph, qh, q0, span),
-                                  "q")
-                    if max_q > min_q:
-                        body += column_block(n, g, oc0, count, ph, qh, const(min_q, INDEX), max_q - min_q)
-                    return body
-
-                return blocks(kb, geo.per_group, block, channels, "o")
-            stmts += kb.loops([ph.outputs], row, prefix="h")
+            if ph.outputs > common:
+                stmts += output_row(n, g, ph, const(common, INDEX))
         return stmts
 
     body = kb.loops([geo.batch, geo.groups], lambda idx: image(idx[0], idx[1]), prefix="n")
