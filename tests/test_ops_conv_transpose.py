@@ -197,3 +197,11 @@ def test_runtime_weights_with_fused_epilogue() -> None:
     model = make_model(nodes, {"x": x, "w": w, "r": r}, ["y"])
     assert kernel_ops(model) == ["ConvTranspose+Add+Relu"]
     assert_matches_onnxruntime(model, {"x": x, "w": w, "r": r})
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("case", ["fpn_upsample_2x2_s2", "k3_s2_pads_output_padding"])
+def test_conv_transpose_on_threads(case: str, backend: str) -> None:
+    """--parallel: the output rows split over threads, one scratch per slot."""
+    model, feeds = upsample_model(case, residual=True)
+    assert_matches_onnxruntime(model, feeds, backend=backend, parallel=True)

@@ -22,6 +22,7 @@ from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, const
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
+from aot.lowering.parallel import SCRATCH_SLOTS, pays, slot_blocks
 from aot.ops.attrs import required_input
 from aot.ops.contraction.register_tiles import Reduction, register_tile
 from aot.ops.contraction.row_updates import blocks
@@ -72,7 +73,13 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
             packed.append(part)
             offset += part.size
     wbuf = kb.input(ctx.constant(np.concatenate(packed), w.name)).buffer
-    scratch = kb.output(scratch_tensor(ctx, node, (len(cols), block, width), np.dtype(np.float32), "phases")).buffer
+    macs = geo.batch * geo.channels * geo.per_group * int(np.prod(geo.in_spatial)) * int(np.prod(geo.kernel))
+    common = min(ph.outputs for ph in rows)
+    # Threads split the output rows of one image (one group), each slot with its own scratch.
+    slots = min(SCRATCH_SLOTS, common) if pays(ctx, macs) and geo.batch == geo.groups == 1 and common >= 2 else 1
+    plane = len(cols) * block * width
+    scratch = kb.output(scratch_tensor(ctx, node, (slots, len(cols), block, width), np.dtype(np.float32),
+                                       "phases")).buffer
     flat = all(t.shape == epilogue.shape or t.size == 1 for t in epilogue.inputs)
     s_w = geo.strides[1]
     min_q = min(ph.outputs for ph in cols)
@@ -83,11 +90,12 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
             return epilogue.apply(value, flat_index=yv.index([n, oc, oh, ow]))
         return epilogue.apply(value, [n, oc, ow] if geometry.nd == 1 else [n, oc, oh, ow])
 
-    def column_block(n: Expr, g: Expr, oc0: Expr, count: int, ph: Phase, qh: Expr, q0: Expr, span: int) -> list[Stmt]:
+    def column_block(n: Expr, g: Expr, oc0: Expr, count: int, ph: Phase, qh: Expr, q0: Expr, span: int,
+                     slot: Expr) -> list[Stmt]:
         """Columns q0 .. q0 + span of every column phase of output row ph + s_h * qh."""
         stmts: list[Stmt] = []
         for si, column_set in enumerate(sets):
-            stmts += _phase_tile(si, column_set, n, g, oc0, count, ph, qh, q0, span)
+            stmts += _phase_tile(si, column_set, n, g, oc0, count, ph, qh, q0, span, slot)
         oh = qh * geo.strides[0] + ph.index
 
         def write(idx: list[Expr]) -> list[Stmt]:
@@ -101,7 +109,7 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
                 if isinstance(q0, Const) and isinstance(j, Const) and int(q0.value) + int(j.value) >= cp.outputs:
                     continue
                 ow = (q0 + j) * s_w + cp.index
-                value: Expr = Load(scratch, (const(cp.index * block, INDEX) + i) * width + j)
+                value: Expr = Load(scratch, slot * plane + (const(cp.index * block, INDEX) + i) * width + j)
                 if not cp.taps or not ph.taps:  # no tap lands on this phase: bias alone
                     value = bv.load([oc]) if bv is not None else const(0.0, dt)
                 out.append(Store(yv.buffer, yv.index([n, oc, oh, ow]), finish(n, oc, oh, ow, value)))
@@ -113,7 +121,7 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
         return stmts + kb.loops([count, span], write, prefix="c")
 
     def _phase_tile(si: int, column_set: tuple[Phase, ...], n: Expr, g: Expr, oc0: Expr, count: int, ph: Phase,
-                    qh: Expr, q0: Expr, span: int) -> list[Stmt]:
+                    qh: Expr, q0: Expr, span: int, slot: Expr) -> list[Stmt]:
         if not ph.taps or not column_set[0].taps:
             return []
         col_taps = column_set[0].taps
@@ -135,7 +143,7 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
 
         def out_at(i: int, j: Expr) -> Expr:
             oc_i, ci = divmod(i, len(column_set))
-            return const((column_set[ci].index * block + oc_i) * width, INDEX) + j
+            return slot * plane + const((column_set[ci].index * block + oc_i) * width, INDEX) + j
 
         init = [bv.load([g * geo.per_group + oc0 + i // len(column_set)]) if bv is not None else const(0.0, dt)
                 for i in range(rows_here)]
@@ -143,11 +151,12 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
                                                                              len(col_taps)), unrolled=2),
                              a_at, b_base, init, scratch, out_at)
 
-    def output_row(n: Expr, g: Expr, ph: Phase, qh: Expr) -> list[Stmt]:
+    def output_row(n: Expr, g: Expr, ph: Phase, qh: Expr, slot: Expr) -> list[Stmt]:
         def channels(oc0: Expr, count: int) -> list[Stmt]:
-            body = blocks(kb, min_q, width, lambda q0, span: column_block(n, g, oc0, count, ph, qh, q0, span), "q")
+            body = blocks(kb, min_q, width, lambda q0, span: column_block(n, g, oc0, count, ph, qh, q0, span, slot),
+                          "q")
             if max_q > min_q:
-                body += column_block(n, g, oc0, count, ph, qh, const(min_q, INDEX), max_q - min_q)
+                body += column_block(n, g, oc0, count, ph, qh, const(min_q, INDEX), max_q - min_q, slot)
             return body
 
         return blocks(kb, geo.per_group, block, channels, "o")
@@ -155,11 +164,15 @@ def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeome
     def image(n: Expr, g: Expr) -> list[Stmt]:
         # Row phases innermost: output rows s_h * qh .. s_h * qh + s_h - 1 are written together
         # from the same few input rows, still in cache. Phases one row longer finish after.
-        common = min(ph.outputs for ph in rows)
-        stmts = kb.loops([common], lambda qh: [s for ph in rows for s in output_row(n, g, ph, qh[0])], prefix="h")
+        def rows_at(qh0: Expr, count: int, slot: Expr) -> list[Stmt]:
+            return kb.loops([count], lambda qh: [s for ph in rows for s in output_row(n, g, ph, qh0 + qh[0], slot)],
+                            prefix="h")
+
+        zero = const(0, INDEX)
+        stmts = slot_blocks(kb, common, 1, rows_at, "r", slots) if slots > 1 else rows_at(zero, common, zero)
         for ph in rows:
             if ph.outputs > common:
-                stmts += output_row(n, g, ph, const(common, INDEX))
+                stmts += output_row(n, g, ph, const(common, INDEX), zero)
         return stmts
 
     body = kb.loops([geo.batch, geo.groups], lambda idx: image(idx[0], idx[1]), prefix="n")
