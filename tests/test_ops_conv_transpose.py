@@ -205,3 +205,12 @@ def test_conv_transpose_on_threads(case: str, backend: str) -> None:
     """--parallel: the output rows split over threads, one scratch per slot."""
     model, feeds = upsample_model(case, residual=True)
     assert_matches_onnxruntime(model, feeds, backend=backend, parallel=True)
+
+
+def test_inspect_counts_conv_transpose_multiply_adds() -> None:
+    """`aot inspect` / `aot bench` count x elements * (C_out / group) * kernel taps."""
+    from aot.analysis import model_stats
+
+    model, _ = upsample_model("depthwise_k4_s2", residual=False)
+    graph, _ = load(model)
+    assert model_stats(graph).macs == 1 * 8 * 9 * 10 * 1 * 4 * 4
