@@ -18,6 +18,11 @@ def node_macs(node: Node) -> int:
         w = node.inputs[1]
         assert w is not None
         return out.size * element_count(w.shape[1:])
+    if node.op_type == "ConvTranspose" and node.input(0) is not None and node.input(1) is not None:
+        x, w = node.inputs[0], node.inputs[1]
+        assert x is not None and w is not None
+        # Every input element meets each of its group's output channels through every tap.
+        return x.size * element_count(w.shape[1:])
     if node.op_type == "Gemm" and node.input(0) is not None:
         a = node.inputs[0]
         assert a is not None

@@ -8,7 +8,7 @@ import numpy as np
 
 # The contractions (ops with weights) that a following per-channel affine map folds into and
 # that a following elementwise chain fuses into as an epilogue.
-ANCHORS = ("Conv", "Gemm", "MatMul")
+ANCHORS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 
 def batchnorm_affine(scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray,

@@ -14,12 +14,15 @@ import numpy as np
 from aot.ir.affine import ANCHORS, batchnorm_affine
 from aot.ir.graph import Graph, Node, Tensor
 
+# Anchors whose output channels are axis 1 of their output.
+CHANNELS_FIRST = ("Conv", "ConvTranspose")
+
 
 def _channel_count(anchor: Node) -> int | None:
     out = anchor.outputs[0]
     if out is None:
         return None
-    if anchor.op_type == "Conv":
+    if anchor.op_type in CHANNELS_FIRST:
         return out.shape[1]
     return out.shape[-1] if out.rank == 2 else None
 
@@ -90,6 +93,8 @@ def _fold_into(graph: Graph, anchor: Node, a: np.ndarray, b: np.ndarray) -> bool
         graph.set_input(anchor, 1, graph.add_constant(new_w.astype(dtype), f"{w.name}_folded"))
         graph.set_input(anchor, 2, graph.add_constant((old_b * a + b).astype(dtype), f"{anchor.name}_bias_folded"))
         return True
+    if anchor.op_type == "ConvTranspose":
+        return _fold_into_transposed(graph, anchor, a, b)
     if anchor.op_type == "Gemm":
         w, c = anchor.inputs[1], anchor.input(2)
         if w is None or not w.is_constant or (c is not None and not c.is_constant):
@@ -118,6 +123,25 @@ def _fold_into(graph: Graph, anchor: Node, a: np.ndarray, b: np.ndarray) -> bool
     return False
 
 
+def _fold_into_transposed(graph: Graph, anchor: Node, a: np.ndarray, b: np.ndarray) -> bool:
+    """ConvTranspose: W is [C, OC / group, k...], output channel g * (OC / group) + m."""
+    w, bias = anchor.inputs[1], anchor.input(2)
+    out = anchor.outputs[0]
+    assert out is not None
+    if w is None or not w.is_constant or (bias is not None and not bias.is_constant) or w.rank < 2:
+        return False
+    groups = int(anchor.attr("group", 1))
+    if groups <= 0 or w.shape[1] * groups != len(a) or w.shape[0] % groups \
+            or (bias is not None and bias.shape != (len(a),)):
+        return False  # shapes the lowering refuses, naming the node: nothing to fold
+    per_group = w.data.reshape(groups, w.shape[0] // groups, w.shape[1], -1).astype(np.float64)  # type: ignore[union-attr]
+    new_w = (per_group * a.reshape(groups, 1, w.shape[1], 1)).reshape(w.shape)
+    old_b = bias.data.astype(np.float64) if bias is not None else np.zeros(len(a))  # type: ignore[union-attr]
+    graph.set_input(anchor, 1, graph.add_constant(new_w.astype(out.dtype), f"{w.name}_folded"))
+    graph.set_input(anchor, 2, graph.add_constant((old_b * a + b).astype(out.dtype), f"{anchor.name}_bias_folded"))
+    return True
+
+
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
@@ -137,7 +161,7 @@ def fold_affine_into_weights(graph: Graph) -> None:
             if len(out.consumers) != 1:
                 continue
             follower = out.consumers[0]
-            affine = _affine_of(follower, out, channels, anchor.op_type == "Conv")
+            affine = _affine_of(follower, out, channels, anchor.op_type in CHANNELS_FIRST)
             if affine is None or not _fold_into(graph, anchor, *affine):
                 continue
             result = follower.outputs[0]

@@ -1,33 +1,37 @@
-"""ConvTranspose: N-d transposed convolution with groups, strides, dilations, padding,
-output_padding and output_shape.
-
-Written in gather form: each output element sums the input taps that the forward convolution
-would have scattered onto it, so every output is stored once from a register accumulator (no
-read-modify-write passes over Y, and no ordering between writers). Input position i reaches
-output o through kernel tap k when i * stride = o + pad_begin - k * dilation.
-"""
+"""The validated shape of one ConvTranspose node (any spatial rank)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aot.ir.graph import Node
-from aot.kernel.ir import (
-    INDEX,
-    Assign,
-    Const,
-    Declare,
-    Expr,
-    If,
-    Stmt,
-    binary,
-    const,
-    eq,
-    ge,
-    logical_and,
-    lt,
-)
-from aot.lowering.context import LoweringContext
 from aot.ops.attrs import conv_operands, fail
-from aot.ops.registry import register
+
+
+@dataclass(frozen=True)
+class TransposeGeometry:
+    batch: int
+    channels: int
+    out_channels: int
+    groups: int
+    in_spatial: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pad_begin: tuple[int, ...]
+
+    @property
+    def group_in(self) -> int:
+        return self.channels // self.groups
+
+    @property
+    def per_group(self) -> int:
+        return self.out_channels // self.groups
+
+    @property
+    def nd(self) -> int:
+        return len(self.in_spatial)
 
 
 def transpose_padding(node: Node, in_spatial: tuple[int, ...], out_spatial: tuple[int, ...], kernel: list[int],
@@ -60,15 +64,14 @@ def transpose_padding(node: Node, in_spatial: tuple[int, ...], out_spatial: tupl
     return pads[:nd]
 
 
-@register("ConvTranspose")
-def lower_conv_transpose(node: Node, ctx: LoweringContext) -> None:
+def transpose_geometry(node: Node) -> TransposeGeometry:
+    """The shape of the ConvTranspose `node`, its attributes checked against its operands."""
     x, w, bias, y, nd = conv_operands(node, "transposed convolution")
     batch, in_channels = x.shape[0], x.shape[1]
     groups = int(node.attr("group", 1))
     if groups <= 0 or w.shape[0] != in_channels or in_channels % groups:
         raise fail(node, f"W {list(w.shape)} does not fit X channels {in_channels} with group={groups}")
-    group_in, out_per_group = in_channels // groups, w.shape[1]
-    out_channels = out_per_group * groups
+    out_channels = w.shape[1] * groups
     kernel = list(node.attr("kernel_shape", w.shape[2:]))
     if tuple(kernel) != tuple(w.shape[2:]):
         raise fail(node, f"kernel_shape {kernel} differs from the weight shape {list(w.shape[2:])}")
@@ -84,39 +87,11 @@ def lower_conv_transpose(node: Node, ctx: LoweringContext) -> None:
     pad_begin = transpose_padding(node, in_spatial, out_spatial, kernel, strides, dilations, output_padding)
     if bias is not None and bias.shape != (out_channels,):
         raise fail(node, f"bias shape {list(bias.shape)} should be [{out_channels}]")
+    return TransposeGeometry(batch=int(batch), channels=int(in_channels), out_channels=int(out_channels),
+                             groups=groups, in_spatial=_ints(in_spatial), out_spatial=_ints(out_spatial),
+                             kernel=_ints(kernel), strides=_ints(strides), dilations=_ints(dilations),
+                             pad_begin=_ints(pad_begin))
 
-    kb = ctx.builder(node)
-    xv, wv, yv = kb.input(x), kb.input(w), kb.output(y)
-    bv = kb.input(bias) if bias is not None else None
-    dt = y.dtype.name
 
-    def body(idx: list[Expr]) -> list[Stmt]:
-        n, g, m, *o = idx
-        oc = g * out_per_group + m
-        acc = kb.var("acc", dt)
-
-        def tap(red: list[Expr]) -> list[Stmt]:
-            c, *k = red
-            ic = g * group_in + c
-            cond: Expr = const(True, "bool")
-            src: list[Expr] = []
-            for oi, ki, s, d, pb, size, out, ks in zip(o, k, strides, dilations, pad_begin, in_spatial,
-                                                       out_spatial, kernel):
-                q = oi + (pb - ki * d) if pb else oi - ki * d
-                # Only emit the checks the index ranges cannot rule out.
-                q_min, q_max = pb - (ks - 1) * d, out - 1 + pb
-                if q_min < 0:
-                    cond = logical_and(cond, ge(q, const(0, INDEX)))
-                if s > 1:
-                    cond = logical_and(cond, eq(binary("mod", q, const(s, INDEX)), const(0, INDEX)))
-                    q = binary("div", q, const(s, INDEX))
-                if q_max // s >= size:
-                    cond = logical_and(cond, lt(q, const(size, INDEX)))
-                src.append(q)
-            update: Stmt = Assign(acc, acc + xv.load([n, ic, *src]) * wv.load([ic, m, *k]))
-            return [update] if isinstance(cond, Const) and cond.value is True else [If(cond, [update])]
-
-        init = bv.load([oc]) if bv is not None else const(0.0, dt)
-        return [Declare(acc, init), *kb.loops([group_in, *kernel], tap, prefix="r"), yv.store([n, oc, *o], acc)]
-
-    ctx.emit(kb, kb.loops([batch, groups, out_per_group, *out_spatial], body))
+def _ints(values: object) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)  # type: ignore[attr-defined]
