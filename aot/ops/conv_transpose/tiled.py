@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.graph import Node
+from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, const
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
@@ -42,138 +42,166 @@ def _planar(geo: TransposeGeometry) -> TransposeGeometry:
 
 
 def lower_phase_tiles(node: Node, ctx: LoweringContext, geometry: TransposeGeometry) -> None:
-    x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
-    geo = _planar(geometry)
-    (in_h, in_w), (out_h, out_w) = geo.in_spatial, geo.out_spatial
-    rows = dim_phases(in_h, out_h, geo.kernel[0], geo.strides[0], geo.dilations[0], geo.pad_begin[0])
-    cols = dim_phases(in_w, out_w, geo.kernel[1], geo.strides[1], geo.dilations[1], geo.pad_begin[1])
-    (top, bottom), (left, right) = copy_padding(in_h, rows), copy_padding(in_w, cols)
-    kb = ctx.builder(node)
-    final, epilogue = ctx.epilogue(node, kb)
-    if top or bottom or left or right:
-        copy, xv, _, _ = padded_copy(node, ctx, kb, x, (in_h, in_w), [top, left], [bottom, right], False)
-    else:
-        copy, xv = [], View(kb.input(x).buffer, (geo.batch, geo.channels, in_h, in_w))
-    yv = View(kb.output(final).buffer, (geo.batch, geo.out_channels, out_h, out_w))
-    bv = kb.input(bias) if bias is not None else None
-    dt, tile = final.dtype.name, ctx.tiles
-    width = min(tile.cols, max(ph.outputs for ph in cols))
-    # Accumulator rows a tile of `width` columns affords, evened out over all the rows.
-    budget = tile.rows_for(width, geo.per_group * len([ph for ph in cols if ph.outputs]))
-    sets = column_sets(cols, budget)
-    per_set = max(len(s) for s in sets)
-    block = max(1, min(geo.per_group, budget // per_set))  # output channels per tile
-    weights = np.asarray(w.data, dtype=np.float32).reshape(geo.channels, geo.per_group, *geo.kernel)
-    packed, bases = [], {}
-    offset = 0
-    for ph in rows:
-        for si, column_set in enumerate(sets):
-            part = pack_phase(weights, geo.groups, ph, column_set, block)
-            bases[ph.index, si] = offset
-            packed.append(part)
-            offset += part.size
-    wbuf = kb.input(ctx.constant(np.concatenate(packed), w.name)).buffer
-    macs = geo.batch * geo.channels * geo.per_group * int(np.prod(geo.in_spatial)) * int(np.prod(geo.kernel))
-    common = min(ph.outputs for ph in rows)
-    # Threads split the output rows of one image (one group), each slot with its own scratch.
-    slots = min(SCRATCH_SLOTS, common) if pays(ctx, macs) and geo.batch == geo.groups == 1 and common >= 2 else 1
-    plane = len(cols) * block * width
-    scratch = kb.output(scratch_tensor(ctx, node, (slots, len(cols), block, width), np.dtype(np.float32),
-                                       "phases")).buffer
-    flat = all(t.shape == epilogue.shape or t.size == 1 for t in epilogue.inputs)
-    s_w = geo.strides[1]
-    min_q = min(ph.outputs for ph in cols)
-    max_q = max(ph.outputs for ph in cols)
+    _PhaseTiles(node, ctx, geometry).emit()
 
-    def finish(n: Expr, oc: Expr, oh: Expr, ow: Expr, value: Expr) -> Expr:
-        if flat:
-            return epilogue.apply(value, flat_index=yv.index([n, oc, oh, ow]))
-        return epilogue.apply(value, [n, oc, ow] if geometry.nd == 1 else [n, oc, oh, ow])
 
-    def column_block(n: Expr, g: Expr, oc0: Expr, count: int, ph: Phase, qh: Expr, q0: Expr, span: int,
-                     slot: Expr) -> list[Stmt]:
+class _PhaseTiles:
+    """One ConvTranspose lowered as phase tiles: the geometry's phases, the packed weights, the
+    scratch, and the loops that fill the scratch and interleave it into the output."""
+
+    def __init__(self, node: Node, ctx: LoweringContext, geometry: TransposeGeometry) -> None:
+        x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
+        self.geometry = geometry
+        self.geo = geo = _planar(geometry)
+        self.kb = kb = ctx.builder(node)
+        (in_h, in_w), (out_h, out_w) = geo.in_spatial, geo.out_spatial
+        self.rows = dim_phases(in_h, out_h, geo.kernel[0], geo.strides[0], geo.dilations[0], geo.pad_begin[0])
+        self.cols = dim_phases(in_w, out_w, geo.kernel[1], geo.strides[1], geo.dilations[1], geo.pad_begin[1])
+        (self.top, bottom), (self.left, right) = copy_padding(in_h, self.rows), copy_padding(in_w, self.cols)
+        final, self.epilogue = ctx.epilogue(node, kb)
+        if self.top or bottom or self.left or right:
+            self.copy, self.xv, _, _ = padded_copy(node, ctx, kb, x, (in_h, in_w), [self.top, self.left],
+                                                   [bottom, right], False)
+        else:
+            self.copy, self.xv = [], View(kb.input(x).buffer, (geo.batch, geo.channels, in_h, in_w))
+        self.yv = View(kb.output(final).buffer, (geo.batch, geo.out_channels, out_h, out_w))
+        self.bv = kb.input(bias) if bias is not None else None
+        self.dt, self.tile = final.dtype.name, ctx.tiles
+        self.width = min(self.tile.cols, max(ph.outputs for ph in self.cols))
+        # Accumulator rows a tile of `width` columns affords, evened out over all the rows.
+        budget = self.tile.rows_for(self.width, geo.per_group * len([ph for ph in self.cols if ph.outputs]))
+        self.sets = column_sets(self.cols, budget)
+        self.block = max(1, min(geo.per_group, budget // max(len(s) for s in self.sets)))  # channels per tile
+        self.wbuf, self.bases = self._packed_weights(ctx, w)
+        macs = geo.batch * geo.channels * geo.per_group * int(np.prod(geo.in_spatial)) * int(np.prod(geo.kernel))
+        self.common = min(ph.outputs for ph in self.rows)
+        # Threads split the output rows of one image (one group), each slot with its own scratch.
+        threaded = pays(ctx, macs) and geo.batch == geo.groups == 1 and self.common >= 2
+        self.slots = min(SCRATCH_SLOTS, self.common) if threaded else 1
+        self.plane = len(self.cols) * self.block * self.width
+        self.scratch = kb.output(scratch_tensor(ctx, node, (self.slots, len(self.cols), self.block, self.width),
+                                                np.dtype(np.float32), "phases")).buffer
+        self.flat = all(t.shape == self.epilogue.shape or t.size == 1 for t in self.epilogue.inputs)
+        self.min_q = min(ph.outputs for ph in self.cols)
+        self.max_q = max(ph.outputs for ph in self.cols)
+        self.ctx = ctx
+
+    def _packed_weights(self, ctx: LoweringContext, w: Tensor) -> tuple[Buffer, dict[tuple[int, int], int]]:
+        """The weights in the order the tiles broadcast them, and where each (row phase, column
+        set) part starts."""
+        geo = self.geo
+        weights = np.asarray(w.data, dtype=np.float32).reshape(geo.channels, geo.per_group, *geo.kernel)
+        packed, bases = [], {}
+        offset = 0
+        for ph in self.rows:
+            for si, column_set in enumerate(self.sets):
+                part = pack_phase(weights, geo.groups, ph, column_set, self.block)
+                bases[ph.index, si] = offset
+                packed.append(part)
+                offset += part.size
+        return self.kb.input(ctx.constant(np.concatenate(packed), w.name)).buffer, bases
+
+    def emit(self) -> None:
+        body = self.kb.loops([self.geo.batch, self.geo.groups], lambda idx: self._image(idx[0], idx[1]), prefix="n")
+        self.ctx.emit(self.kb, self.copy + body)
+
+    def _finish(self, n: Expr, oc: Expr, oh: Expr, ow: Expr, value: Expr) -> Expr:
+        if self.flat:
+            return self.epilogue.apply(value, flat_index=self.yv.index([n, oc, oh, ow]))
+        return self.epilogue.apply(value, [n, oc, ow] if self.geometry.nd == 1 else [n, oc, oh, ow])
+
+    def _column_block(self, n: Expr, g: Expr, oc0: Expr, count: int, ph: Phase, qh: Expr, q0: Expr, span: int,
+                      slot: Expr) -> list[Stmt]:
         """Columns q0 .. q0 + span of every column phase of output row ph + s_h * qh."""
         stmts: list[Stmt] = []
-        for si, column_set in enumerate(sets):
-            stmts += _phase_tile(si, column_set, n, g, oc0, count, ph, qh, q0, span, slot)
-        oh = qh * geo.strides[0] + ph.index
+        for si, column_set in enumerate(self.sets):
+            stmts += self._phase_tile(si, column_set, n, g, oc0, count, ph, qh, q0, span, slot)
+        oh = qh * self.geo.strides[0] + ph.index
 
         def write(idx: list[Expr]) -> list[Stmt]:
-            i, j = idx
-            oc = g * geo.per_group + oc0 + i
-            out: list[Stmt] = []
-            for cp in cols:
-                if not cp.outputs:
-                    continue
-                # Only the static block past min_q can hold columns a shorter phase lacks.
-                if isinstance(q0, Const) and isinstance(j, Const) and int(q0.value) + int(j.value) >= cp.outputs:
-                    continue
-                ow = (q0 + j) * s_w + cp.index
-                value: Expr = Load(scratch, slot * plane + (const(cp.index * block, INDEX) + i) * width + j)
-                if not cp.taps or not ph.taps:  # no tap lands on this phase: bias alone
-                    value = bv.load([oc]) if bv is not None else const(0.0, dt)
-                out.append(Store(yv.buffer, yv.index([n, oc, oh, ow]), finish(n, oc, oh, ow, value)))
-            return out
+            return self._interleave(n, g, oc0, ph, oh, q0, slot, idx[0], idx[1])
 
         # The last column (when phases differ in length) is one static block: unroll it.
         if span == 1:
-            return stmts + kb.loops([count], lambda i: write([i[0], const(0, INDEX)]), prefix="c")
-        return stmts + kb.loops([count, span], write, prefix="c")
+            return stmts + self.kb.loops([count], lambda i: write([i[0], const(0, INDEX)]), prefix="c")
+        return stmts + self.kb.loops([count, span], write, prefix="c")
 
-    def _phase_tile(si: int, column_set: tuple[Phase, ...], n: Expr, g: Expr, oc0: Expr, count: int, ph: Phase,
-                    qh: Expr, q0: Expr, span: int, slot: Expr) -> list[Stmt]:
+    def _interleave(self, n: Expr, g: Expr, oc0: Expr, ph: Phase, oh: Expr, q0: Expr, slot: Expr, i: Expr,
+                    j: Expr) -> list[Stmt]:
+        """Output channel oc0 + i, column q0 + j of every column phase: from the scratch into the
+        output row, through the fused epilogue."""
+        geo, yv, bv = self.geo, self.yv, self.bv
+        oc = g * geo.per_group + oc0 + i
+        out: list[Stmt] = []
+        for cp in self.cols:
+            if not cp.outputs:
+                continue
+            # Only the static block past min_q can hold columns a shorter phase lacks.
+            if isinstance(q0, Const) and isinstance(j, Const) and int(q0.value) + int(j.value) >= cp.outputs:
+                continue
+            ow = (q0 + j) * geo.strides[1] + cp.index
+            value: Expr = Load(self.scratch, slot * self.plane + (const(cp.index * self.block, INDEX) + i) * self.width
+                               + j)
+            if not cp.taps or not ph.taps:  # no tap lands on this phase: bias alone
+                value = bv.load([oc]) if bv is not None else const(0.0, self.dt)
+            out.append(Store(yv.buffer, yv.index([n, oc, oh, ow]), self._finish(n, oc, oh, ow, value)))
+        return out
+
+    def _phase_tile(self, si: int, column_set: tuple[Phase, ...], n: Expr, g: Expr, oc0: Expr, count: int,
+                    ph: Phase, qh: Expr, q0: Expr, span: int, slot: Expr) -> list[Stmt]:
         if not ph.taps or not column_set[0].taps:
             return []
+        geo, xv, bv = self.geo, self.xv, self.bv
         col_taps = column_set[0].taps
         k = geo.group_in * len(ph.taps) * len(col_taps)
         rows_here = count * len(column_set)
-        base = bases[ph.index, si]
+        base = self.bases[ph.index, si]
 
         def a_at(i: int, tap: list[Expr]) -> Expr:
             c, th, tw = tap
             kflat = (c * len(ph.taps) + th) * len(col_taps) + tw
-            return Load(wbuf, const(base, INDEX) + (g * geo.per_group + oc0) * (len(column_set) * k)
+            return Load(self.wbuf, const(base, INDEX) + (g * geo.per_group + oc0) * (len(column_set) * k)
                         + kflat * rows_here + i)
 
         def b_base(tap: list[Expr]) -> tuple[Buffer, Expr]:
             c, th, tw = tap
             assert isinstance(th, Const) and isinstance(tw, Const)
-            row = qh + (ph.taps[int(th.value)][1] + top)
-            return xv.buffer, xv.index([n, g * geo.group_in + c, row, q0 + (col_taps[int(tw.value)][1] + left)])
+            row = qh + (ph.taps[int(th.value)][1] + self.top)
+            return xv.buffer, xv.index([n, g * geo.group_in + c, row, q0 + (col_taps[int(tw.value)][1] + self.left)])
 
         def out_at(i: int, j: Expr) -> Expr:
             oc_i, ci = divmod(i, len(column_set))
-            return slot * plane + const((column_set[ci].index * block + oc_i) * width, INDEX) + j
+            return slot * self.plane + const((column_set[ci].index * self.block + oc_i) * self.width, INDEX) + j
 
-        init = [bv.load([g * geo.per_group + oc0 + i // len(column_set)]) if bv is not None else const(0.0, dt)
+        init = [bv.load([g * geo.per_group + oc0 + i // len(column_set)]) if bv is not None else const(0.0, self.dt)
                 for i in range(rows_here)]
-        return register_tile(kb, dt, tile.lanes, rows_here, span, Reduction((geo.group_in, len(ph.taps),
-                                                                             len(col_taps)), unrolled=2),
-                             a_at, b_base, init, scratch, out_at)
+        reduction = Reduction((geo.group_in, len(ph.taps), len(col_taps)), unrolled=2)
+        return register_tile(self.kb, self.dt, self.tile.lanes, rows_here, span, reduction, a_at, b_base, init,
+                             self.scratch, out_at)
 
-    def output_row(n: Expr, g: Expr, ph: Phase, qh: Expr, slot: Expr) -> list[Stmt]:
+    def _output_row(self, n: Expr, g: Expr, ph: Phase, qh: Expr, slot: Expr) -> list[Stmt]:
         def channels(oc0: Expr, count: int) -> list[Stmt]:
-            body = blocks(kb, min_q, width, lambda q0, span: column_block(n, g, oc0, count, ph, qh, q0, span, slot),
-                          "q")
-            if max_q > min_q:
-                body += column_block(n, g, oc0, count, ph, qh, const(min_q, INDEX), max_q - min_q, slot)
+            body = blocks(self.kb, self.min_q, self.width,
+                          lambda q0, span: self._column_block(n, g, oc0, count, ph, qh, q0, span, slot), "q")
+            if self.max_q > self.min_q:
+                body += self._column_block(n, g, oc0, count, ph, qh, const(self.min_q, INDEX),
+                                           self.max_q - self.min_q, slot)
             return body
 
-        return blocks(kb, geo.per_group, block, channels, "o")
+        return blocks(self.kb, self.geo.per_group, self.block, channels, "o")
 
-    def image(n: Expr, g: Expr) -> list[Stmt]:
+    def _image(self, n: Expr, g: Expr) -> list[Stmt]:
         # Row phases innermost: output rows s_h * qh .. s_h * qh + s_h - 1 are written together
         # from the same few input rows, still in cache. Phases one row longer finish after.
         def rows_at(qh0: Expr, count: int, slot: Expr) -> list[Stmt]:
-            return kb.loops([count], lambda qh: [s for ph in rows for s in output_row(n, g, ph, qh0 + qh[0], slot)],
-                            prefix="h")
+            return self.kb.loops([count], lambda qh: [s for ph in self.rows
+                                                      for s in self._output_row(n, g, ph, qh0 + qh[0], slot)],
+                                 prefix="h")
 
         zero = const(0, INDEX)
-        stmts = slot_blocks(kb, common, 1, rows_at, "r", slots) if slots > 1 else rows_at(zero, common, zero)
-        for ph in rows:
-            if ph.outputs > common:
-                stmts += output_row(n, g, ph, const(common, INDEX), zero)
+        stmts = (slot_blocks(self.kb, self.common, 1, rows_at, "r", self.slots) if self.slots > 1
+                 else rows_at(zero, self.common, zero))
+        for ph in self.rows:
+            if ph.outputs > self.common:
+                stmts += self._output_row(n, g, ph, const(self.common, INDEX), zero)
         return stmts
-
-    body = kb.loops([geo.batch, geo.groups], lambda idx: image(idx[0], idx[1]), prefix="n")
-    ctx.emit(kb, copy + body)
