@@ -8,14 +8,18 @@ A pair (output param, input param) of one kernel qualifies when
   kernel computes when no load of input element e happens after a store to output element e.
   in_place_candidates proves that conservatively, from two facts it checks:
 
-  1. each output element is stored exactly once in the whole run: every store's index (an
-     expression of its enclosing loops' variables) is evaluated over all their iterations, each
-     store counted as executed whatever the conditions around it; a vector store covers its lanes.
-     A ragged register tile's overlapping last vector re-stores columns, so it fails here;
-  2. every load of the input sits in a statement S of some block, and a store to the output at
-     the same element range (the same index up to a constant inside the stored lanes) follows in
-     the same block at or after S, in the same iteration: that store is element e's only store,
-     so the load comes first. A load in the stored value itself is evaluated before the store.
+  1. each output element is stored in one run of one block only (once, or several times by
+     statements of that block: a ragged register tile's overlapping last vector re-stores some
+     columns), and every element is stored: every store's index (an expression of its enclosing
+     loops' variables) is evaluated over all their iterations, each store counted as executed
+     whatever the conditions around it; a vector store covers its lanes;
+  2. every load of the input sits in a statement S of some block, a store to the output of the
+     elements it loads (the same index up to a constant, inside the stored lanes) follows in the
+     same block at or after S, in the same iteration, and no store of that block before S touches
+     them (indices a constant apart): by 1 those stores are all of element e's, so the load comes
+     first. A load in the stored value itself is evaluated before the store. (A ragged tile that
+     loads the residual of its overlapping vector after storing the previous one fails here;
+     aot/ops/contraction/register_tiles.py loads a row's residual before its stores.)
 
   Anything else (an input load with no such store, an index depending on a local, a load in a
   second pass over already stored outputs) declines the pair;
@@ -182,27 +186,39 @@ def _leaves(body: Sequence[Stmt], loops: tuple[Loop, ...] = (), path: tuple[int 
 
 
 def _stored_once(stores: Sequence[_Leaf], size: int) -> bool:
-    """Whether the stores together write every element of the buffer exactly once (a kernel that
-    leaves part of its output to another kernel is declined: conservative)."""
+    """Whether the stores write every element of the buffer, each in one run of one block only
+    (a ragged register tile's overlapping vectors store some columns twice, in one run of the
+    tile's block). A kernel that leaves part of its output to another kernel is declined."""
     total = sum(_iterations(leaf.loops) * leaf.stored[2] for leaf in stores if leaf.stored is not None)
-    if total != size:
-        return False  # more writes than elements write some element twice; fewer miss one
-    seen = np.zeros(size, dtype=np.int64)
+    if total < size or total > 2 * size:
+        return False  # some element missed, or written far more often than once
+    owner = np.full(size, -1, dtype=np.int64)  # element -> the block run that writes it
+    runs: dict[int, int] = {}  # block -> the number of its first run (its runs numbered in a row)
+    numbered = 0
     for leaf in stores:
         assert leaf.stored is not None
         starts = _evaluate(leaf.stored[1], leaf.loops)
         if starts is None:
             return False
+        if leaf.block not in runs:  # a block's statements share its loops, so its runs are theirs
+            runs[leaf.block] = numbered
+            numbered += starts.size
+        first = runs[leaf.block]
+        run = np.repeat(first + np.arange(starts.size, dtype=np.int64), leaf.stored[2])
         elements = (starts.reshape(-1, 1) + np.arange(leaf.stored[2])).ravel()
         if elements.size and (elements.min() < 0 or elements.max() >= size):
             return False
-        np.add.at(seen, elements, 1)
-    return bool(np.all(seen == 1))
+        mine = owner[elements]
+        if np.any((mine >= 0) & (mine != run)):
+            return False
+        owner[elements] = run
+    return bool(np.all(owner >= 0))
 
 
 def _loads_precede_their_store(leaves: Sequence[_Leaf], buf: Buffer, out: Buffer) -> bool:
     """Whether every load of `buf` is followed, in its own block, by a store to `out` of the
-    elements it loads (at the load's statement or later); at least one load must exist."""
+    elements it loads (at the load's statement or later), with no store of the block before it
+    touching them; at least one load must exist."""
     stores_by_block: dict[int, list[_Leaf]] = {}
     for leaf in leaves:
         if leaf.stored is not None and leaf.stored[0] == out:
@@ -214,11 +230,24 @@ def _loads_precede_their_store(leaves: Sequence[_Leaf], buf: Buffer, out: Buffer
                 continue
             found = True
             lanes = load.lanes if isinstance(load, VecLoad) else 1
-            if not any(store.position >= leaf.position and store.stored is not None
-                       and _inside(load.index, lanes, store.stored[1], store.stored[2])
-                       for store in stores_by_block.get(leaf.block, ())):
+            block = stores_by_block.get(leaf.block, ())
+            if not any(store.position >= leaf.position and _inside(load.index, lanes, *store.stored[1:])
+                       for store in block if store.stored is not None):
+                return False
+            if not all(_apart(load.index, lanes, *store.stored[1:])
+                       for store in block if store.stored is not None and store.position < leaf.position):
                 return False
     return found
+
+
+def _apart(index: Expr, lanes: int, store_index: Expr, store_lanes: int) -> bool:
+    """Whether [index, index + lanes) and [store_index, store_index + store_lanes) are disjoint in
+    every iteration (the two indices differ by a constant)."""
+    a, b = affine(index), affine(store_index)
+    if a is None or b is None or a[0] != b[0]:
+        return False
+    shift = a[1] - b[1]
+    return shift >= store_lanes or shift + lanes <= 0
 
 
 def _inside(index: Expr, lanes: int, store_index: Expr, store_lanes: int) -> bool:
