@@ -40,6 +40,7 @@ the first store.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -92,11 +93,10 @@ def in_place_candidates(kernel: Kernel) -> list[tuple[int, int]]:
             continue
         leaves = leaves if leaves is not None else list(_leaves(kernel.body))
         stores = [leaf for leaf in leaves if leaf.stored is not None and leaf.stored[0] == out]
-        if not stores or not _stored_once(stores, out.size):
-            continue
-        for in_param, buf in inputs:
-            if _loads_precede_their_store(leaves, buf, out):
-                pairs.append((out_param, in_param))
+        # The cheap test first: fact 2 compares index expressions, fact 1 evaluates them.
+        safe = [in_param for in_param, buf in inputs if _loads_precede_their_store(leaves, buf, out)]
+        if safe and _stored_once(stores, out.size):
+            pairs += [(out_param, in_param) for in_param in safe]
     return pairs
 
 
@@ -192,6 +192,8 @@ def _stored_once(stores: Sequence[_Leaf], size: int) -> bool:
     total = sum(_iterations(leaf.loops) * leaf.stored[2] for leaf in stores if leaf.stored is not None)
     if total < size or total > 2 * size:
         return False  # some element missed, or written far more often than once
+    if len(stores) == 1 and total == size and _bijective(stores[0]):
+        return True  # an elementwise loop nest: no need to enumerate its elements
     owner = np.full(size, -1, dtype=np.int64)  # element -> the block run that writes it
     runs: dict[int, int] = {}  # block -> the number of its first run (its runs numbered in a row)
     numbered = 0
@@ -213,6 +215,25 @@ def _stored_once(stores: Sequence[_Leaf], size: int) -> bool:
             return False
         owner[elements] = run
     return bool(np.all(owner >= 0))
+
+
+def _bijective(store: _Leaf) -> bool:
+    """Whether a store inside its loop nest hits each element once, read from its index: each loop
+    variable a digit of a mixed-radix number (coefficients 1, e0, e0*e1, ...), lanes the lowest."""
+    assert store.stored is not None
+    index = affine(store.stored[1])
+    if index is None or index[1] != 0:
+        return False
+    terms, lanes = dict(index[0]), store.stored[2]
+    extents = {loop.var.name: loop.extent for loop in store.loops}
+    if len(terms) != len(extents) or set(terms) != set(extents):
+        return False
+    expected = lanes
+    for var, coefficient in sorted(terms.items(), key=lambda t: t[1]):
+        if coefficient != expected:
+            return False
+        expected *= extents[var]
+    return True
 
 
 def _loads_precede_their_store(leaves: Sequence[_Leaf], buf: Buffer, out: Buffer) -> bool:
@@ -315,8 +336,14 @@ def _loads(*exprs: Expr) -> list[Load | VecLoad]:
         seen.add(id(x))
         if isinstance(x, (Load, VecLoad)):
             found.append(x)
-        stack += [v for f in dataclasses.fields(x) if isinstance(v := getattr(x, f.name), Expr)]
+        stack += [v for name in _fields(type(x)) if isinstance(v := getattr(x, name), Expr)]
     return found
+
+
+@functools.cache
+def _fields(kind: type) -> tuple[str, ...]:
+    """The field names of an Expr class (dataclasses.fields is slow enough to matter per node)."""
+    return tuple(f.name for f in dataclasses.fields(kind))
 
 
 # -- the planner's check of the pairs it took ----------------------------------------------------
