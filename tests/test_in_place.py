@@ -239,3 +239,37 @@ def test_planner_check_catches_a_load_after_the_store() -> None:
         verify_in_place(program, [pair])
     program.kernels = [_ragged_row(declared_first=True)]
     verify_in_place(program, [pair])
+
+
+def gemm_block(rows: int, features: int, direct: bool = False):  # noqa: ANN201
+    """r = Relu(Gemm(x)); Relu(Gemm(Relu(Gemm(r))) + r) -> Gemm, or with `direct` Gemm(r) + r: the
+    residual is then also the Gemm's own matrix operand, read by every step of the reduction."""
+    x = rand(rows, 6)
+    inner = [] if direct else [n("Gemm", ["r", "w3"], "h0"), n("Relu", ["h0"], "h")]
+    nodes = [n("Gemm", ["x", "w0"], "r0"), n("Relu", ["r0"], "r"), *inner,
+             n("Gemm", ["r" if direct else "h", "w1", "b1"], "u"), n("Add", ["u", "r"], "s"), n("Relu", ["s"], "v"),
+             n("Gemm", ["v", "w2"], "y")]
+    weights = {"w0": rand(6, features, seed=1), "w1": rand(features, features, seed=2), "b1": rand(features, seed=3),
+               "w2": rand(features, 2, seed=4), "w3": rand(features, features, seed=5)}
+    return make_model(nodes, {"x": x}, ["y"], weights), {"x": x}
+
+
+@pytest.mark.parametrize(("rows", "features"), [(3, 17), (5, 31)], ids=["3x17", "5x31"])
+def test_gemm_writes_over_its_dying_residual(rows: int, features: int) -> None:
+    model, feeds = gemm_block(rows, features)
+    planned = plan_program(lowered(model))
+    without = plan_program(lowered(model), in_place=False).memory
+    (k, out_param, in_param), = planned.program.in_place
+    assert planned.program.kernels[k].op == "Gemm+Add+Relu"
+    assert planned.program.bindings[k][in_param].name == "r"
+    assert planned.memory.arena_bytes < without.arena_bytes
+    for backend in ("c", "llvm"):
+        assert_matches_onnxruntime(model, feeds, backend=backend)
+
+
+def test_gemm_reading_its_residual_as_the_matrix_is_refused() -> None:
+    model, feeds = gemm_block(5, 31, direct=True)
+    program = plan_program(lowered(model)).program
+    assert "Gemm+Add+Relu" in [k.op for k in program.kernels]
+    assert program.in_place == ()
+    assert_matches_onnxruntime(model, feeds)
