@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from aot.errors import NodeError
 from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import Kernel, Load, Store
+from aot.kernel.unread import untouched_params
 from aot.lowering.builder import BroadcastError
 from aot.lowering.concat_in_place import plan_concat_in_place
 from aot.lowering.context import LoweringContext
@@ -58,7 +59,9 @@ class Program:
         """Params of one kernel whose element ranges in the same storage overlap another param's
         that is written (a Concat part copied within its own output, ...): they must not be
         declared restrict / noalias. An output written in place over an input (different tensors
-        given one arena offset) shares that input's memory too."""
+        given one arena offset) shares that input's memory too, unless the kernel reads the input
+        through the output's param (aot/planner/schedule.py: in_run_order), which then stays the
+        buffer's only pointer."""
         kernel = self.kernels[kernel_index]
         spans = [(root, offset, offset + buf.size, buf.writable)
                  for buf, root, offset in zip(kernel.params, self.bindings[kernel_index], self.offsets[kernel_index])]
@@ -67,8 +70,11 @@ class Program:
             for j, (rj, lo_j, hi_j, wj) in enumerate(spans):
                 if i < j and ri == rj and lo_i < hi_j and lo_j < hi_i and (wi or wj):
                     clash |= {i, j}
-        for out_param, in_param in self._in_place_of(kernel_index):
-            clash |= {out_param, in_param}
+        pairs = self._in_place_of(kernel_index)
+        untouched = set(untouched_params(kernel.params, kernel.body)) if pairs else set()
+        for out_param, in_param in pairs:
+            if kernel.params[in_param] not in untouched:  # the planner reads it through the output
+                clash |= {out_param, in_param}
         return clash
 
     def _in_place_of(self, kernel_index: int) -> list[tuple[int, int]]:

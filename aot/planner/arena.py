@@ -8,7 +8,8 @@ The steps, in order (each its own module):
    the memory in-place reuse saves.
 Then every arena tensor gets its buffer's offset, and the tensors are checked once more: two
 tensors live at the same step may share bytes only as an in-place pair at the one kernel where
-the input dies and the output is born.
+the input dies and the output is born, and each pair's kernel is traced to load no input element
+after storing that output element (in_place.verify_in_place).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from aot.kernel.ir import Kernel
 from aot.lowering.program import Program
-from aot.planner.in_place import InPlace, find_in_place, in_place_candidates
+from aot.planner.in_place import InPlace, find_in_place, in_place_candidates, verify_in_place
 from aot.planner.intervals import Span, find_live_overlap
 from aot.planner.liveness import arena_intervals, buffer_intervals
 from aot.planner.memory import Interval, MemoryPlan, align_up, plan_memory
@@ -55,6 +56,7 @@ def plan_program(program: Program, alignment: int = 64, reorder: bool = True, in
     plan = plan_memory(buffers, alignment)
     offsets = {t.key: plan.offsets[joined.get(t.key, t.key)] for t in tensors}
     verify_sharing(tensors, offsets, pairs, alignment)
+    verify_in_place(ordered, pairs)
     # "Unshared" stays the arena with no sharing at all, each tensor on its own.
     unshared = sum(align_up(max(t.size, 1), alignment) for t in tensors)
     run = in_run_order(program, order, [(p.kernel, p.out_param, p.in_param) for p in pairs])

@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from aot.ir.graph import Tensor
 from aot.lowering.program import ARENA, INPUT, WEIGHT, Program
-from aot.planner.in_place import find_in_place
+from aot.planner.in_place import find_in_place, reading_through_output
 from aot.planner.liveness import arena_intervals, buffer_intervals
 from aot.planner.memory import align_up, lower_bound
 
@@ -218,10 +218,16 @@ def choose_order(program: Program, alignment: int,
 
 def in_run_order(program: Program, order: list[int], in_place: Sequence[tuple[int, int, int]] = ()) -> Program:
     """A new Program running `program`'s kernels in `order`, with the in-place pairs chosen for
-    that order; `program` keeps its kernels and their names. When the order is not the
+    that order, each pair's kernel loading its input through its output param (one pointer to
+    the shared buffer); `program` keeps its kernels and their names. When the order is not the
     lowering's, the kernels are copies renamed k0, k1, ... so generated code reads in execution
     order."""
     ordered = program.reordered(order)
     if order != list(range(len(order))):
         ordered.kernels = [replace(kernel, name=f"k{i}") for i, kernel in enumerate(ordered.kernels)]
+    pairs: dict[int, list[tuple[int, int]]] = {}
+    for k, out_param, in_param in in_place:
+        pairs.setdefault(k, []).append((out_param, in_param))
+    ordered.kernels = [reading_through_output(kernel, pairs[k]) if k in pairs else kernel
+                       for k, kernel in enumerate(ordered.kernels)]
     return replace(ordered, in_place=tuple(in_place))

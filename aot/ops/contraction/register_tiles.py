@@ -136,8 +136,17 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
 
     stmts += kb.loops(looped, loop_body, prefix="k")
     finished = _finish_in_registers(finish, rows, starts, scalars, acc_v, acc_s, dtype, lanes)
+    ragged = any(b - a < lanes for a, b in zip(starts, starts[1:]))
     for i in range(rows):
         vectors, singles = finished[i] if finished is not None else (acc_v[i], acc_s[i])
+        if ragged and finished is not None:
+            # The overlapping last vector re-stores columns of the one before: compute the row's
+            # values (reading what the epilogue loads, a residual...) before any of its stores,
+            # so the row reads its inputs first even when its output is written over one of them
+            # (aot/planner/in_place.py).
+            values = [kb.var("vout", vdtype) for _ in vectors]
+            stmts += [Declare(var, value) for var, value in zip(values, vectors)]
+            vectors = values
         stmts += [VecStore(out, out_at(i, const(starts[v], INDEX)), value) for v, value in enumerate(vectors)]
         stmts += [Store(out, out_at(i, const(j, INDEX)), value) for j, value in zip(scalars, singles)]
     if finish is not None and finished is None:
