@@ -39,6 +39,12 @@ static inline uint8_t aot_max_bool(uint8_t a, uint8_t b) { return a > b ? a : b;
 static inline int32_t aot_min_index(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline int32_t aot_max_index(int32_t a, int32_t b) { return a > b ? a : b; }
 
+/* The bits of a float as an unsigned integer and back (the kernel IR's Bitcast), for the
+ * polynomial exp/tanh/erf/log of aot/kernel/transcendentals.py. A union is C99's type pun; gcc and
+ * clang vectorise it as a no-op. */
+static inline uint32_t aot_bits_float32(float x) { union { float f; uint32_t u; } v; v.f = x; return v.u; }
+static inline float aot_float32_bits(uint32_t u) { union { float f; uint32_t u; } v; v.u = u; return v.f; }
+
 /*
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
  * AOT_F32X<lanes>_LOAD, _STORE, _SPLAT, _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and

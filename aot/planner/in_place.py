@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from aot.ir.graph import Tensor
 from aot.kernel.affine import Affine, affine
-from aot.kernel.ir import Binary, Cast, Declare, Expr, Kernel, Load, Loop, Select, Store, Unary
+from aot.kernel.ir import Declare, Expr, Kernel, Load, Loop, Store, expr_children
 from aot.lowering.program import ARENA, Program
 
 
@@ -130,12 +130,8 @@ def _loads(*exprs: Expr) -> list[Load]:
         if isinstance(x, Load):
             found.append(x)
             stack.append(x.index)
-        elif isinstance(x, Binary):
-            stack += [x.a, x.b]
-        elif isinstance(x, (Unary, Cast)):
-            stack.append(x.a)
-        elif isinstance(x, Select):
-            stack += [x.cond, x.a, x.b]
+        else:  # every operand, whatever the node (Binary, Select, the Bitcasts and MulAdds of exp ...)
+            stack += expr_children(x)
     return found
 
 
