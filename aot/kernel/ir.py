@@ -132,9 +132,17 @@ class Unary(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Select(OperandDtype):
+    """cond ? a : b. Like C's `?:`, only the chosen operand is evaluated (a padded convolution's
+    `inside ? x[i] : 0` must not load x[i] outside), unless `eager`: then both are, and the
+    compilers can turn it into a blend. gcc does not if-convert a lazy select whose operand has
+    a floating-point operation that may trap, so on targets without masked vector instructions
+    (AVX2, NEON) a loop with one stays scalar; the polynomials of aot/kernel/transcendentals.py,
+    whose operands are all evaluated anyway, use eager ones."""
+
     cond: Expr
     a: Expr
     b: Expr
+    eager: bool = False
 
 
 @dataclass(frozen=True, eq=True)
@@ -438,9 +446,9 @@ def logical_or(a: Expr, b: Expr) -> Expr:
     return Binary("or", a, b, "bool")
 
 
-def select(cond: Expr, a: ExprLike, b: ExprLike) -> Expr:
+def select(cond: Expr, a: ExprLike, b: ExprLike, eager: bool = False) -> Expr:
     dtype = _result_dtype(a, b)
-    return Select(cond, as_expr(a, dtype), as_expr(b, dtype))
+    return Select(cond, as_expr(a, dtype), as_expr(b, dtype), eager)
 
 
 def bitcast(a: Expr, dtype: str) -> Expr:

@@ -55,7 +55,6 @@ from aot.kernel.ir import (
     Unary,
     VecStore,
     bitcast,
-    cast,
     const,
     eq,
     expr_children,
@@ -98,7 +97,7 @@ LOG1P_P = (-0.07622111588716507, 0.1290469467639923, -0.13242977857589722, 0.141
 class Algebra:
     """The primitives the formulas are written in. `f`/`u`: a float32 / uint32 constant; `muladd`:
     a * b + c (fused or not, as the target does it); the u* operations are on uint32 (wrapping);
-    `bits`/`from_bits` reinterpret float32 <-> uint32; `exponent` converts a small uint32 to float."""
+    `bits`/`from_bits` reinterpret float32 <-> uint32."""
 
     def f(self, value: float) -> Any: ...
     def u(self, value: int) -> Any: ...
@@ -121,7 +120,6 @@ class Algebra:
     def shr(self, a: Any, n: int) -> Any: ...
     def bitand(self, a: Any, mask: int) -> Any: ...
     def bitor(self, a: Any, b: Any) -> Any: ...
-    def exponent(self, a: Any) -> Any: ...
 
 
 class IrAlgebra(Algebra):
@@ -167,7 +165,7 @@ class IrAlgebra(Algebra):
         return eq(a, b)
 
     def select(self, cond: Expr, a: Expr, b: Expr) -> Expr:
-        return select(cond, a, b)
+        return select(cond, a, b, eager=True)  # both sides are computed anyway: a blend
 
     def bits(self, a: Expr) -> Expr:
         return bitcast(a, "uint32")
@@ -189,10 +187,6 @@ class IrAlgebra(Algebra):
 
     def bitor(self, a: Expr, b: Expr) -> Expr:
         return Binary("bitor", a, b, "uint32")
-
-    def exponent(self, a: Expr) -> Expr:
-        # Through int32: a signed conversion is one instruction on every vector ISA.
-        return cast(cast(a, "int32"), "float32")
 
 
 class NumpyAlgebra(Algebra):
@@ -267,9 +261,6 @@ class NumpyAlgebra(Algebra):
     def bitor(self, a: Any, b: Any) -> Any:
         return np.bitwise_or(a, b, dtype=np.uint32)
 
-    def exponent(self, a: Any) -> Any:
-        return np.asarray(a).astype(np.int32).astype(np.float32)
-
 
 def horner(alg: Algebra, x: Any, coefficients: Sequence[float]) -> Any:
     """c0 x^(n-1) + ... + c(n-1), coefficients highest power first."""
@@ -321,7 +312,10 @@ def log(alg: Algebra, x: Any) -> Any:
     normal = alg.select(subnormal, alg.mul(x, alg.f(2.0**23)), x)
     # Moving the bits by 1.0 - sqrt(1/2) puts m in [sqrt(1/2), sqrt(2)) and e in the exponent field.
     shifted = alg.uadd(alg.bits(normal), alg.u(0x3f800000 - SQRT_HALF_BITS))
-    e = alg.sub(alg.exponent(alg.shr(shifted, 23)), alg.select(subnormal, alg.f(127.0 + 23), alg.f(127.0)))
+    # The exponent field as a float without a conversion instruction (gcc does not if-convert
+    # one, so a conversion under a select kept the loop scalar): 2^23 + field, read as bits.
+    field = alg.from_bits(alg.bitor(alg.shr(shifted, 23), alg.u(0x4b000000)))
+    e = alg.sub(field, alg.select(subnormal, alg.f(2.0**23 + 127 + 23), alg.f(2.0**23 + 127)))
     m = alg.from_bits(alg.uadd(alg.bitand(shifted, 0x007fffff), alg.u(SQRT_HALF_BITS)))
     f = alg.sub(m, alg.f(1.0))  # exact (Sterbenz)
     log1p_f = alg.muladd(alg.mul(f, f), horner(alg, f, LOG1P_P), f)

@@ -252,6 +252,9 @@ class KernelPrinter:
         if isinstance(e, Unary):
             return self._unary(e)
         if isinstance(e, Select):
+            if e.eager and e.dtype == "float32":  # a function's arguments are all evaluated
+                self.helpers.add("aot_select_float32")
+                return f"aot_select_float32({self.expr(e.cond)}, {self.expr(e.a)}, {self.expr(e.b)})", PRIMARY
             return conditional(self._printed(e.cond), self._printed(e.a), self._printed(e.b))
         if isinstance(e, Bitcast):
             helper = "aot_bits_float32" if e.dtype == "uint32" else "aot_float32_bits"

@@ -477,7 +477,7 @@ class _FunctionEmitter:
 
     def select(self, e: kernel_ir.Select) -> ir.Value:
         cond = self.condition(e.cond)
-        if not (self.may_fault(e.a) or self.may_fault(e.b)):
+        if e.eager or not (self.may_fault(e.a) or self.may_fault(e.b)):
             return self.b.select(cond, self.expr(e.a), self.expr(e.b))
         # C's ?: evaluates only the chosen operand, and one of them could fault here.
         then_block = self.fn.append_basic_block("sel.then")
