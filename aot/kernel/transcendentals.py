@@ -123,7 +123,14 @@ class Algebra:
 
 
 class IrAlgebra(Algebra):
-    """Builds float32 kernel IR."""
+    """Builds float32 kernel IR; `steps` keeps every node it builds (see expand_transcendentals)."""
+
+    def __init__(self) -> None:
+        self.steps: list[Expr] = []
+
+    def _step(self, node: Expr) -> Expr:
+        self.steps.append(node)
+        return node
 
     def f(self, value: float) -> Expr:
         return const(value, "float32")
@@ -132,61 +139,61 @@ class IrAlgebra(Algebra):
         return const(value, "uint32")
 
     def add(self, a: Expr, b: Expr) -> Expr:
-        return a + b
+        return self._step(a + b)
 
     def sub(self, a: Expr, b: Expr) -> Expr:
-        return a - b
+        return self._step(a - b)
 
     def mul(self, a: Expr, b: Expr) -> Expr:
-        return a * b
+        return self._step(a * b)
 
     def div(self, a: Expr, b: Expr) -> Expr:
-        return a / b
+        return self._step(a / b)
 
     def muladd(self, a: Expr, b: Expr, c: Expr) -> Expr:
-        return MulAdd(c, a, b)
+        return self._step(MulAdd(c, a, b))
 
     def neg(self, a: Expr) -> Expr:
-        return unary("neg", a)
+        return self._step(unary("neg", a))
 
     def abs(self, a: Expr) -> Expr:
-        return unary("abs", a)
+        return self._step(unary("abs", a))
 
     def lt(self, a: Expr, b: Expr) -> Expr:
-        return lt(a, b)
+        return self._step(lt(a, b))
 
     def le(self, a: Expr, b: Expr) -> Expr:
-        return le(a, b)
+        return self._step(le(a, b))
 
     def gt(self, a: Expr, b: Expr) -> Expr:
-        return gt(a, b)
+        return self._step(gt(a, b))
 
     def eq(self, a: Expr, b: Expr) -> Expr:
-        return eq(a, b)
+        return self._step(eq(a, b))
 
     def select(self, cond: Expr, a: Expr, b: Expr) -> Expr:
-        return select(cond, a, b, eager=True)  # both sides are computed anyway: a blend
+        return self._step(select(cond, a, b, eager=True))  # both sides are computed anyway: a blend
 
     def bits(self, a: Expr) -> Expr:
-        return bitcast(a, "uint32")
+        return self._step(bitcast(a, "uint32"))
 
     def from_bits(self, a: Expr) -> Expr:
-        return bitcast(a, "float32")
+        return self._step(bitcast(a, "float32"))
 
     def uadd(self, a: Expr, b: Expr) -> Expr:
-        return a + b
+        return self._step(a + b)
 
     def shl(self, a: Expr, n: int) -> Expr:
-        return Binary("shl", a, self.u(n), "uint32")
+        return self._step(Binary("shl", a, self.u(n), "uint32"))
 
     def shr(self, a: Expr, n: int) -> Expr:
-        return Binary("shr", a, self.u(n), "uint32")
+        return self._step(Binary("shr", a, self.u(n), "uint32"))
 
     def bitand(self, a: Expr, mask: int) -> Expr:
-        return Binary("bitand", a, self.u(mask), "uint32")
+        return self._step(Binary("bitand", a, self.u(mask), "uint32"))
 
     def bitor(self, a: Expr, b: Expr) -> Expr:
-        return Binary("bitor", a, b, "uint32")
+        return self._step(Binary("bitor", a, b, "uint32"))
 
 
 class NumpyAlgebra(Algebra):
@@ -335,13 +342,15 @@ _STMT_EXPRS: dict[type, tuple[str, ...]] = {
 }
 
 
-def expand_transcendentals(kernel: Kernel) -> Kernel:
+def expand_transcendentals(kernel: Kernel) -> tuple[Kernel, list[Expr]]:
     """`kernel` with every float32 Unary exp / tanh / erf / log replaced by its formula (the
-    kernel itself if it has none). Shared operands stay shared: the rewrite is memoised by
-    identity, and iterative, so fused chains of any depth are linear work."""
+    kernel itself if it has none), and the nodes the formulas are made of: each step is used
+    several times, and let_binding.bind_subexpressions(kernel, share=their ids) computes those
+    into locals (the list keeps them alive, so the ids stay theirs). Shared operands stay shared:
+    the rewrite is memoised by identity, and iterative, so fused chains of any depth are linear."""
     rewriter = _Rewriter()
     body = rewriter.block(kernel.body)
-    return kernel if body is kernel.body else dataclasses.replace(kernel, body=body)
+    return (kernel if body is kernel.body else dataclasses.replace(kernel, body=body)), rewriter.alg.steps
 
 
 class _Rewriter:

@@ -129,8 +129,10 @@ class LoweringContext:
             return
         # Fused chains share subexpressions (Relu names its operand twice): printed as trees they
         # would grow exponentially with the chain, so shared and deep parts go into locals.
-        # float32 exp/tanh/erf/log become polynomials the compilers vectorise (no libm call in the loop).
-        kernel = bind_subexpressions(expand_transcendentals(kb.build(f"k{len(self.kernels)}", body)))
+        # float32 exp/tanh/erf/log become polynomials the compilers vectorise (no libm call in the
+        # loop), whose steps go into locals.
+        kernel, steps = expand_transcendentals(kb.build(f"k{len(self.kernels)}", body))
+        kernel = bind_subexpressions(kernel, share=frozenset(map(id, steps)))
         self.kernels.append(kernel)
         self.kernel_bindings.append(list(kb.bindings))
         self.kernel_offsets.append(list(kb.offsets))
