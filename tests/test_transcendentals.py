@@ -15,7 +15,7 @@ from aot.kernel import transcendentals as tr
 from tests.helpers import make_model, run_aot
 
 # Max error in ulp (of the float32 nearest the exact value), as the module docstring states.
-BOUNDS = {"exp": 1.0, "tanh": 1.5, "erf": 2.0, "log": 1.0, "sigmoid": 2.5}
+BOUNDS = {"exp": 1.01, "tanh": 1.5, "erf": 1.5, "log": 1.0, "sigmoid": 2.5}
 ONNX_OPS = {"exp": "Exp", "tanh": "Tanh", "erf": "Erf", "log": "Log", "sigmoid": "Sigmoid"}
 FLT_MIN = np.float32(tr.FLT_MIN)
 
@@ -93,9 +93,9 @@ def assert_specials(name: str, results: np.ndarray) -> None:
 @pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
 @pytest.mark.parametrize("name", list(BOUNDS))
 def test_model_is_within_its_bound(name: str, fused: bool) -> None:
-    """The numpy model of the formula, on a million bit patterns spread over the whole float
-    range (the module docstring's figures come from all 2**32 of them)."""
-    x = strided_sweep(4099)
+    """The numpy model of the formula on every 997th float32 bit pattern (4.3 million, spread
+    over the whole range), and at the special values."""
+    x = strided_sweep(997)
     errors, at = ulp_errors(name, x, model_values(name, x, fused))
     worst = int(errors.argmax())
     assert errors[worst] <= BOUNDS[name], f"{name}: {errors[worst]:.3f} ulp at x = {at[worst]!r}"
