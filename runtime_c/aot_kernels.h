@@ -39,6 +39,27 @@ static inline uint8_t aot_max_bool(uint8_t a, uint8_t b) { return a > b ? a : b;
 static inline int32_t aot_min_index(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline int32_t aot_max_index(int32_t a, int32_t b) { return a > b ? a : b; }
 
+/* The bits of a float as an unsigned integer and back (the kernel IR's Bitcast), for the
+ * polynomial exp/tanh/erf/log of aot/kernel/transcendentals.py. A union is C99's type pun; gcc and
+ * clang vectorise it as a no-op. */
+static inline uint32_t aot_bits_float32(float x) { union { float f; uint32_t u; } v; v.f = x; return v.u; }
+static inline float aot_float32_bits(uint32_t u) { union { float f; uint32_t u; } v; v.u = u; return v.f; }
+/* The kernel IR's eager select: both values are computed. gcc (with its default -ftrapping-math)
+ * does not if-convert a `?:` whose branch holds a floating-point operation, even one it has
+ * sunk there from before the `?:`, unless it can mask that operation (AVX-512): on AVX2 and NEON
+ * the loop stayed scalar. A select of bits has no branch; gcc and clang emit a vector blend. On
+ * 32-bit Arm (no IEEE vector floats, so scalar code) moving floats to core registers would only
+ * cost: there it is `?:`. */
+#if defined(__arm__) || defined(__thumb__)
+static inline float aot_select_float32(int cond, float a, float b) { return cond ? a : b; }
+#else
+static inline float aot_select_float32(int cond, float a, float b)
+{
+    uint32_t mask = 0u - (uint32_t)(cond != 0);
+    return aot_float32_bits((aot_bits_float32(a) & mask) | (aot_bits_float32(b) & ~mask));
+}
+#endif
+
 /*
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
  * AOT_F32X<lanes>_LOAD, _STORE, _SPLAT, _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and

@@ -190,9 +190,9 @@ def test_register_tile_epilogue_stays_in_registers(tmp_path: Path) -> None:
 
 def test_ordinary_kernels_print_as_before(tmp_path: Path) -> None:
     """Small shared operands stay inline (a Relu's load read twice), so kernels the compilers
-    vectorise today are the same text."""
+    vectorise today are the same text. (The steps of a polynomial exp are locals: the Softmax.)"""
     text = compiled_c(tmp_path, EXAMPLE)
-    assert " let0 " not in text
+    assert " let0 " not in text.split("Softmax <- ONNX")[0]
     relu = compiled_c(tmp_path, chain_model(tmp_path / "relu.onnx", ["Relu"], 1))
     assert "y[i0] = x[i0] < 0.0f ? 0.0f : x[i0];" in relu and "let" not in relu
 

@@ -25,6 +25,10 @@ INDEX = "index"
 FLOAT_DTYPES = {"float32", "float64"}
 INT_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", INDEX}
 COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne"}
+# Bitwise integer ops (C's << >> & |), for the bit manipulations of aot/kernel/transcendentals.py.
+# They are used on uint32 (wrapping, no undefined shifts); `shr` of a negative signed value would
+# be implementation-defined in C, so the IR uses it on unsigned values only.
+BITWISE_OPS = {"shl", "shr", "bitand", "bitor"}
 # Unary ops map one-to-one onto C math library functions / LLVM intrinsics in the renderers.
 VECTOR_DTYPES = {f"float32x{n}": ("float32", n) for n in (4, 8, 16)}
 UNARY_OPS = {
@@ -128,13 +132,30 @@ class Unary(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Select(OperandDtype):
+    """cond ? a : b. Like C's `?:`, only the chosen operand is evaluated (a padded convolution's
+    `inside ? x[i] : 0` must not load x[i] outside), unless `eager`: then both are, and the
+    compilers can turn it into a blend. gcc does not if-convert a lazy select whose operand has
+    a floating-point operation that may trap, so on targets without masked vector instructions
+    (AVX2, NEON) a loop with one stays scalar; the polynomials of aot/kernel/transcendentals.py,
+    whose operands are all evaluated anyway, use eager ones."""
+
     cond: Expr
     a: Expr
     b: Expr
+    eager: bool = False
 
 
 @dataclass(frozen=True, eq=True)
 class Cast(Expr):
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=True)
+class Bitcast(Expr):
+    """The bits of `a` read as `dtype`, of the same width (float32 <-> uint32): C's union type
+    pun (aot_kernels.h), LLVM's bitcast. Not a value conversion: 1.0f is 0x3f800000u."""
+
     a: Expr
     dtype: str
 
@@ -166,7 +187,9 @@ class Splat(Expr):
 
 @dataclass(frozen=True, eq=True)
 class MulAdd(OperandDtype):
-    """acc + a * b lane by lane, which the backends may fuse into one rounding (FMA)."""
+    """acc + a * b (lane by lane for vectors), which the backends may fuse into one rounding (FMA):
+    C's `acc + a * b` under -ffp-contract=fast, LLVM's llvm.fmuladd. Scalar ones are float32 only
+    (the polynomials of aot/kernel/transcendentals.py)."""
 
     acc: Expr
     a: Expr
@@ -423,9 +446,15 @@ def logical_or(a: Expr, b: Expr) -> Expr:
     return Binary("or", a, b, "bool")
 
 
-def select(cond: Expr, a: ExprLike, b: ExprLike) -> Expr:
+def select(cond: Expr, a: ExprLike, b: ExprLike, eager: bool = False) -> Expr:
     dtype = _result_dtype(a, b)
-    return Select(cond, as_expr(a, dtype), as_expr(b, dtype))
+    return Select(cond, as_expr(a, dtype), as_expr(b, dtype), eager)
+
+
+def bitcast(a: Expr, dtype: str) -> Expr:
+    if {a.dtype, dtype} != {"float32", "uint32"}:
+        raise TypeError(f"bitcast {a.dtype} -> {dtype}: only float32 <-> uint32")
+    return Bitcast(a, dtype)
 
 
 def cast(a: Expr, dtype: str) -> Expr:

@@ -76,30 +76,33 @@ _SIGNED = {"int8", "int16", "int32", "int64"}  # tensor integers (not INDEX)
 Ranges = dict[str, tuple[int, int]]  # loop counter -> (first, last) value
 
 
-def bind_subexpressions(kernel: Kernel) -> Kernel:
+def bind_subexpressions(kernel: Kernel, share: frozenset[int] = frozenset()) -> Kernel:
     """The kernel with shared and deep subexpressions in locals (see the module docstring); the
-    kernel itself when no statement has any."""
+    kernel itself when no statement has any. `share`: ids of nodes to compute into a local when
+    used more than once whatever their size (the steps of a polynomial exp, used many times each:
+    inline, one Sigmoid printed as 2 KB of C)."""
     names = _FreshNames(kernel.body)
     # A kernel with parallel loops may have no locals at its top level (aot/kernel/parallel.py):
     # a top-level statement that needs some gets them inside an always-taken `if`, a block.
-    body = _block(kernel.body, names, {}, top_level_block=has_parallel(kernel))
+    body = _block(kernel.body, names, {}, share, top_level_block=has_parallel(kernel))
     if body is kernel.body:
         return kernel
     return dataclasses.replace(kernel, body=body)
 
 
-def _block(stmts: list[Stmt], names: _FreshNames, ranges: Ranges, top_level_block: bool = False) -> list[Stmt]:
+def _block(stmts: list[Stmt], names: _FreshNames, ranges: Ranges, share: frozenset[int],
+           top_level_block: bool = False) -> list[Stmt]:
     """`ranges`: the loop counters in scope and the values they take."""
     out: list[Stmt] = []
     changed = False
     for s in stmts:
         if isinstance(s, Loop):
-            body = _block(s.body, names, {**ranges, s.var.name: (0, s.extent - 1)})
+            body = _block(s.body, names, {**ranges, s.var.name: (0, s.extent - 1)}, share)
             rewritten: list[Stmt] = [s if body is s.body else dataclasses.replace(s, body=body)]
         else:
-            declares, stmt = _statement(s, names, ranges)
+            declares, stmt = _statement(s, names, ranges, share)
             if isinstance(stmt, If):
-                then, orelse = _block(stmt.then, names, ranges), _block(stmt.orelse, names, ranges)
+                then, orelse = _block(stmt.then, names, ranges, share), _block(stmt.orelse, names, ranges, share)
                 if then is not stmt.then or orelse is not stmt.orelse:
                     stmt = dataclasses.replace(stmt, then=then, orelse=orelse)
             if declares and top_level_block:
@@ -111,7 +114,7 @@ def _block(stmts: list[Stmt], names: _FreshNames, ranges: Ranges, top_level_bloc
     return out if changed else stmts
 
 
-def _statement(s: Stmt, names: _FreshNames, ranges: Ranges) -> tuple[list[Declare], Stmt]:
+def _statement(s: Stmt, names: _FreshNames, ranges: Ranges, share: frozenset[int]) -> tuple[list[Declare], Stmt]:
     """The locals one statement needs, and the statement using them."""
     fields = _STMT_EXPRS.get(type(s), ())
     if not fields:
@@ -119,13 +122,14 @@ def _statement(s: Stmt, names: _FreshNames, ranges: Ranges) -> tuple[list[Declar
     roots = [getattr(s, f) for f in fields]
     if _too_small_to_bind(roots):
         return [], s
-    declares, new_roots = _bind(roots, names, ranges)
+    declares, new_roots = _bind(roots, names, ranges, share)
     if not declares:
         return [], s
     return declares, dataclasses.replace(s, **dict(zip(fields, new_roots)))
 
 
-def _bind(roots: list[Expr], names: _FreshNames, ranges: Ranges) -> tuple[list[Declare], list[Expr]]:
+def _bind(roots: list[Expr], names: _FreshNames, ranges: Ranges,
+          share: frozenset[int]) -> tuple[list[Declare], list[Expr]]:
     """Declarations of the locals that `roots` (one statement's expressions, evaluated in order)
     need, in dependency order, and the roots rewritten to use them."""
     order = _post_order(roots)
@@ -135,15 +139,15 @@ def _bind(roots: list[Expr], names: _FreshNames, ranges: Ranges) -> tuple[list[D
     for e in order:
         for child in _printed_operands(e):
             uses[id(child)] = uses.get(id(child), 0) + 1
-    if not _choose(order, uses, None):  # nothing to bind even where anything could be hoisted
+    if not _choose(order, uses, None, share):  # nothing to bind even where anything could be hoisted
         return [], roots
-    chosen = _choose(order, uses, _evaluated_anyway(roots, order) | _speculation_safe(order, ranges))
+    chosen = _choose(order, uses, _evaluated_anyway(roots, order) | _speculation_safe(order, ranges), share)
     if not chosen:
         return [], roots
     return _rewrite(order, chosen, names, roots)
 
 
-def _choose(order: list[Expr], uses: dict[int, int], hoistable: set[int] | None) -> set[int]:
+def _choose(order: list[Expr], uses: dict[int, int], hoistable: set[int] | None, share: frozenset[int]) -> set[int]:
     """ids of the subexpressions to compute into locals, from the leaves up: a chosen one counts
     as a single node (its local) in the sizes and heights of the expressions above it. Only ids
     in `hoistable` may be chosen (None: any)."""
@@ -155,7 +159,7 @@ def _choose(order: list[Expr], uses: dict[int, int], hoistable: set[int] | None)
         s = min(_SIZE_CAP, 1 + sum(size[id(c)] for c in operands))
         h = 1 + max((height[id(c)] for c in operands), default=0)
         if operands and (hoistable is None or id(e) in hoistable) and \
-                (h >= MAX_HEIGHT or (uses[id(e)] > 1 and s > SHARED_SIZE)):
+                (h >= MAX_HEIGHT or (uses[id(e)] > 1 and (s > SHARED_SIZE or id(e) in share))):
             chosen.add(id(e))
             s = h = 1
         size[id(e)], height[id(e)] = s, h
@@ -269,8 +273,8 @@ def _post_order(roots: Iterable[Expr]) -> list[Expr]:
 
 
 def _conditional(e: Expr) -> list[Expr]:
-    """The operands C evaluates only on some paths: a select's branches, the right side of && / ||."""
-    if isinstance(e, Select):
+    """The operands C evaluates only on some paths: a lazy select's branches, the right side of && / ||."""
+    if isinstance(e, Select) and not e.eager:
         return [e.a, e.b]
     if isinstance(e, Binary) and e.op in ("and", "or"):
         return [e.b]

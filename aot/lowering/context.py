@@ -9,6 +9,7 @@ import numpy as np
 from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
 from aot.kernel.let_binding import bind_subexpressions
+from aot.kernel.transcendentals import expand_transcendentals
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.forms import form_for
 from aot.lowering.fusion import FusionPlan
@@ -139,7 +140,10 @@ class LoweringContext:
             return
         # Fused chains share subexpressions (Relu names its operand twice): printed as trees they
         # would grow exponentially with the chain, so shared and deep parts go into locals.
-        kernel = bind_subexpressions(kb.build(f"k{len(self.kernels)}", body))
+        # float32 exp/tanh/erf/log become polynomials the compilers vectorise (no libm call in the
+        # loop), whose steps go into locals.
+        kernel, steps = expand_transcendentals(kb.build(f"k{len(self.kernels)}", body))
+        kernel = bind_subexpressions(kernel, share=frozenset(map(id, steps)))
         self.kernels.append(kernel)
         self.kernel_bindings.append(list(kb.bindings))
         self.kernel_offsets.append(list(kb.offsets))

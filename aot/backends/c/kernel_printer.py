@@ -14,6 +14,7 @@ from aot.kernel.ir import (
     VECTOR_DTYPES,
     Assign,
     Binary,
+    Bitcast,
     Buffer,
     Cast,
     Const,
@@ -62,7 +63,8 @@ C_TYPES = {
     "uint64": "uint64_t", "bool": "uint8_t", INDEX: "int32_t",
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=", "gt": ">",
-          "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||", "xor": "!="}
+          "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||", "xor": "!=", "shl": "<<", "shr": ">>",
+          "bitand": "&", "bitor": "|"}
 
 
 def c_type(dtype: str) -> str:
@@ -110,11 +112,13 @@ def int_literal(value: int, dtype: str) -> str:
 
 # C operator precedence, tightest first (C99 6.5); an expression printed as an operand gets
 # parentheses only when its own operator binds less tightly than its place needs.
-PRIMARY, UNARY, MULTIPLICATIVE, ADDITIVE, RELATIONAL, EQUALITY, LOGICAL_AND, LOGICAL_OR, CONDITIONAL = (
-    16, 14, 13, 12, 10, 9, 5, 4, 3)
+PRIMARY, UNARY, MULTIPLICATIVE, ADDITIVE, SHIFT, RELATIONAL, EQUALITY, BITWISE_AND, BITWISE_OR, LOGICAL_AND, \
+    LOGICAL_OR, CONDITIONAL = (16, 14, 13, 12, 11, 10, 9, 8, 6, 5, 4, 3)
 _LEVEL = {"add": ADDITIVE, "sub": ADDITIVE, "mul": MULTIPLICATIVE, "div": MULTIPLICATIVE, "mod": MULTIPLICATIVE,
           "lt": RELATIONAL, "le": RELATIONAL, "gt": RELATIONAL, "ge": RELATIONAL, "eq": EQUALITY, "ne": EQUALITY,
-          "xor": EQUALITY, "and": LOGICAL_AND, "or": LOGICAL_OR}
+          "xor": EQUALITY, "and": LOGICAL_AND, "or": LOGICAL_OR, "shl": SHIFT, "shr": SHIFT, "bitand": BITWISE_AND,
+          "bitor": BITWISE_OR}
+_BITWISE = (SHIFT, BITWISE_AND, BITWISE_OR)
 _COMPARING = (RELATIONAL, EQUALITY)
 
 # A printed expression and the precedence level of its outermost operator.
@@ -141,6 +145,8 @@ def infix(op: str, a: Printed, b: Printed) -> Printed:
     read ambiguously (and gcc's -Wparentheses rejects them)."""
     level = _LEVEL[op]
     minimum = [level, level + 1]
+    if level in _BITWISE:  # every operand of << >> & | in parentheses: their precedence misleads
+        minimum = [UNARY, UNARY]
     for side, (_, inner) in enumerate((a, b)):
         if (level in _COMPARING and inner in _COMPARING) or (level == LOGICAL_OR and inner == LOGICAL_AND):
             minimum[side] = max(minimum[side], RELATIONAL + 1 if level in _COMPARING else LOGICAL_AND + 1)
@@ -250,7 +256,16 @@ class KernelPrinter:
         if isinstance(e, Unary):
             return self._unary(e)
         if isinstance(e, Select):
+            if e.eager and e.dtype == "float32":  # a function's arguments are all evaluated
+                self.helpers.add("aot_select_float32")
+                return f"aot_select_float32({self.expr(e.cond)}, {self.expr(e.a)}, {self.expr(e.b)})", PRIMARY
             return conditional(self._printed(e.cond), self._printed(e.a), self._printed(e.b))
+        if isinstance(e, Bitcast):
+            helper = "aot_bits_float32" if e.dtype == "uint32" else "aot_float32_bits"
+            self.helpers.add(helper)
+            return f"{helper}({self.expr(e.a)})", PRIMARY
+        if isinstance(e, MulAdd) and e.dtype == "float32":  # a scalar one: contracted under -ffp-contract=fast
+            return infix("add", self._printed(e.acc), infix("mul", self._printed(e.a), self._printed(e.b)))
         if isinstance(e, Cast):
             if e.dtype == "bool":
                 return unary_prefix("(uint8_t)", infix("ne", self._printed(e.a), ("0", PRIMARY)))

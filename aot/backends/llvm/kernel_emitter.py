@@ -305,9 +305,14 @@ class _FunctionEmitter:
             holds = self.b.fcmp_ordered(sign, self.expr(e.a), self.expr(e.b))
             return self.b.select(holds, self.expr(e.x), self.expr(e.y))
         if isinstance(e, kernel_ir.MulAdd):
-            vector = t.storage_type(e.dtype)
-            fmuladd = self.math.vector_intrinsic("llvm.fmuladd", vector, 3)
+            typ = t.storage_type(e.dtype)
+            if isinstance(typ, ir.VectorType):
+                fmuladd = self.math.vector_intrinsic("llvm.fmuladd", typ, 3)
+            else:  # the scalar ones of aot/kernel/transcendentals.py
+                fmuladd = self.math.module.declare_intrinsic("llvm.fmuladd", [typ], ir.FunctionType(typ, [typ] * 3))
             return self.b.call(fmuladd, [self.expr(e.a), self.expr(e.b), self.expr(e.acc)])
+        if isinstance(e, kernel_ir.Bitcast):
+            return self.b.bitcast(self.expr(e.a), t.storage_type(e.dtype))
         if isinstance(e, kernel_ir.Binary):
             return self.binary(e)
         if isinstance(e, kernel_ir.Unary):
@@ -359,6 +364,10 @@ class _FunctionEmitter:
             return self.b.sub(a, b, flags=flags)
         if op == "mul":
             return self.b.mul(a, b, flags=flags)
+        if op in kernel_ir.BITWISE_OPS:  # C's << >> & | (>> of a signed value: arithmetic, as gcc's)
+            if op == "shr":
+                return self.b.lshr(a, b) if unsigned else self.b.ashr(a, b)
+            return {"shl": self.b.shl, "bitand": self.b.and_, "bitor": self.b.or_}[op](a, b)
         if op == "div":
             return self.b.udiv(a, b) if unsigned else self.b.sdiv(a, b)
         if op == "mod":
@@ -468,7 +477,7 @@ class _FunctionEmitter:
 
     def select(self, e: kernel_ir.Select) -> ir.Value:
         cond = self.condition(e.cond)
-        if not (self.may_fault(e.a) or self.may_fault(e.b)):
+        if e.eager or not (self.may_fault(e.a) or self.may_fault(e.b)):
             return self.b.select(cond, self.expr(e.a), self.expr(e.b))
         # C's ?: evaluates only the chosen operand, and one of them could fault here.
         then_block = self.fn.append_basic_block("sel.then")
@@ -539,8 +548,10 @@ class _FunctionEmitter:
             return self.may_fault(e.a) or self.may_fault(e.b)
         if isinstance(e, kernel_ir.Select):
             return self.may_fault(e.cond)
-        if isinstance(e, (kernel_ir.Unary, kernel_ir.Cast)):
+        if isinstance(e, (kernel_ir.Unary, kernel_ir.Cast, kernel_ir.Bitcast)):
             return self.may_fault(e.a)
+        if isinstance(e, kernel_ir.MulAdd):
+            return self.may_fault(e.acc) or self.may_fault(e.a) or self.may_fault(e.b)
         return False
 
     def bounds(self, e: kernel_ir.Expr) -> tuple[int, int] | None:

@@ -1,0 +1,131 @@
+"""The polynomial float32 exp / tanh / erf / log of aot/kernel/transcendentals.py: within the error
+bounds its docstring documents, against float64, with the special values it promises, both in
+its numpy model and through compiled packages of both backends (whose results must be the
+model's, fused or unfused: the printers print the formula, nothing else)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from aot.kernel import transcendentals as tr
+from tests.helpers import make_model, run_aot
+
+# Max error in ulp (of the float32 nearest the exact value), as the module docstring states.
+BOUNDS = {"exp": 1.01, "tanh": 1.5, "erf": 1.5, "log": 1.0, "sigmoid": 2.5}
+ONNX_OPS = {"exp": "Exp", "tanh": "Tanh", "erf": "Erf", "log": "Log", "sigmoid": "Sigmoid"}
+FLT_MIN = np.float32(tr.FLT_MIN)
+
+
+def reference(name: str, x: np.ndarray) -> np.ndarray:
+    """float64 values of the function at float32 points."""
+    with np.errstate(all="ignore"):  # casting signalling NaNs
+        wide = x.astype(np.float64)
+        if name == "erf":
+            return np.frompyfunc(math.erf, 1, 1)(wide).astype(np.float64)
+        if name == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-wide))
+        return {"exp": np.exp, "tanh": np.tanh, "log": np.log}[name](wide)
+
+
+def ulp_errors(name: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Errors in ulp where the exact result is a finite float32 (a normal one for exp and
+    sigmoid, which flush below FLT_MIN), and the points they are at."""
+    exact = reference(name, x)
+    with np.errstate(all="ignore"):
+        nearest = exact.astype(np.float32)
+        checked = np.isfinite(nearest) & np.isfinite(x)
+        if name in ("exp", "sigmoid"):
+            checked &= nearest >= FLT_MIN
+        spacing = np.spacing(np.abs(nearest[checked])).astype(np.float64)
+        return np.abs(y[checked].astype(np.float64) - exact[checked]) / spacing, x[checked]
+
+
+def model_values(name: str, x: np.ndarray, fused: bool) -> np.ndarray:
+    alg = tr.NumpyAlgebra(fused)
+    with np.errstate(all="ignore"):
+        if name == "sigmoid":  # as aot/ops/elementwise.py lowers it: 1 / (1 + exp(-x))
+            return alg.div(alg.f(1.0), alg.add(alg.f(1.0), tr.exp(alg, alg.neg(x))))
+        return tr.FUNCTIONS[name](alg, x)
+
+
+def sample(count: int, seed: int = 0) -> np.ndarray:
+    """Bit patterns drawn uniformly (every exponent equally often), then the special values."""
+    bits = np.random.default_rng(seed).integers(0, 2**32, count, dtype=np.uint64).astype(np.uint32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-45, -1e-45, 1e-40, FLT_MIN,
+                         tr.EXP_MAX, np.nextafter(np.float32(tr.EXP_MAX), np.float32(np.inf)), tr.EXP_MIN,
+                         np.nextafter(np.float32(tr.EXP_MIN), np.float32(-np.inf)), 3.4028235e38, -3.4028235e38,
+                         tr.TANH_SMALL, tr.ERF_SMALL, tr.ERF_SATURATE, 9.0, -9.0, 44.5, -44.5], np.float32)
+    return np.concatenate([bits.view(np.float32), specials])
+
+
+def strided_sweep(step: int) -> np.ndarray:
+    """Every step-th float32 bit pattern (a prime step visits every exponent and sign)."""
+    return np.arange(0, 2**32, step, dtype=np.uint64).astype(np.uint32).view(np.float32)
+
+
+SPECIALS = {
+    "exp": [(np.nan, np.nan), (np.inf, np.inf), (-np.inf, 0.0), (0.0, 1.0), (-0.0, 1.0), (88.8, np.inf),
+            (1e30, np.inf), (-87.5, 0.0), (-1e30, 0.0)],
+    "tanh": [(np.nan, np.nan), (np.inf, 1.0), (-np.inf, -1.0), (0.0, 0.0), (-0.0, -0.0), (50.0, 1.0), (-50.0, -1.0),
+             (1e-40, 1e-40)],
+    "erf": [(np.nan, np.nan), (np.inf, 1.0), (-np.inf, -1.0), (0.0, 0.0), (-0.0, -0.0), (4.0, 1.0), (1e30, 1.0),
+            (-1e30, -1.0)],
+    "log": [(np.nan, np.nan), (np.inf, np.inf), (-np.inf, np.nan), (0.0, -np.inf), (-0.0, -np.inf), (-1.0, np.nan),
+            (1.0, 0.0)],
+    "sigmoid": [(np.nan, np.nan), (np.inf, 1.0), (-np.inf, 0.0), (0.0, 0.5), (100.0, 1.0), (-100.0, 0.0)],
+}
+
+
+def assert_specials(name: str, results: np.ndarray) -> None:
+    """`results`: the function at the points of SPECIALS[name], in order."""
+    for (x, want), y in zip(SPECIALS[name], results.tolist(), strict=True):
+        if math.isnan(want):
+            assert math.isnan(y), f"{name}({x}) = {y}, want NaN"
+        else:
+            want32 = float(np.float32(want))
+            assert y == want32 and math.copysign(1, y) == math.copysign(1, want32), f"{name}({x}) = {y}, want {want32}"
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+@pytest.mark.parametrize("name", list(BOUNDS))
+def test_model_is_within_its_bound(name: str, fused: bool) -> None:
+    """The numpy model of the formula on every 997th float32 bit pattern (4.3 million, spread
+    over the whole range), and at the special values."""
+    x = strided_sweep(997)
+    errors, at = ulp_errors(name, x, model_values(name, x, fused))
+    worst = int(errors.argmax())
+    assert errors[worst] <= BOUNDS[name], f"{name}: {errors[worst]:.3f} ulp at x = {at[worst]!r}"
+    points = np.array([x for x, _ in SPECIALS[name]], np.float32)
+    assert_specials(name, model_values(name, points, fused))
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("name", list(BOUNDS))
+def test_compiled_op_is_the_model_within_its_bound(name: str, backend: str) -> None:
+    """A one-op model compiled and run: every output is the model's value (fused or unfused,
+    as the compiler contracts the multiply-adds), so within the bound; specials as documented."""
+    x = np.concatenate([sample(1 << 20), np.array([p for p, _ in SPECIALS[name]], np.float32)])
+    model = make_model([helper.make_node(ONNX_OPS[name], ["x"], ["y"])], {"x": x}, ["y"])
+    y = run_aot(model, {"x": x}, backend=backend)["y"]
+    assert y.dtype == np.float32 and y.shape == x.shape
+    same = np.zeros(x.shape, bool)
+    for fused in (False, True):
+        expected = model_values(name, x, fused)
+        same |= (y.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(y) & np.isnan(expected))
+    assert same.all(), f"{name}: {(~same).sum()} outputs differ from the model, e.g. at x = {x[~same][:5]}"
+    errors, at = ulp_errors(name, x, y)
+    worst = int(errors.argmax())
+    assert errors[worst] <= BOUNDS[name], f"{name}: {errors[worst]:.3f} ulp at x = {at[worst]!r}"
+    assert_specials(name, y[-len(SPECIALS[name]):])
+
+
+def test_float64_keeps_the_c_library() -> None:
+    """Only float32 is rewritten: float64 results are the C library's, as Python's math.exp."""
+    x = np.linspace(-5, 5, 101)
+    model = make_model([helper.make_node("Exp", ["x"], ["y"])], {"x": x}, ["y"])
+    libm = np.frompyfunc(math.exp, 1, 1)(x).astype(np.float64)
+    assert np.array_equal(run_aot(model, {"x": x}, backend="c")["y"], libm)
