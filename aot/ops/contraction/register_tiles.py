@@ -135,6 +135,17 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
                 for s in step([*k, *(const(v, INDEX) for v in u)])]
 
     stmts += kb.loops(looped, loop_body, prefix="k")
+    return stmts + _store_tile(kb, rows, cols, lanes, vdtype, starts, scalars, acc_v, acc_s, out, out_at, finish,
+                               dtype)
+
+
+def _store_tile(kb: KernelBuilder, rows: int, cols: int, lanes: int, vdtype: str, starts: list[int],
+                scalars: list[int], acc_v: list[list[Var]], acc_s: list[list[Var]], out: Buffer,
+                out_at: Callable[[int, Expr], Expr], finish: Callable[[int, Expr, Expr], Expr] | None,
+                dtype: str) -> list[Stmt]:
+    """The tile's accumulators stored, through the epilogue in registers where it has a vector
+    form, else stored and then finished in a second pass over the tile's outputs."""
+    stmts: list[Stmt] = []
     finished = _finish_in_registers(finish, rows, starts, scalars, acc_v, acc_s, dtype, lanes)
     ragged = any(b - a < lanes for a, b in zip(starts, starts[1:]))
     for i in range(rows):
