@@ -177,3 +177,29 @@ def test_readers_that_never_join_end_the_epilogue() -> None:
                        {"w": rand(16, 8, 3, 3, seed=1), "b": rand(16, seed=2)})
     assert kernel_order(model) == ["Conv", "Sigmoid", "Tanh"]
     assert_matches_onnxruntime(model, {"x": x})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_yolo_bottleneck_is_two_kernels(backend: str) -> None:
+    """YOLOv8's bottleneck: Conv+SiLU, Conv+SiLU, residual Add: the Add joins the second
+    Conv's epilogue after its SiLU diamond closes."""
+    x = rand(1, 16, 10, 10)
+    nodes = [n("Conv", ["x", "w1", "b1"], "c1", pads=[1, 1, 1, 1]), n("Sigmoid", ["c1"], "s1"),
+             n("Mul", ["c1", "s1"], "m1"), n("Conv", ["m1", "w2", "b2"], "c2", pads=[1, 1, 1, 1]),
+             n("Sigmoid", ["c2"], "s2"), n("Mul", ["c2", "s2"], "m2"), n("Add", ["x", "m2"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], {"w1": rand(16, 16, 3, 3, seed=1) * 0.2, "b1": rand(16, seed=2),
+                                                 "w2": rand(16, 16, 3, 3, seed=3) * 0.2, "b2": rand(16, seed=4)})
+    assert kernel_order(model) == ["Conv+Sigmoid+Mul", "Conv+Sigmoid+Mul+Add"]
+    assert_matches_onnxruntime(model, {"x": x}, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gemm_per_channel_scale_and_shift_then_silu_is_one_kernel(backend: str) -> None:
+    a = rand(4, 32)
+    nodes = [n("Gemm", ["a", "w"], "g", transB=1), n("Mul", ["g", "scale"], "m"), n("Add", ["m", "shift"], "t"),
+             n("Sigmoid", ["t"], "s"), n("Mul", ["t", "s"], "y")]
+    model = make_model(nodes, {"a": a}, ["y"], {"w": rand(24, 32, seed=1) * 0.3, "scale": rand(24, seed=2),
+                                                "shift": rand(24, seed=3)})
+    order = kernel_order(model)
+    assert len(order) == 1 and order[0].startswith("Gemm") and order[0].endswith("Sigmoid+Mul")
+    assert_matches_onnxruntime(model, {"a": a}, backend=backend)
