@@ -86,12 +86,20 @@ def test_elementwise_chain_with_broadcast_side_inputs_is_one_kernel() -> None:
     assert_matches_onnxruntime(model, {"x": x, "s": s})
 
 
-def test_chain_stops_at_a_tensor_with_two_readers_or_a_graph_output() -> None:
+def test_two_readers_that_join_again_fuse_and_a_graph_output_ends_the_epilogue() -> None:
     x = rand(2, 5)
     model = make_model([n("Relu", ["x"], "r"), n("Sigmoid", ["r"], "s"), n("Tanh", ["r"], "t"),
                         n("Add", ["s", "t"], "y"), n("Exp", ["y"], "z")], {"x": x}, ["y", "z"])
-    # Add joins the first of its two producers; that kernel moves to where Add was.
-    assert kernels_of(model) == ["Relu", "Tanh", "Sigmoid+Add", "Exp"]
+    # r's two readers meet again in Add: one diamond-shaped epilogue; y is returned, so it is stored.
+    assert kernels_of(model) == ["Relu+Sigmoid+Tanh+Add", "Exp"]
+    assert_matches_onnxruntime(model, {"x": x})
+
+
+def test_chain_stops_at_a_tensor_whose_readers_never_join() -> None:
+    x = rand(2, 5)
+    model = make_model([n("Relu", ["x"], "r"), n("Sigmoid", ["r"], "s"), n("Tanh", ["r"], "t"),
+                        n("Add", ["s", "x"], "y"), n("Neg", ["t"], "z")], {"x": x}, ["y", "z"])
+    assert kernels_of(model) == ["Relu", "Sigmoid+Add", "Tanh+Neg"]
     assert_matches_onnxruntime(model, {"x": x})
 
 

@@ -11,49 +11,53 @@ from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
 from aot.kernel.let_binding import bind_subexpressions
 from aot.kernel.transcendentals import expand_transcendentals
 from aot.lowering.builder import KernelBuilder
-from aot.lowering.forms import form_for
+from aot.lowering.forms import ScalarFn, form_for
 from aot.lowering.fusion import FusionPlan
 from aot.lowering.param_roles import ParamRoles
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 
 
 class Epilogue:
-    """The elementwise chain fused after an anchor: `apply` turns the anchor's value at an output
-    index into the chain's final value, loading side inputs (residuals, scales) through the
-    anchor's kernel builder."""
+    """The elementwise nodes fused after an anchor (a chain, or a small DAG over the anchor's
+    output such as SiLU's `Mul(x, Sigmoid(x))`: aot/lowering/fusion.py): `apply` turns the
+    anchor's value at an output index into the last node's value, loading side inputs
+    (residuals, scales) through the anchor's kernel builder."""
 
     def __init__(self, ctx: LoweringContext, chain: Sequence[Node], kb: KernelBuilder, start: Tensor) -> None:
         self.shape = start.shape
         self.inputs: list[Tensor] = []
-        self._steps = []
-        previous = start
+        # Per node: its form, and each operand as the position of the DAG value it reads (0: the
+        # anchor's, i: the i-th node's) or None for a side input (operands then name the tensor).
+        self._steps: list[tuple[ScalarFn, list[int | None], list[Tensor]]] = []
+        computed = {start: 0}
         for node in chain:
             form = form_for(node, ctx)
             assert form is not None
-            slots = [None if t is previous else t for t in form.inputs]
-            self.inputs += [t for t in slots if t is not None]
-            self._steps.append((form.fn, slots))
+            slots = [computed.get(t) for t in form.inputs]
+            self.inputs += [t for t, slot in zip(form.inputs, slots) if slot is None]
+            self._steps.append((form.fn, slots, list(form.inputs)))
             out = node.outputs[0]
             assert out is not None
-            previous = out
+            computed[out] = len(computed)
         self._views = {t: kb.input(t).broadcast_to(self.shape) for t in self.inputs}
 
     def apply(self, value: Expr, index: Sequence[Expr] | None = None, flat_index: Expr | None = None) -> Expr:
         """`index` is the multi-dimensional output index; `flat_index` may be given instead when
         every side input is the chain's shape or a single element."""
-        for fn, slots in self._steps:
+        values = [value]
+        for fn, slots, tensors in self._steps:
             args = []
-            for t in slots:
-                if t is None:
-                    args.append(value)
+            for slot, t in zip(slots, tensors):
+                if slot is not None:
+                    args.append(values[slot])
                 elif flat_index is not None:
                     view = self._views[t]
                     args.append(view.load_flat(flat_index if t.shape == self.shape else const(0, INDEX)))
                 else:
                     assert index is not None
                     args.append(self._views[t].load(list(index)))
-            value = fn(args)
-        return value
+            values.append(fn(args))
+        return values[-1]
 
 
 class LoweringContext:
