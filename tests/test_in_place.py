@@ -34,11 +34,16 @@ def n(op: str, inputs: list[str], output: str, **attrs: object):  # noqa: ANN201
 WEIGHTS = {"w1": rand(8, 4, 3, 3, seed=1), "w2": rand(2, 8, 1, 1, seed=2)}
 
 
+# A Conv takes a following x * f(x) as its epilogue (aot/lowering/fusion.py), so in these models
+# the elementwise kernels read the output of a Softmax, which fuses nothing.
+
+
 def swish_model():  # noqa: ANN201
-    """Conv -> x * sigmoid(x) -> Conv: the conv output has two readers, so the Sigmoid*Mul kernel
-    runs on its own and reads it at the index it writes."""
-    x = rand(1, 4, 8, 8)
-    nodes = [n("Conv", ["x", "w1"], "t", pads=[1, 1, 1, 1]), n("Sigmoid", ["t"], "s"), n("Mul", ["t", "s"], "u"),
+    """Softmax -> x * sigmoid(x) -> Conv: the Sigmoid*Mul kernel runs on its own and reads the
+    Softmax output at the index it writes; the Softmax reads the graph input, so the peak is the
+    Sigmoid*Mul's input and output."""
+    x = rand(1, 8, 8, 8)
+    nodes = [n("Softmax", ["x"], "t", axis=1), n("Sigmoid", ["t"], "s"), n("Mul", ["t", "s"], "u"),
              n("Conv", ["u", "w2"], "y")]
     return make_model(nodes, {"x": x}, ["y"], WEIGHTS), {"x": x}
 
@@ -46,7 +51,8 @@ def swish_model():  # noqa: ANN201
 def add_of_consumed_model():  # noqa: ANN201
     """Relu(t) and Sigmoid(t) + Relu(t): the Add's kernel reads two tensors that both die there."""
     x = rand(1, 4, 8, 8)
-    nodes = [n("Conv", ["x", "w1"], "t", pads=[1, 1, 1, 1]), n("Sigmoid", ["t"], "s"), n("Relu", ["t"], "r"),
+    nodes = [n("Conv", ["x", "w1"], "c", pads=[1, 1, 1, 1]), n("Softmax", ["c"], "t", axis=1),
+             n("Sigmoid", ["t"], "s"), n("Relu", ["t"], "r"),
              n("Add", ["s", "r"], "a"), n("Tanh", ["a"], "b"), n("Conv", ["b", "w2"], "y")]
     return make_model(nodes, {"x": x}, ["y"], WEIGHTS), {"x": x}
 
@@ -76,15 +82,18 @@ def test_in_place_lowers_the_bound_and_the_arena(build) -> None:  # noqa: ANN001
 
 
 def test_chain_of_in_place_kernels_shares_one_buffer() -> None:
-    # Each link has a second reader of its input at its own kernel only (x * f(x)), so no fusion.
-    x = rand(1, 3, 6, 6)
-    nodes = [n("Conv", ["x", "w1"], "t0"), n("Sigmoid", ["t0"], "s0"), n("Mul", ["t0", "s0"], "t1"),
-             n("Tanh", ["t1"], "s1"), n("Mul", ["t1", "s1"], "t2"), n("Conv", ["t2", "w2"], "y")]
-    model = make_model(nodes, {"x": x}, ["y"], {"w1": rand(6, 3, 1, 1, seed=1), "w2": rand(2, 6, 1, 1, seed=2)})
+    # Each link reads its input twice (x * f(x)), at the index it writes; a Softmax between the
+    # links (which fuses nothing) keeps them two kernels, each writing over its dying input.
+    x = rand(1, 6, 6, 6)
+    nodes = [n("Softmax", ["x"], "t0", axis=1), n("Sigmoid", ["t0"], "s0"), n("Mul", ["t0", "s0"], "t1"),
+             n("Softmax", ["t1"], "t2", axis=1), n("Tanh", ["t2"], "s2"), n("Mul", ["t2", "s2"], "t3"),
+             n("Conv", ["t3", "w2"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], {"w2": rand(2, 6, 1, 1, seed=2)})
     planned = plan_program(lowered(model), reorder=False)
     program, memory = planned.program, planned.memory
+    assert [k.op for k in program.kernels] == ["Softmax", "Sigmoid+Mul", "Softmax", "Tanh+Mul", "Conv"]
     assert len(program.in_place) == 2
-    assert memory.offsets["t0"] == memory.offsets["t1"] == memory.offsets["t2"]
+    assert memory.offsets["t0"] == memory.offsets["t1"] and memory.offsets["t2"] == memory.offsets["t3"]
     assert_matches_onnxruntime(model, {"x": x})
 
 
