@@ -129,3 +129,47 @@ def test_float64_keeps_the_c_library() -> None:
     model = make_model([helper.make_node("Exp", ["x"], ["y"])], {"x": x}, ["y"])
     libm = np.frompyfunc(math.exp, 1, 1)(x).astype(np.float64)
     assert np.array_equal(run_aot(model, {"x": x}, backend="c")["y"], libm)
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_built_model_calls_no_float_transcendental_from_libm(tmp_path, backend: str) -> None:  # noqa: ANN001
+    """Conv+SiLU, Gemm+GELU (Erf form), Softmax, Tanh and Log in one model: the built library's
+    model code leaves no expf / tanhf / erff / logf undefined (`nm -u`), on either backend."""
+    import shutil
+    import subprocess
+
+    from aot.compiler import compile as compile_model
+    from aot.host.run import host_variant
+
+    if shutil.which("nm") is None:
+        pytest.skip("needs nm (binutils)")
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c"], ["cs"]), helper.make_node("Mul", ["c", "cs"], ["silu"]),
+        helper.make_node("GlobalAveragePool", ["silu"], ["pool"]), helper.make_node("Flatten", ["pool"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "g", "gb"], ["h"]),
+        helper.make_node("Div", ["h", "sqrt2"], ["hd"]), helper.make_node("Erf", ["hd"], ["he"]),
+        helper.make_node("Add", ["he", "one"], ["h1"]), helper.make_node("Mul", ["h", "h1"], ["h2"]),
+        helper.make_node("Mul", ["h2", "half"], ["gelu"]),
+        helper.make_node("Softmax", ["gelu"], ["p"], axis=1), helper.make_node("Tanh", ["p"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["t1"]), helper.make_node("Log", ["t1"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": np.zeros((1, 8, 12, 12), np.float32)}, ["y"], {
+        "w": rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2,
+        "g": rng.standard_normal((16, 32)).astype(np.float32) * 0.2,
+        "gb": rng.standard_normal(32).astype(np.float32) * 0.1,
+        "sqrt2": np.array(math.sqrt(2), np.float32), "one": np.array(1, np.float32),
+        "half": np.array(0.5, np.float32)})
+    package = compile_model(model, name="libm_free", backend=backend)
+    folder = package.write(tmp_path / "pkg")
+    variant, target = host_variant(package)
+    extra = [f"BACKEND={variant}", f"TARGET={target or ''}"] if backend == "llvm" else []
+    subprocess.run(["make", "-s", "-C", str(folder), *extra, "liblibm_free.a"], check=True, capture_output=True)
+    undefined = subprocess.run(["nm", "-u", str(folder / "liblibm_free.a")], check=True, capture_output=True,
+                               text=True).stdout.split()
+    assert not {"expf", "tanhf", "erff", "logf"} & set(undefined), undefined
+    inputs = {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    from tests.helpers import run_onnxruntime
+
+    np.testing.assert_allclose(package.run(inputs)["y"], run_onnxruntime(model, inputs)["y"], rtol=1e-5, atol=1e-5)
