@@ -51,7 +51,8 @@ def test_harness_catches_a_misbehaving_compile(tmp_path: Path, warm: None, monke
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(aot.compiler, "compile", broken)  # the CLI imports it when a command runs
+    # The CLI's compile goes through compile_models (aot.compile too), imported when a command runs.
+    monkeypatch.setattr(aot.compiler, "compile_models", broken)
     case = Case("chain", ["none"], SEED_MODELS["chain"]().SerializeToString(), None)
     outcome = run_isolated(case, tmp_path)
     assert outcome.problem is not None and "internal error" in outcome.problem, outcome
