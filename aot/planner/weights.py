@@ -56,6 +56,9 @@ def layout_shared_weights(weight_lists: list[list[Tensor]],
                           macro_prefix: str | tuple[str, ...] = "") -> SharedWeights:
     """The weights struct of several models. Weights are merged only across models, never within
     one, so a one-model package has the layout layout_weights gives it."""
+    if len(weight_lists) == 1:  # nothing to merge: no need to hash every weight's bytes
+        slots, struct_bytes = layout_weights(weight_lists[0], macro_prefix)
+        return SharedWeights(slots, struct_bytes, [{s.tensor: s for s in slots}])
     stored: list[Tensor] = []
     owners: dict[tuple[str, tuple[int, ...], bytes], list[int]] = {}  # content -> stored indices
     chosen: list[dict[Tensor, int]] = []
