@@ -147,6 +147,7 @@ def compile_models(
         raise AotError("--target: the C backend takes one target (several are for --backend llvm objects)")
     if shared_arena and len(models) < 2:
         raise AotError("--shared-arena: the package has one model (it shares an arena among several)")
+    _check_distinct([_package_name(spec.name) for spec in models if spec.name is not None])
     options = PipelineOptions(tuple(targets), parallel, conv_algorithm)
     objects = _llvm_objects(targets) if backend == "llvm" else []
     planned = _plan_models(models, targets, options, progress)
@@ -221,11 +222,17 @@ def _plan_model(spec: ModelSpec, targets: list[Target], options: PipelineOptions
     return _PlannedModel(ident, source, graph, planned)
 
 
+def _check_distinct(idents: list[str]) -> None:
+    """Every model of a package needs its own name (checked for the given names before the
+    compile, which can take minutes, and for the models' own names after it)."""
+    twice = sorted({i for i in idents if idents.count(i) > 1})
+    if twice:
+        raise AotError(f"--name: two models of the package are both named {twice[0]!r} (give each its own --name)")
+
+
 def _bundle_name(idents: list[str], requested: str | None) -> str:
     """The package's name: the library's, the weights object's and the umbrella header's."""
-    if len(set(idents)) < len(idents):
-        twice = sorted({i for i in idents if idents.count(i) > 1})
-        raise AotError(f"--name: two models of the package are both named {twice[0]!r} (give each its own --name)")
+    _check_distinct(idents)
     if len(idents) == 1:
         if requested is not None and _package_name(requested) != idents[0]:
             raise AotError("--package-name: a package of one model has that model's name (use --name)")

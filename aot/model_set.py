@@ -42,9 +42,6 @@ def model_specs(models: Sequence[Path], names: Sequence[str], shape_options: Seq
     if names and len(names) != len(models):
         raise AotError(f"--name: given {len(names)} time(s) for {len(models)} models "
                        "(give one --name per model, in the models' order)")
-    twice = sorted({n for n in names if list(names).count(n) > 1})
-    if twice:
-        raise AotError(f"--name {twice[0]}: two models of the package are both named {twice[0]!r}")
     shapes = parse_input_shape_variants(shape_options)
     values = parse_input_values(value_options)
     if len(models) == 1:
