@@ -398,8 +398,17 @@ def verify_cmd(
         return
     package = _compile_package(model, None, None, shared_arena, input_shape, input_value, backend=backend,
                                target=target or None, conv_algorithm=conv_algorithm)
-    results = [_verify_model(view, Path(spec.model), backend, target[0] if target else None, inputs, expected,
-                             tolerance, seed, as_json) for view, spec in zip(package.models, specs)]
+    from aot.npz import load_npz
+
+    built = None  # the package is built once; each model runs from that build
+    results = []
+    for view, spec in zip(package.models, specs):
+        # Each array's header is checked against the model before its data is read, and before building.
+        given = load_npz(inputs, "--inputs", view.inputs) if inputs is not None else None
+        want = (load_npz(expected, "--expected", view.outputs, role="output", exact_dtype=False)
+                if expected is not None else None)
+        built = _build_to_run(view, target[0] if target else None, backend, built)
+        results.append(_verify_model(view, Path(spec.model), backend, built, given, want, tolerance, seed, as_json))
     if as_json:
         payloads = [payload for _, payload in results]
         print(json.dumps(payloads[0] if len(payloads) == 1 else
@@ -409,17 +418,12 @@ def verify_cmd(
         raise typer.Exit(EXIT_MISMATCH)
 
 
-def _verify_model(package: Any, model: Path, backend: str, target: str | None, inputs: Path | None,
-                  expected: Path | None, tolerance: float, seed: int, as_json: bool) -> tuple[bool, dict[str, Any]]:
-    """Verify one model of a package (printing its result unless --json); (passed, its JSON)."""
-    from aot.npz import load_npz
+def _verify_model(package: Any, model: Path, backend: str, built: Any, given: dict[str, Any] | None,
+                  want: dict[str, Any] | None, tolerance: float, seed: int,
+                  as_json: bool) -> tuple[bool, dict[str, Any]]:
+    """Verify one model of a package, `built` (printing its result unless --json); (passed, its JSON)."""
     from aot.verify import verify_package
 
-    # Each array's header is checked against the model before its data is read, and before building.
-    given = load_npz(inputs, "--inputs", package.inputs) if inputs is not None else None
-    want = (load_npz(expected, "--expected", package.outputs, role="output", exact_dtype=False)
-            if expected is not None else None)
-    built = _build_to_run(package, target, backend)
     result = verify_package(package, str(model), given, want, tolerance, seed, built=built, progress=_progress())
     where = getattr(built, "where", "host")
     payload = result.to_json()
@@ -471,13 +475,22 @@ def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: 
         raise typer.Exit(EXIT_MISMATCH)
 
 
-def _build_to_run(package: Any, target_name: str | None, backend: str) -> Any:
-    """The package built to run here: natively for the host, else cross-built and run under qemu-user."""
+def _build_to_run(package: Any, target_name: str | None, backend: str, built_before: Any = None) -> Any:
+    """The package built to run here: natively for the host, else cross-built and run under qemu-user.
+    `built_before`: another model of the same package, already built: this one runs from that build."""
     from aot.host.run import HostModel, host_variant
     from aot.targets import load_target
     from aot.toolchain.discovery import is_host
     from aot.toolchain.target_build import TargetModel
 
+    if isinstance(built_before, HostModel):
+        built = HostModel(package, built_before.directory, keep=built_before)
+        built.where = built_before.where
+        return built
+    if isinstance(built_before, TargetModel):
+        built = TargetModel(package, built_before.target, built_before.directory, keep=built_before)
+        built.where = built_before.where
+        return built
     target = load_target(target_name) if target_name else None
     if target is None or (is_host(target) and (backend != "llvm" or host_variant(package)[0] == "llvm")):
         with _progress().step("host build"):

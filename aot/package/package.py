@@ -35,9 +35,14 @@ class Package:
         """The package's models: its own name, or the names of the several it holds."""
         return [m["name"] for m in self.manifest["models"]] if "models" in self.manifest else [self.name]
 
+    @property
+    def library_models(self) -> list[str]:
+        """Every model in the library this package (or model of a package) is in."""
+        return list(self.manifest.get("library_models", self.model_names))
+
     def model_manifest(self, model: str) -> dict[str, Any]:
         """One model's view of the manifest: the package's keys, then the model's own (inputs, arena
-        ...), and "library", the package's name, when that differs from the model's."""
+        ...), "library", the package's name, and "library_models", the names of all its models."""
         if "models" not in self.manifest:
             if model != self.name:
                 raise KeyError(model)
@@ -45,7 +50,7 @@ class Package:
         entry = next(m for m in self.manifest["models"] if m["name"] == model)
         common = {k: v for k, v in self.manifest.items() if k not in ("models", "name", "targets", "target",
                                                                        "triple", "weights_bytes")}
-        return {**common, **entry, "library": self.name}
+        return {**common, **entry, "library": self.name, "library_models": self.model_names}
 
     @property
     def arena_bytes(self) -> int:

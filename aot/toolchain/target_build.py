@@ -29,7 +29,7 @@ def build_package_dir(package_dir: Path, package: Package, target: Target, toolc
     """Run the package's Makefile for `target`; returns the artefacts built (library, a runner per
     model). With `llvm`, the model code comes from the package's LLVM object for the target."""
     cflags = " ".join([opt, STRICT_CFLAGS, *toolchain.target_cflags(target), extra_cflags]).strip()
-    runners = [] if target.bare_metal else [f"{model}_runner" for model in package.model_names]
+    runners = [] if target.bare_metal else [f"{model}_runner" for model in package.library_models]
     goals = [f"lib{package.library}.a", *runners]
     ldflags = "-static" if static and not target.bare_metal and toolchain.static_ok else ""
     variables = ["BACKEND=llvm", f"TARGET={target.name}"] if llvm else []
