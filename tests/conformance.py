@@ -82,7 +82,8 @@ PASSED, FAILED, UNSUPPORTED, OUT_OF_SCOPE = "passed", "failed", "unsupported", "
 STATUSES = (PASSED, FAILED, UNSUPPORTED, OUT_OF_SCOPE)
 
 # The element types a compiled model's inputs and outputs may have for a case to be in scope.
-IN_SCOPE_DTYPES = {TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL}
+IN_SCOPE_DTYPES = {TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL, TensorProto.INT8,
+                   TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16}
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 DataSet = tuple[list[np.ndarray], list[np.ndarray]]

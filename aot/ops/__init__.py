@@ -12,6 +12,7 @@ from aot.ops import (  # noqa: F401
     normalization,
     norms,
     pool,
+    quantized,
     recurrent,
     reduce,
     resize,

@@ -238,8 +238,9 @@ def _pow(node: Node, ctx: LoweringContext) -> Form:
 def _mod(node: Node, ctx: LoweringContext) -> Form:
     a, b = _two(node)
     _same_dtype(node, [a, b])
-    if node.attr("fmod", 0):
-        return Form([a, b], lambda v: binary("mod", v[0], v[1]))  # C's % / fmod: sign of the dividend
+    if node.attr("fmod", 0) or a.dtype.kind == "u":
+        # C's % / fmod: the sign of the dividend, which for unsigned types is also Python's %.
+        return Form([a, b], lambda v: binary("mod", v[0], v[1]))
 
     def python_mod(v: list[Expr]) -> Expr:
         # fmod=0: the result takes the divisor's sign (like Python's %), unlike C's %.

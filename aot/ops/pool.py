@@ -89,7 +89,9 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
     x = required_input(node, 0, "X")
     y = node.outputs[0]
     assert y is not None
-    if x.dtype.kind != "f":
+    # MaxPool also runs on the int8/uint8 tensors of quantised models (a max commutes with the
+    # monotonic dequantisation, so onnxruntime keeps it in int8 too).
+    if x.dtype.kind != "f" and not (node.op_type == "MaxPool" and x.dtype.name in ("int8", "uint8")):
         raise fail(node, f"dtype {x.dtype}: {node.op_type} is implemented for float types")
     if x.rank < 3:
         raise fail(node, f"input rank {x.rank}: expected N x C x spatial...")
@@ -184,7 +186,7 @@ class _Windows:
         n, c, *o = idx
         kb, dt = self.kb, self.dt
         acc, count, best = kb.var("acc", dt), kb.var("cnt", dt), kb.var("arg", INDEX)
-        stmts: list[Stmt] = [Declare(acc, const(float("-inf") if self.is_max else 0.0, dt))]
+        stmts: list[Stmt] = [Declare(acc, lowest(dt) if self.is_max else const(0.0, dt))]
         if self.iv is not None:
             stmts.append(Declare(best, const(0, INDEX)))
         if self.needs_count:
@@ -210,7 +212,7 @@ class _Windows:
         inner: list[Stmt]
         if self.is_max:
             # NaN-propagating running max, first maximum wins (matches onnxruntime's argmax).
-            cond = logical_or(gt(value, acc), unary("isnan", value))
+            cond = greater_or_nan(value, acc)
             update: list[Stmt] = [Assign(acc, value)]
             if self.iv is not None:
                 update.append(Assign(best, _flat_index(n, c, pos, self.x_shape, self.column_major)))
@@ -445,7 +447,7 @@ def _branchless_max(kb, xv: View, yv: View, idx: list[Expr], kernel: list[int], 
     in the same window, so the maximum is unchanged and no load needs a guard."""
     n, c, *o = idx
     acc = kb.var("acc", dt)
-    stmts: list[Stmt] = [Declare(acc, const(float("-inf"), dt))]
+    stmts: list[Stmt] = [Declare(acc, lowest(dt))]
     for k in itertools.product(*(range(e) for e in kernel)):
         pos: list[Expr] = []
         for oi, ki, s, pb, size, over in zip(o, k, strides, pad_begin, in_spatial, overhang):
@@ -458,8 +460,21 @@ def _branchless_max(kb, xv: View, yv: View, idx: list[Expr], kernel: list[int], 
         value = kb.var("v", dt)
         # NaN-propagating running max, like onnxruntime's.
         stmts += [Declare(value, xv.load([n, c, *pos])),
-                  Assign(acc, select(logical_or(gt(value, acc), unary("isnan", value)), value, acc))]
+                  Assign(acc, select(greater_or_nan(value, acc), value, acc))]
     return stmts + [yv.store([n, c, *o], acc)]
+
+
+def lowest(dtype: str) -> Expr:
+    """Where a running maximum starts: -inf, or the integer type's least value."""
+    return const(float("-inf"), dtype) if dtype.startswith("float") else const(int(np.iinfo(dtype).min), dtype)
+
+
+def greater_or_nan(value: Expr, best: Expr) -> Expr:
+    """Whether `value` replaces the running maximum `best`: NaN-propagating for floats (like
+    onnxruntime's max), the first maximum winning (its argmax)."""
+    if not value.dtype.startswith("float"):
+        return gt(value, best)
+    return logical_or(gt(value, best), unary("isnan", value))
 
 
 def _flat_index(n: Expr, c: Expr, pos: list[Expr], shape: tuple[int, ...], column_major: bool) -> Expr:

@@ -1,0 +1,40 @@
+"""The integer <-> real mapping of ONNX quantisation, written once for every quantised op.
+
+ONNX defines it as
+    QuantizeLinear:   q = saturate(round_half_to_even(x / scale) + zero_point)
+    DequantizeLinear: x = (q - zero_point) * scale
+with the real side float32. These helpers build those expressions in kernel IR; the ops of this
+package (and the fused integer kernels) only decide where scale and zero point come from.
+"""
+
+from __future__ import annotations
+
+from aot.kernel.ir import Expr, cast, const, maximum, minimum, unary
+
+# The integer types ONNX quantises to, and their saturation ranges.
+QUANTIZED_RANGES: dict[str, tuple[int, int]] = {
+    "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+}
+# DequantizeLinear also reads int32 (biases quantised with scale = x_scale * w_scale).
+DEQUANTIZABLE = {*QUANTIZED_RANGES, "int32"}
+
+
+def saturate(value: Expr, dtype: str) -> Expr:
+    """`value` (a float holding an integer) clamped to `dtype`'s range and converted to it. The
+    clamp comes first: converting an out-of-range float to an integer is undefined in C."""
+    lo, hi = QUANTIZED_RANGES[dtype]
+    return cast(minimum(maximum(value, const(float(lo), value.dtype)), const(float(hi), value.dtype)), dtype)
+
+
+def quantize(x: Expr, scale: Expr, zero_point: Expr, dtype: str) -> Expr:
+    """ONNX QuantizeLinear of one element: x and scale float32, zero_point of `dtype`."""
+    real = x if x.dtype == scale.dtype else cast(x, scale.dtype)
+    rounded = unary("round_even", real / scale)
+    return saturate(rounded + cast(zero_point, scale.dtype), dtype)
+
+
+def dequantize(q: Expr, scale: Expr, zero_point: Expr) -> Expr:
+    """ONNX DequantizeLinear of one element, in scale's float type. The subtraction is done in
+    float, as the ONNX reference does: int32 q - zero_point can overflow."""
+    real = scale.dtype
+    return (cast(q, real) - cast(zero_point, real)) * scale
