@@ -13,6 +13,11 @@ from aot.package.package import Package
 from aot.progress import SILENT, Progress
 
 DEFAULT_TOLERANCE = 1e-4
+# Quantised outputs (int8 ones, or float ones a DequantizeLinear produces) match when at most one
+# quantisation step off on this share of elements: an int8 kernel and onnxruntime's may round a
+# value that falls on a half step differently, and one such difference moves later layers too.
+QUANTIZED_MATCH_SHARE = 0.999
+_QUANTIZED_OUTPUT_TYPES = {"int8", "uint8", "int16", "uint16"}
 
 
 @dataclass
@@ -23,6 +28,8 @@ class OutputComparison:
     scale: float
     passed: bool
     detail: str = ""
+    step: float | None = None  # a quantised output's quantisation step
+    exact_share: float | None = None  # quantised outputs: the share of elements that match exactly
 
 
 @dataclass
@@ -39,7 +46,8 @@ class VerifyResult:
             "tolerance": self.tolerance,
             "outputs": [
                 {"name": o.name, "max_abs_err": o.max_abs_err, "max_rel_err": o.max_rel_err,
-                 "scale": o.scale, "passed": o.passed, **({"detail": o.detail} if o.detail else {})}
+                 "scale": o.scale, "passed": o.passed, **({"detail": o.detail} if o.detail else {}),
+                 **({"quantization_step": o.step, "exact_share": o.exact_share} if o.step is not None else {})}
                 for o in self.outputs
             ],
         }
@@ -80,13 +88,17 @@ def onnxruntime_outputs(model_path: str, inputs: dict[str, np.ndarray], names: l
     return dict(zip(names, results))
 
 
-def compare(name: str, ours: np.ndarray, expected: np.ndarray, tolerance: float) -> OutputComparison:
+def compare(name: str, ours: np.ndarray, expected: np.ndarray, tolerance: float,
+            step: float | None = None) -> OutputComparison:
     """Pass when max |ours - expected| <= tolerance * max(1, max |expected|); NaNs must coincide;
-    integer and bool outputs must match exactly."""
+    integer and bool outputs must match exactly. A quantised output (`step`: its quantisation
+    step) passes when QUANTIZED_MATCH_SHARE of its elements are at most one step off."""
     expected = np.asarray(expected)
     if tuple(ours.shape) != tuple(expected.shape):
         return OutputComparison(name, float("inf"), float("inf"), 0.0, False,
                                 f"shape {list(ours.shape)} vs expected {list(expected.shape)}")
+    if step is not None:
+        return _compare_quantized(name, ours, expected, step)
     if expected.dtype.kind in "iub" or ours.dtype.kind in "iub":
         diff = np.abs(ours.astype(np.float64) - expected.astype(np.float64))
         err = float(diff.max()) if diff.size else 0.0
@@ -103,6 +115,48 @@ def compare(name: str, ours: np.ndarray, expected: np.ndarray, tolerance: float)
     passed = max_abs <= tolerance * max(1.0, scale) and not nan_mismatch and not inf_mismatch
     detail = "NaN positions differ" if nan_mismatch else ("infinities differ" if inf_mismatch else "")
     return OutputComparison(name, max_abs, max_rel, scale, passed, detail)
+
+
+def _compare_quantized(name: str, ours: np.ndarray, expected: np.ndarray, step: float) -> OutputComparison:
+    diff = np.abs(ours.astype(np.float64) - expected.astype(np.float64))
+    steps = diff / step if step > 0 else np.where(diff == 0, 0.0, np.inf)
+    count = max(diff.size, 1)
+    exact = float(np.count_nonzero(steps == 0)) / count
+    within = float(np.count_nonzero(steps <= 1.0 + 1e-3)) / count  # float steps: a hair of slack
+    scale = float(np.abs(expected).max()) if expected.size else 0.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    detail = f"exact on {exact:.2%}, within one step ({step:.3g}) on {within:.2%}"
+    return OutputComparison(name, max_abs, max_abs / scale if scale > 0 else 0.0, scale,
+                            within >= QUANTIZED_MATCH_SHARE and not np.isnan(diff).any(), detail, step, exact)
+
+
+def quantization_steps(model_path: str) -> dict[str, float]:
+    """The quantisation step of each quantised graph output of the ONNX model: 1 for an int8/
+    uint8/int16/uint16 output, the scale of the per-tensor DequantizeLinear that computes a float
+    one. Other outputs are not listed."""
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        model = onnx.load(model_path, load_external_data=False)
+    except Exception:
+        return {}  # verify compares the outputs as floats; loading errors are reported elsewhere
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    producers = {out: node for node in graph.node for out in node.output}
+    steps: dict[str, float] = {}
+    for output in graph.output:
+        elem = output.type.tensor_type.elem_type
+        if elem and onnx.helper.tensor_dtype_to_np_dtype(elem).name in _QUANTIZED_OUTPUT_TYPES:
+            steps[output.name] = 1.0
+            continue
+        node = producers.get(output.name)
+        if node is None or node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+            continue
+        scale = initializers.get(node.input[1]) if len(node.input) > 1 else None
+        if scale is not None and int(np.prod(scale.dims)) == 1:
+            steps[output.name] = float(numpy_helper.to_array(scale).reshape(-1)[0])
+    return steps
 
 
 class Runnable(Protocol):
@@ -134,6 +188,7 @@ def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarr
             raise VerifyError(f"--expected has no array for output(s) {missing}")
         reference = expected
         source = "expected"
-    comparisons = [compare(n, ours[n], reference[n], tolerance) for n in names]
+    steps = quantization_steps(model_path)
+    comparisons = [compare(n, ours[n], reference[n], tolerance, steps.get(n)) for n in names]
     progress.finish()
     return VerifyResult(all(c.passed for c in comparisons), source, tolerance, comparisons)

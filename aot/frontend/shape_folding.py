@@ -41,6 +41,13 @@ NEVER_FOLD = {
     "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
     "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct", "SequenceEmpty", "Optional",
 }
+# Ops that read a weight an integer kernel can take quantised: a DequantizeLinear of a constant
+# read only by them is left to aot/passes/quantized_ops.py, which either turns the group into an
+# integer op (reading the int8 weight) or folds the DequantizeLinear itself.
+INTEGER_WEIGHT_READERS = {"Conv", "MatMul", "Gemm"}
+# Ops whose reference implementation in onnx starts at a later opset than the op, whose later
+# versions only added types: evaluated at that opset (onnx 1.23 has no DequantizeLinear-13).
+REFERENCE_SINCE = {"DequantizeLinear": 19, "QuantizeLinear": 19}
 # Ops whose output size is set by the values of their inputs, not bounded by the inputs' sizes:
 # folded only when onnx could tell the output shape beforehand.
 VALUE_SIZED = {
@@ -230,6 +237,19 @@ class _FoldState:
         self.constants: dict[str, onnx.TensorProto] = {t.name: t for t in model.graph.initializer}
         self.types = _known_types(model)
         self.learned: dict[str, onnx.TypeProto] = {}  # static types found in this pass
+        readers: dict[str, set[str]] = {}
+        for node in model.graph.node:
+            for name in node.input:
+                readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "")
+        self.readers = readers
+
+    def left_to_passes(self, node: onnx.NodeProto) -> bool:
+        """A DequantizeLinear whose output only integer-capable weight readers read (see
+        INTEGER_WEIGHT_READERS)."""
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+            return False
+        read_by = self.readers.get(node.output[0], set()) if node.output else set()
+        return bool(read_by) and read_by <= INTEGER_WEIGHT_READERS
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         return _static_shape(self.types[name]) if name in self.types else None
@@ -333,7 +353,7 @@ def _infer_one_node(
 
 
 def _try_fold(node: onnx.NodeProto, label: str, state: _FoldState) -> list[np.ndarray] | None:
-    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD:
+    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD or state.left_to_passes(node):
         return None
     if node.op_type in ("Shape", "Size") and node.input and state.shape(node.input[0]) is not None:
         shape = state.shape(node.input[0]) or ()
@@ -396,6 +416,7 @@ def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) ->
         [helper.make_empty_tensor_value_info(name) for name in feeds],
         [helper.make_empty_tensor_value_info(name) for name in outputs],
     )
+    opset = max(opset, REFERENCE_SINCE.get(node.op_type, opset))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     results = dict(zip(outputs, ReferenceEvaluator(model).run(None, feeds), strict=True))
     return [np.asarray(results[name]) if name else np.zeros(0) for name in node.output]

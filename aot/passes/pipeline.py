@@ -11,6 +11,7 @@ from aot.ir.verifier import verify_graph
 from aot.passes.cse import eliminate_common_subexpressions
 from aot.passes.fold_affine import fold_affine_into_weights
 from aot.passes.layout_cancel import cancel_layout_ops
+from aot.passes.quantized_ops import integer_ops
 from aot.passes.remove_identity import remove_identities
 
 
@@ -22,6 +23,7 @@ def remove_dead_nodes(graph: Graph) -> None:
 PIPELINE: list[tuple[str, Callable[[Graph], None]]] = [
     ("remove_dead_nodes", remove_dead_nodes),
     ("remove_identities", remove_identities),          # Identity / inference Dropout
+    ("integer_ops", integer_ops),                      # QDQ groups -> QLinearConv, QLinearMatMul ...
     ("cancel_layout_ops", cancel_layout_ops),          # Transpose∘Transpose, view∘view, no-op views
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),  # duplicate constants and nodes
     ("fold_affine_into_weights", fold_affine_into_weights),  # BatchNorm / Mul / Add into Conv, Gemm, MatMul

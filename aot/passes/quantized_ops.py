@@ -1,0 +1,222 @@
+"""QDQ graphs become integer ops.
+
+A QDQ model (onnxruntime.quantization's default format) keeps float ops and marks where values
+are int8: `DequantizeLinear -> Conv -> QuantizeLinear`, with the weights stored as int8 behind
+a DequantizeLinear of their own. Run as written, every such op reads and writes float. This pass
+does what onnxruntime's QDQ transformer does: it rewrites each group whose scales and zero points
+are compile-time constants into the integer op that means the same,
+
+    DQ(x) -> Conv(DQ(w), DQ(b)) -> Q      becomes  QLinearConv(x, w, b)
+    DQ(a) -> MatMul(DQ(b)) -> Q           becomes  QLinearMatMul(a, b)
+    DQ(x) -> MaxPool / Reshape ... -> Q   becomes  the op on the int8 tensor itself, when Q
+                                          uses DQ's scale and zero point (a max and a view
+                                          commute with the monotonic mapping)
+
+so the kernels read and write 8-bit values and accumulate in int32. What does not match stays
+float between its DequantizeLinear and QuantizeLinear. Last, a DequantizeLinear of a constant
+(weights feeding an op that stays float) is folded into a float constant, as the frontend
+folds any constant expression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from aot.ir.graph import Graph, Node, Tensor
+from aot.ops.registry import is_supported
+
+QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
+# Ops that move or select int8 values without arithmetic: DQ -> op -> Q with one scale and zero
+# point on both sides is the op on the int8 tensor.
+PASS_THROUGH = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"}
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """One DequantizeLinear or QuantizeLinear node's integer tensor, scale and zero point."""
+
+    node: Node
+    values: Tensor  # the int8 side
+    scale: Tensor
+    zero_point: Tensor | None
+
+    def per_tensor(self) -> bool:
+        return self.scale.size == 1
+
+    def axis(self, rank: int) -> int:
+        axis = int(self.node.attr("axis", 1))
+        return axis + rank if axis < 0 else axis
+
+    def same_mapping(self, other: Quantization) -> bool:
+        """Whether both map integers to reals alike (per-tensor, equal scale and zero point)."""
+        return self.per_tensor() and other.per_tensor() and _value(self.scale) == _value(other.scale) \
+            and _zero_value(self) == _zero_value(other) and self.values.dtype == other.values.dtype
+
+
+def _value(t: Tensor) -> float | int:
+    assert t.data is not None
+    return t.data.reshape(-1)[0].item()
+
+
+def _zero_value(q: Quantization) -> int:
+    return 0 if q.zero_point is None else int(_value(q.zero_point))
+
+
+def _constant_params(node: Node) -> bool:
+    """Scale and zero point known at compile time, and no blocked quantization."""
+    params = [t for t in node.inputs[1:3] if t is not None]
+    return bool(params) and all(t.is_constant for t in params) and int(node.attr("block_size", 0)) == 0
+
+
+def dequantized(t: Tensor | None) -> Quantization | None:
+    """The DequantizeLinear that produces `t` from int8/uint8, with constant parameters."""
+    node = t.producer if t is not None else None
+    if node is None or node.op_type != "DequantizeLinear" or not _constant_params(node):
+        return None
+    x = node.input(0)
+    if x is None or x.dtype not in QUANTIZED and not (x.dtype == np.int32 and x.is_constant):
+        return None
+    scale = node.input(1)
+    assert scale is not None
+    return Quantization(node, x, scale, node.input(2))
+
+
+def quantized_by(graph: Graph, t: Tensor | None) -> Quantization | None:
+    """The QuantizeLinear that alone reads `t` (a tensor no one else needs in float)."""
+    if t is None or graph.is_output(t) or len(t.consumers) != 1:
+        return None
+    node = t.consumers[0]
+    if node.op_type != "QuantizeLinear" or node.input(0) is not t or not _constant_params(node):
+        return None
+    y = node.outputs[0]
+    if y is None or y.dtype not in QUANTIZED:
+        return None
+    scale = node.input(1)
+    assert scale is not None
+    return Quantization(node, y, scale, node.input(2))
+
+
+class _Rewriter:
+    """Matches the groups of one graph and swaps each for its integer op."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.replaced: list[Node] = []
+
+    def zero_point(self, q: Quantization) -> Tensor:
+        """q's zero point, or a zero of its integer type where the model left it out."""
+        if q.zero_point is not None:
+            return q.zero_point
+        return self.graph.add_constant(np.zeros((), dtype=q.values.dtype), f"{q.values.name}_zero_point")
+
+    def swap(self, old: Node, new: Node) -> None:
+        """`new` takes `old`'s place in the schedule (its inputs are all ready there)."""
+        index = self.graph.nodes.index(old)
+        self.graph.remove_node(old)
+        self.graph.add_node(new)
+        self.graph.nodes.insert(index, self.graph.nodes.pop())
+        self.replaced.append(old)
+
+    def run(self) -> None:
+        for node in list(self.graph.nodes):
+            if node not in self.graph.nodes:
+                continue
+            if node.op_type == "Conv":
+                self.conv(node)
+            elif node.op_type == "MatMul":
+                self.matmul(node)
+            elif node.op_type in PASS_THROUGH:
+                self.pass_through(node)
+
+    def conv(self, node: Node) -> None:
+        x, w, out = dequantized(node.input(0)), dequantized(node.input(1)), quantized_by(self.graph, node.outputs[0])
+        bias = node.input(2)
+        b = dequantized(bias) if bias is not None else None
+        if x is None or w is None or out is None or (bias is not None and b is None):
+            return
+        if x.values.dtype not in QUANTIZED or not w.values.is_constant or w.values.dtype not in QUANTIZED:
+            return
+        if not x.per_tensor() or not out.per_tensor() or not (w.per_tensor() or w.axis(w.values.rank) == 0):
+            return
+        if b is not None and not (b.values.dtype == np.int32 and _zero_value(b) == 0):
+            return
+        inputs = [x.values, x.scale, self.zero_point(x), w.values, w.scale, self.zero_point(w), out.scale,
+                  self.zero_point(out)]
+        if b is not None:
+            inputs.append(b.values)
+        self.replace_group(node, "QLinearConv", inputs, out, dict(node.attrs))
+
+    def matmul(self, node: Node) -> None:
+        a, b, out = dequantized(node.input(0)), dequantized(node.input(1)), quantized_by(self.graph, node.outputs[0])
+        if a is None or b is None or out is None or a.values.dtype not in QUANTIZED \
+                or b.values.dtype not in QUANTIZED:
+            return
+        per_column = b.values.rank == 2 and b.axis(2) == 1
+        if not a.per_tensor() or not out.per_tensor() or not (b.per_tensor() or per_column):
+            return
+        inputs = [a.values, a.scale, self.zero_point(a), b.values, b.scale, self.zero_point(b), out.scale,
+                  self.zero_point(out)]
+        self.replace_group(node, "QLinearMatMul", inputs, out, {})
+
+    def pass_through(self, node: Node) -> None:
+        x, out = dequantized(node.input(0)), quantized_by(self.graph, node.outputs[0])
+        if x is None or out is None or x.values.dtype not in QUANTIZED or not x.same_mapping(out):
+            return
+        if len([o for o in node.outputs if o is not None]) != 1:
+            return  # MaxPool's Indices
+        self.replace_group(node, node.op_type, [x.values, *node.inputs[1:]], out, dict(node.attrs))
+
+    def replace_group(self, node: Node, op_type: str, inputs: list[Tensor | None], out: Quantization,
+                      attrs: dict[str, object]) -> None:
+        """`node` and the QuantizeLinear after it become one `op_type` node writing the int8
+        tensor; the DequantizeLinears before it stay for any other reader (pruned if none)."""
+        if not is_supported("", op_type):
+            return
+        q_node = out.node
+        self.graph.remove_node(q_node)
+        self.replaced.append(q_node)
+        new = Node(op_type, node.name, list(inputs), [out.values], attrs, "", node.opset)
+        self.swap(node, new)
+
+
+def fold_constant_dequantize(graph: Graph) -> None:
+    """DequantizeLinear of constant int8 weights that feed a float op: a float constant, as the
+    frontend folds every constant expression (it leaves these to this pass)."""
+    folded = []
+    for node in graph.nodes:
+        if node.op_type != "DequantizeLinear" or not all(t is None or t.is_constant for t in node.inputs):
+            continue
+        out = node.outputs[0]
+        if out is None or graph.is_output(out):
+            continue
+        out.data = _dequantize_array(node)
+        folded.append(node)
+    graph.remove_nodes(folded)
+
+
+def _dequantize_array(node: Node) -> np.ndarray:
+    x, scale, zero = (t.data if t is not None else None for t in (node.input(0), node.input(1), node.input(2)))
+    assert x is not None and scale is not None
+    rank = x.ndim
+    axis = int(node.attr("axis", 1))
+    axis = axis + rank if axis < 0 else axis
+    block = int(node.attr("block_size", 0))
+
+    def spread(p: np.ndarray) -> np.ndarray:
+        if p.size == 1:
+            return p.reshape(())
+        if block > 0:
+            return np.repeat(p, block, axis=axis).take(range(x.shape[axis]), axis=axis)
+        return p.reshape([-1 if d == axis else 1 for d in range(rank)])
+
+    zero_f = spread(zero).astype(np.float32) if zero is not None else np.float32(0)
+    return ((x.astype(np.float32) - zero_f) * spread(scale)).astype(scale.dtype)
+
+
+def integer_ops(graph: Graph) -> None:
+    """The pass: QDQ groups into integer ops, then the leftover constant DequantizeLinears folded."""
+    _Rewriter(graph).run()
+    graph.prune()
+    fold_constant_dequantize(graph)
