@@ -14,6 +14,13 @@ def node_macs(node: Node) -> int:
     out = node.outputs[0] if node.outputs else None
     if out is None:
         return 0
+    if node.op_type in ("QLinearConv", "ConvInteger"):  # the weights are input 3 (QLinearConv) or 1
+        w = node.input(3 if node.op_type == "QLinearConv" else 1)
+        return out.size * element_count(w.shape[1:]) if w is not None else 0
+    if node.op_type in ("QLinearMatMul", "MatMulInteger", "QGemm"):
+        a = node.input(0)
+        k = (a.shape[0] if node.attr("transA", 0) else a.shape[-1]) if a is not None else 0
+        return out.size * k
     if node.op_type == "Conv" and node.input(1) is not None:
         w = node.inputs[1]
         assert w is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -17,6 +18,7 @@ from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower, lower_and_plan, plan
 from aot.planner.arena import PlannedProgram
 from aot.planner.weights import layout_weights
+from aot.precision import precision_summary
 from aot.progress import SILENT, Progress
 from aot.targets import list_targets
 from aot.terminal import printable
@@ -52,6 +54,7 @@ def inspect_model(path: str | os.PathLike[str],
     if not stats.unsupported:
         progress.start("graph passes")
         run_passes(graph)
+        report["precision"] = precision_summary(graph).to_json()
         planned = lower_and_plan(graph, PipelineOptions(), progress)  # as `aot compile` without options
         report.update(_plan_entries(planned))
         progress.start("footprint per target")
@@ -173,6 +176,7 @@ def render(r: dict[str, Any], console: Console) -> None:
     _render_ops(page, r)
     _render_compute(page, r)
     if r["supported"]:
+        _render_precision(page, r)
         _render_memory(page, r)
         _render_footprint(page, r)
 
@@ -215,6 +219,25 @@ def _render_compute(page: _Page, r: dict[str, Any]) -> None:
         layers.add_row("total", "", str(r["macs"]), "100.0%")
         page.console.print(layers)
     page.console.print()
+
+
+def _render_precision(page: _Page, r: dict[str, Any]) -> None:
+    """For quantised models: which ops run on int8 and which in float, and the bytes of each."""
+    p = r.get("precision")
+    if not p or not (p["int8_nodes"] or p["conversion_nodes"]):
+        return
+    table = page.table("Precision (after the graph passes)", "runs in", "nodes", "ops", right=("nodes",))
+    for label, key in (("int8", "int8_nodes"), ("float", "float_nodes")):
+        ops = Counter(n["op"] for n in p[key])
+        table.add_row(label, str(len(p[key])), ", ".join(f"{op} {k}" for op, k in sorted(ops.items())))
+    table.add_row("conversions", str(p["conversion_nodes"]), "QuantizeLinear / DequantizeLinear")
+    page.show(table)
+    sizes = page.table("Bytes by type", "type", "activations (unshared)", "weights",
+                       right=("activations (unshared)", "weights"))
+    for dtype in sorted({*p["tensor_bytes_by_dtype"], *p["weight_bytes_by_dtype"]}):
+        sizes.add_row(dtype, _bytes(p["tensor_bytes_by_dtype"].get(dtype, 0)),
+                      _bytes(p["weight_bytes_by_dtype"].get(dtype, 0)))
+    page.show(sizes)
 
 
 def _render_memory(page: _Page, r: dict[str, Any]) -> None:

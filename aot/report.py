@@ -17,6 +17,7 @@ from aot.frontend.input_values import InputValue
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
 from aot.planner.liveness import arena_intervals
+from aot.precision import node_precision, precision_summary
 from aot.report_chart import Lifetime, memory_chart
 from aot.resources import resource_dir
 from aot.version import __version__
@@ -30,6 +31,8 @@ def build_report(model_path: str | os.PathLike[str],
     source_nodes = graph.source_node_count
     run_passes(graph)
     macs_by_node.update({n.name: node_macs(n) for n in graph.nodes})
+    precision = {n.name: node_precision(n) for n in graph.nodes}
+    summary = precision_summary(graph)
     planned = lower_and_plan(graph, PipelineOptions())  # as `aot compile` without options
     program, memory = planned.program, planned.memory
     lifetimes = [Lifetime(str(iv.key), iv.size, memory.offsets[iv.key], iv.start, iv.end)
@@ -38,13 +41,17 @@ def build_report(model_path: str | os.PathLike[str],
     kernels = []
     for i, k in enumerate(program.kernels):
         kernels.append({"index": i, "op": k.op, "sources": k.sources,
-                        "macs": sum(macs_by_node.get(s, 0) for s in k.sources)})
+                        "macs": sum(macs_by_node.get(s, 0) for s in k.sources),
+                        "runs_in": precision.get(k.sources[0], "") if k.sources else ""})
     weights = sum(t.nbytes for t in program.weights)
     return {
         "model": Path(source).name, "version": __version__, **chart, "kernels": kernels,
         "arena_bytes": memory.arena_bytes, "lower_bound": memory.lower_bound_bytes,
         "unshared": memory.unshared_bytes, "weights_bytes": weights, "onnx_nodes": source_nodes,
         "total_macs": sum(k["macs"] for k in kernels),
+        "quantized": summary.quantized,
+        "bytes_by_dtype": [(d, summary.tensor_bytes.get(d, 0), summary.weight_bytes.get(d, 0))
+                           for d in sorted({*summary.tensor_bytes, *summary.weight_bytes})],
         "inputs": [(t.name, t.dtype.name, list(t.shape)) for t in graph.inputs],
         "outputs": [(t.name, t.dtype.name, list(t.shape)) for t in graph.outputs],
     }

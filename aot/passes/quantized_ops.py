@@ -11,6 +11,10 @@ are compile-time constants into the integer op that means the same,
     DQ(x) -> MaxPool / Reshape ... -> Q   becomes  the op on the int8 tensor itself, when Q
                                           uses DQ's scale and zero point (a max and a view
                                           commute with the monotonic mapping)
+    DQ(a), DQ(b) -> Add -> Q              becomes  com.microsoft QLinearAdd, and likewise Mul,
+                                          Sigmoid, LeakyRelu, the average pools, Concat and
+                                          Gemm (QGemm), the ops onnxruntime's QOperator format
+                                          has for them
 
 so the kernels read and write 8-bit values and accumulate in int32. What does not match stays
 float between its DequantizeLinear and QuantizeLinear. Last, a DequantizeLinear of a constant
@@ -31,6 +35,12 @@ QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
 # Ops that move or select int8 values without arithmetic: DQ -> op -> Q with one scale and zero
 # point on both sides is the op on the int8 tensor.
 PASS_THROUGH = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"}
+CONTRIB = "com.microsoft"
+# Float ops with an onnxruntime QOperator op of the same meaning over quantised operands: each
+# quantised input comes as (values, scale, zero point), the output's scale and zero point last.
+QOPERATOR_UNARY = {"Sigmoid": "QLinearSigmoid", "LeakyRelu": "QLinearLeakyRelu",
+                   "GlobalAveragePool": "QLinearGlobalAveragePool", "AveragePool": "QLinearAveragePool"}
+QOPERATOR_BINARY = {"Add": "QLinearAdd", "Mul": "QLinearMul"}
 
 
 @dataclass(frozen=True)
@@ -127,8 +137,12 @@ class _Rewriter:
                 self.conv(node)
             elif node.op_type == "MatMul":
                 self.matmul(node)
+            elif node.op_type == "Gemm":
+                self.gemm(node)
             elif node.op_type in PASS_THROUGH:
                 self.pass_through(node)
+            elif node.op_type in QOPERATOR_UNARY or node.op_type in QOPERATOR_BINARY or node.op_type == "Concat":
+                self.qoperator(node)
 
     def conv(self, node: Node) -> None:
         x, w, out = dequantized(node.input(0)), dequantized(node.input(1)), quantized_by(self.graph, node.outputs[0])
@@ -160,6 +174,46 @@ class _Rewriter:
                   self.zero_point(out)]
         self.replace_group(node, "QLinearMatMul", inputs, out, {})
 
+    def gemm(self, node: Node) -> None:
+        """Gemm with int8 A and constant int8 B (per column when transB=0 gives axis 1, or
+        transB=1 axis 0) and an optional int32 bias, to QGemm."""
+        a, b, out = dequantized(node.input(0)), dequantized(node.input(1)), quantized_by(self.graph, node.outputs[0])
+        bias = node.input(2)
+        c = dequantized(bias) if bias is not None else None
+        if a is None or b is None or out is None or (bias is not None and c is None):
+            return
+        if a.values.dtype not in QUANTIZED or b.values.dtype not in QUANTIZED or not b.values.is_constant:
+            return
+        column_axis = 0 if int(node.attr("transB", 0)) else 1
+        if not a.per_tensor() or not out.per_tensor() or not (b.per_tensor() or b.axis(2) == column_axis):
+            return
+        if float(node.attr("beta", 1.0)) != 1.0 or (c is not None and (c.values.dtype != np.int32 or _zero_value(c))):
+            return
+        inputs: list[Tensor | None] = [a.values, a.scale, self.zero_point(a), b.values, b.scale, self.zero_point(b),
+                                       c.values if c is not None else None, out.scale, self.zero_point(out)]
+        attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "transA", "transB")}
+        self.replace_group(node, "QGemm", inputs, out, attrs, CONTRIB)
+
+    def qoperator(self, node: Node) -> None:
+        """Add, Mul, Sigmoid, LeakyRelu, the average pools, Concat over dequantised operands."""
+        out = quantized_by(self.graph, node.outputs[0])
+        operands = [dequantized(t) for t in node.inputs]
+        if out is None or not operands or any(q is None or q.values.dtype not in QUANTIZED or not q.per_tensor()
+                                               for q in operands) or not out.per_tensor():
+            return
+        quantized = [q for q in operands if q is not None]
+        if any(q.values.dtype != out.values.dtype for q in quantized):
+            return
+        triples = [t for q in quantized for t in (q.values, q.scale, self.zero_point(q))]
+        result = [out.scale, self.zero_point(out)]
+        if node.op_type == "Concat":
+            self.replace_group(node, "QLinearConcat", [*result, *triples], out, dict(node.attrs), CONTRIB)
+            return
+        op_type = QOPERATOR_UNARY.get(node.op_type) or QOPERATOR_BINARY[node.op_type]
+        if len(quantized) != (1 if node.op_type in QOPERATOR_UNARY else 2):
+            return
+        self.replace_group(node, op_type, [*triples, *result], out, dict(node.attrs), CONTRIB)
+
     def pass_through(self, node: Node) -> None:
         x, out = dequantized(node.input(0)), quantized_by(self.graph, node.outputs[0])
         if x is None or out is None or x.values.dtype not in QUANTIZED or not x.same_mapping(out):
@@ -169,15 +223,15 @@ class _Rewriter:
         self.replace_group(node, node.op_type, [x.values, *node.inputs[1:]], out, dict(node.attrs))
 
     def replace_group(self, node: Node, op_type: str, inputs: list[Tensor | None], out: Quantization,
-                      attrs: dict[str, object]) -> None:
+                      attrs: dict[str, object], domain: str = "") -> None:
         """`node` and the QuantizeLinear after it become one `op_type` node writing the int8
         tensor; the DequantizeLinears before it stay for any other reader (pruned if none)."""
-        if not is_supported("", op_type):
+        if not is_supported(domain, op_type):
             return
         q_node = out.node
         self.graph.remove_node(q_node)
         self.replaced.append(q_node)
-        new = Node(op_type, node.name, list(inputs), [out.values], attrs, "", node.opset)
+        new = Node(op_type, node.name, list(inputs), [out.values], attrs, domain, 1 if domain else node.opset)
         self.swap(node, new)
 
 

@@ -1,0 +1,140 @@
+"""QuantizeLinear / DequantizeLinear against onnxruntime, the QDQ rewrite into integer ops, and
+how verify compares quantised outputs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from aot.compiler import load
+from aot.passes.pipeline import run_passes
+from aot.verify import compare
+from tests.helpers import make_model, run_aot, run_onnxruntime
+from tests.test_cli import aot
+from tests.test_fusion import kernels_of
+
+
+def _q_dq_model(dtype: type, axis_values: int | None, opset: int = 13) -> tuple:
+    """x -> QuantizeLinear -> q (a graph output) -> DequantizeLinear -> y, constant parameters,
+    per tensor (axis_values None) or per axis 1 with that many channels."""
+    rng = np.random.default_rng(3)
+    shape = (2, axis_values or 3, 5, 7)
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    # Halves of a step, to test round-half-to-even; and values far out of range, to test saturation.
+    x.reshape(-1)[:6] = [0.5, 1.5, 2.5, -0.5, -1.5, 1e4]
+    lo = -128 if dtype is np.int8 else 0
+    if axis_values is None:
+        scale, zero = np.array(0.05, np.float32), np.array(lo + 100, dtype)
+    else:
+        scale = rng.uniform(0.01, 0.1, axis_values).astype(np.float32)
+        zero = rng.integers(lo, lo + 200, axis_values).astype(dtype)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)]
+    return make_model(nodes, {"x": x}, ["q", "y"], {"s": scale, "z": zero}, opset=opset), {"x": x}
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8], ids=["int8", "uint8"])
+@pytest.mark.parametrize("channels", [None, 4], ids=["per_tensor", "per_axis"])
+def test_quantize_dequantize_match_onnxruntime_exactly(dtype: type, channels: int | None) -> None:
+    model, inputs = _q_dq_model(dtype, channels)
+    ours, ref = run_aot(model, inputs), run_onnxruntime(model, inputs)
+    assert ours["q"].dtype == dtype
+    np.testing.assert_array_equal(ours["q"], ref["q"])
+    np.testing.assert_array_equal(ours["y"], ref["y"])
+
+
+def test_dequantize_fuses_with_the_float_ops_after_it() -> None:
+    """DQ -> Relu -> Mul: one kernel reads the int8 tensor and writes the float result."""
+    q = np.random.default_rng(0).integers(-128, 128, (1, 8, 6, 6)).astype(np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("Mul", ["r", "k"], ["y"])]
+    model = make_model(nodes, {"q": q}, ["y"], {"s": np.array(0.1, np.float32), "z": np.array(3, np.int8),
+                                                "k": np.array(2.0, np.float32)})
+    assert kernels_of(model) == ["DequantizeLinear+Relu+Mul"]
+    np.testing.assert_array_equal(run_aot(model, {"q": q})["y"], run_onnxruntime(model, {"q": q})["y"])
+
+
+def _qdq_conv_model(relu: bool = False) -> tuple:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    w = rng.integers(-127, 128, (6, 4, 3, 3)).astype(np.int8)
+    inits = {"xs": np.array(0.03, np.float32), "xz": np.array(-3, np.int8),
+             "w": w, "ws": rng.uniform(0.001, 0.01, 6).astype(np.float32), "wz": np.zeros(6, np.int8),
+             "b": rng.integers(-500, 500, 6).astype(np.int32), "bs": np.array(0.03 * 0.005, np.float32),
+             "ys": np.array(0.05, np.float32), "yz": np.array(5, np.int8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"]),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    return make_model(nodes, {"x": x}, ["y"], inits, opset=13), {"x": x}
+
+
+def test_qdq_conv_becomes_one_integer_conv() -> None:
+    model, _ = _qdq_conv_model()
+    graph, _ = load(model)
+    ops = [n.op_type for n in run_passes(graph).nodes]
+    assert ops == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"], ops
+    conv = next(n for n in graph.nodes if n.op_type == "QLinearConv")
+    assert conv.inputs[3] is not None and conv.inputs[3].dtype == np.int8  # the weights stay int8
+
+
+def test_qdq_conv_matches_onnxruntime() -> None:
+    model, inputs = _qdq_conv_model()
+    ours, ref = run_aot(model, inputs), run_onnxruntime(model, inputs)
+    step = 0.05
+    result = compare("y", ours["y"], ref["y"], 1e-4, step)
+    assert result.passed, result.detail
+    assert result.exact_share is not None and result.exact_share >= 0.99, result.detail
+
+
+def test_qdq_maxpool_runs_on_the_int8_tensor() -> None:
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("MaxPool", ["d"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
+             helper.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["y"], {"s": np.array(0.02, np.float32), "z": np.array(-7, np.int8)})
+    graph, _ = load(model)
+    assert [n.op_type for n in run_passes(graph).nodes] == ["QuantizeLinear", "MaxPool", "DequantizeLinear"]
+    np.testing.assert_array_equal(run_aot(model, {"x": x})["y"], run_onnxruntime(model, {"x": x})["y"])
+
+
+def test_quantized_outputs_compare_in_steps() -> None:
+    expected = np.arange(2000, dtype=np.float32) * 0.1
+    one_off = expected.copy()
+    one_off[0] += 0.1  # one element one step off: 99.95% exact
+    assert compare("y", one_off, expected, 1e-4, step=0.1).passed
+    assert not compare("y", one_off, expected, 1e-4).passed  # as plain floats it fails
+    many_off = expected + 0.1 * (np.arange(2000) % 100 == 0)  # 1% one step off: still within one step
+    assert compare("y", many_off, expected, 1e-4, step=0.1).passed
+    two_off = expected.copy()
+    two_off[:3] += 0.2  # 0.15% two steps off
+    result = compare("y", two_off, expected, 1e-4, step=0.1)
+    assert not result.passed and "within one step" in result.detail
+
+
+def test_inspect_and_report_say_which_nodes_run_in_int8(tmp_path: Path) -> None:
+    model, _ = _qdq_conv_model()
+    path = tmp_path / "qdq_conv.onnx"
+    onnx.save(model, path)
+    inspected = json.loads(aot("inspect", str(path), "--json").stdout)
+    precision = inspected["precision"]
+    assert [n["op"] for n in precision["int8_nodes"]] == ["QLinearConv"]
+    assert precision["float_nodes"] == []
+    assert precision["weight_bytes_by_dtype"]["int8"] == 6 * 4 * 3 * 3  # the weights stay int8
+    text = aot("inspect", str(path)).stdout
+    assert "Precision" in text and "QLinearConv 1" in text
+    report = tmp_path / "report.html"
+    aot("report", str(path), "-o", str(report))
+    assert re.search(r"<td>QLinearConv[^<]*</td><td>[^<]*</td><td>int8</td>", report.read_text())
