@@ -138,3 +138,21 @@ def test_inspect_and_report_say_which_nodes_run_in_int8(tmp_path: Path) -> None:
     report = tmp_path / "report.html"
     aot("report", str(path), "-o", str(report))
     assert re.search(r"<td>QLinearConv[^<]*</td><td>[^<]*</td><td>int8</td>", report.read_text())
+
+
+def test_a_conversion_closes_an_elementwise_kernel() -> None:
+    """DQ -> Relu -> Q is one kernel reading and writing int8; a Conv's kernel, which accumulates
+    in its output, does not take the QuantizeLinear after it."""
+    q = np.random.default_rng(4).integers(-128, 128, (1, 4, 5, 5)).astype(np.int8)
+    s, z = np.array(0.1, np.float32), np.array(-2, np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s2", "z"], ["y"])]
+    model = make_model(nodes, {"q": q}, ["y"], {"s": s, "z": z, "s2": np.array(0.07, np.float32)})
+    assert kernels_of(model) == ["DequantizeLinear+Relu+QuantizeLinear"]
+    np.testing.assert_array_equal(run_aot(model, {"q": q})["y"], run_onnxruntime(model, {"q": q})["y"])
+    x = np.random.default_rng(5).standard_normal((1, 4, 5, 5)).astype(np.float32)
+    conv = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("QuantizeLinear", ["c", "s", "z"], ["y"])]
+    model = make_model(conv, {"x": x}, ["y"], {"w": np.ones((2, 4, 1, 1), np.float32), "s": s, "z": z})
+    assert kernels_of(model) == ["Conv", "QuantizeLinear"]
+    np.testing.assert_array_equal(run_aot(model, {"x": x})["y"], run_onnxruntime(model, {"x": x})["y"])

@@ -53,19 +53,21 @@ class _Planner:
         self.position = {node: i for i, node in enumerate(graph.nodes)}
         self.plan = FusionPlan()
 
-    def fits(self, node: Node, like: Tensor) -> bool:
+    def fits(self, node: Node, like: Tensor, converts: bool = False) -> bool:
         """Whether `node` may join an epilogue over tensors shaped like `like`: elementwise, not in
         another epilogue, and of the same shape and dtype as the anchor's output (kernels may
-        accumulate in the final buffer before the epilogue runs; a Cast to another type ends it)."""
+        accumulate in the final buffer before the epilogue runs; a Cast to another type ends it).
+        With `converts` (an elementwise anchor, which stores each value once) its type may differ:
+        a QuantizeLinear or Cast then closes the epilogue, written in its own type."""
         out = node.outputs[0] if node.outputs else None
         return node not in self.plan.absorbed and is_elementwise(node) and out is not None \
-            and out.shape == like.shape and out.dtype == like.dtype
+            and out.shape == like.shape and (out.dtype == like.dtype or converts)
 
     def open_after(self, tensors: set[Tensor], members: set[Node]) -> set[Tensor]:
         """The tensors of the DAG still read outside it (or returned by the graph)."""
         return {t for t in tensors if self.graph.is_output(t) or any(c not in members for c in t.consumers)}
 
-    def grow(self, tail: Tensor, taken: set[Node]) -> list[Node]:
+    def grow(self, tail: Tensor, taken: set[Node], converts: bool = False) -> list[Node]:
         """The fewest nodes after `tail` that close on one tensor: every tensor among `tail` and
         their outputs, but the last node's, is read only by them. Empty when there are none (a
         reader that cannot fuse, a graph output, readers that never join again).
@@ -81,7 +83,7 @@ class _Planner:
             if not readers:
                 return []  # a graph output inside the DAG: it must be stored
             node = min(readers, key=self.position.__getitem__)
-            if not self.fits(node, tail):
+            if not self.fits(node, tail, converts):
                 return []
             members.append(node)
             inside.add(node)
@@ -91,6 +93,8 @@ class _Planner:
             open_tensors = self.open_after(internal, inside)
             if open_tensors <= {out}:
                 return members
+            if out.dtype != tail.dtype:
+                return []  # a conversion must be the DAG's last node: nothing reads its output inside
         return []
 
     def epilogue(self, anchor: Node) -> list[Node]:
@@ -98,8 +102,9 @@ class _Planner:
         assert out is not None
         members: list[Node] = []
         tail = out
-        while not self.graph.is_output(tail):
-            step = self.grow(tail, {anchor, *members})
+        converts = is_elementwise(anchor)
+        while not self.graph.is_output(tail) and tail.dtype == out.dtype:
+            step = self.grow(tail, {anchor, *members}, converts)
             if not step:
                 break
             members += step
