@@ -61,7 +61,7 @@ def test_dequantize_fuses_with_the_float_ops_after_it() -> None:
     np.testing.assert_array_equal(run_aot(model, {"q": q})["y"], run_onnxruntime(model, {"q": q})["y"])
 
 
-def _qdq_conv_model(relu: bool = False) -> tuple:
+def _qdq_conv_model(activation: str = "") -> tuple:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
     w = rng.integers(-127, 128, (6, 4, 3, 3)).astype(np.int8)
@@ -74,9 +74,20 @@ def _qdq_conv_model(relu: bool = False) -> tuple:
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
              helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"]),
              helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["yq"]),
+             *_activation(activation, "c", "a"),
+             helper.make_node("QuantizeLinear", ["a" if activation else "c", "ys", "yz"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    if activation == "Clip":
+        inits.update(lo=np.array(0.0, np.float32), hi=np.array(2.0, np.float32))
     return make_model(nodes, {"x": x}, ["y"], inits, opset=13), {"x": x}
+
+
+def _activation(op: str, x: str, y: str) -> list:
+    if op == "Relu":
+        return [helper.make_node("Relu", [x], [y])]
+    if op == "Clip":
+        return [helper.make_node("Clip", [x, "lo", "hi"], [y])]
+    return []
 
 
 def test_qdq_conv_becomes_one_integer_conv() -> None:
@@ -95,6 +106,18 @@ def test_qdq_conv_matches_onnxruntime() -> None:
     result = compare("y", ours["y"], ref["y"], 1e-4, step)
     assert result.passed, result.detail
     assert result.exact_share is not None and result.exact_share >= 0.99, result.detail
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Clip"])
+def test_an_activation_before_the_quantize_becomes_an_int8_clip(activation: str) -> None:
+    model, inputs = _qdq_conv_model(activation)
+    graph, _ = load(model)
+    ops = [n.op_type for n in run_passes(graph).nodes]
+    assert ops == ["QuantizeLinear", "QLinearConv", "Clip", "DequantizeLinear"], ops
+    ours, ref = run_aot(model, inputs), run_onnxruntime(model, inputs)
+    result = compare("y", ours["y"], ref["y"], 1e-4, 0.05)
+    assert result.passed, result.detail
+    assert ours["y"].min() >= -1e-6 and (activation == "Relu" or ours["y"].max() <= 2.0 + 1e-6)
 
 
 def test_qdq_maxpool_runs_on_the_int8_tensor() -> None:

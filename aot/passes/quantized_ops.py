@@ -24,6 +24,7 @@ folds any constant expression.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,10 @@ class Quantization:
     values: Tensor  # the int8 side
     scale: Tensor
     zero_point: Tensor | None
+    # A Relu or Clip between the op and its QuantizeLinear, and its real bounds: after the integer
+    # op it is a Clip of the int8 values to the bounds quantised (Q is monotonic and Q(0) = zp).
+    activation: Node | None = None
+    bounds: tuple[float, float] = (-np.inf, np.inf)
 
     def per_tensor(self) -> bool:
         return self.scale.size == 1
@@ -93,19 +98,54 @@ def dequantized(t: Tensor | None) -> Quantization | None:
     return Quantization(node, x, scale, node.input(2))
 
 
-def quantized_by(graph: Graph, t: Tensor | None) -> Quantization | None:
-    """The QuantizeLinear that alone reads `t` (a tensor no one else needs in float)."""
-    if t is None or graph.is_output(t) or len(t.consumers) != 1:
+def quantized_by(graph: Graph, t: Tensor | None, activation: bool = True) -> Quantization | None:
+    """The QuantizeLinear that alone reads `t` (a tensor no one else needs in float), directly or
+    (with `activation`) through a Relu or a Clip with constant bounds."""
+    reader = _only_reader(graph, t)
+    if reader is None:
         return None
-    node = t.consumers[0]
-    if node.op_type != "QuantizeLinear" or node.input(0) is not t or not _constant_params(node):
+    if activation and reader.op_type in ("Relu", "Clip"):
+        bounds = _activation_bounds(reader)
+        found = quantized_by(graph, reader.outputs[0], activation=False) if bounds is not None else None
+        return dataclasses.replace(found, activation=reader, bounds=bounds) if found and bounds else None
+    if reader.op_type != "QuantizeLinear" or reader.input(0) is not t or not _constant_params(reader):
         return None
-    y = node.outputs[0]
+    y = reader.outputs[0]
     if y is None or y.dtype not in QUANTIZED:
         return None
-    scale = node.input(1)
+    scale = reader.input(1)
     assert scale is not None
-    return Quantization(node, y, scale, node.input(2))
+    return Quantization(reader, y, scale, reader.input(2))
+
+
+def _only_reader(graph: Graph, t: Tensor | None) -> Node | None:
+    if t is None or graph.is_output(t) or len(t.consumers) != 1:
+        return None
+    return t.consumers[0]
+
+
+def _activation_bounds(node: Node) -> tuple[float, float] | None:
+    """Relu's [0, inf), or a Clip's constant [min, max] (attributes before opset 11)."""
+    if node.op_type == "Relu":
+        return (0.0, np.inf)
+    if node.opset < 11:
+        return (float(node.attr("min", -np.inf)), float(node.attr("max", np.inf)))
+    found = []
+    for index, default in ((1, -np.inf), (2, np.inf)):
+        t = node.input(index)
+        if t is not None and not t.is_constant:
+            return None
+        found.append(default if t is None else float(_value(t)))
+    return found[0], found[1]
+
+
+def quantize_bound(value: float, q: Quantization) -> int:
+    """A real bound as q's integer: round half to even, saturated (QuantizeLinear's meaning)."""
+    lo, hi = np.iinfo(q.values.dtype).min, np.iinfo(q.values.dtype).max
+    if not np.isfinite(value):
+        return int(lo if value < 0 else hi)
+    scaled = np.float32(value) / np.float32(_value(q.scale))
+    return int(np.clip(np.rint(scaled) + _zero_value(q), lo, hi))
 
 
 class _Rewriter:
@@ -215,7 +255,7 @@ class _Rewriter:
         self.replace_group(node, op_type, [*triples, *result], out, dict(node.attrs), CONTRIB)
 
     def pass_through(self, node: Node) -> None:
-        x, out = dequantized(node.input(0)), quantized_by(self.graph, node.outputs[0])
+        x, out = dequantized(node.input(0)), quantized_by(self.graph, node.outputs[0], activation=False)
         if x is None or out is None or x.values.dtype not in QUANTIZED or not x.same_mapping(out):
             return
         if len([o for o in node.outputs if o is not None]) != 1:
@@ -228,11 +268,29 @@ class _Rewriter:
         tensor; the DequantizeLinears before it stay for any other reader (pruned if none)."""
         if not is_supported(domain, op_type):
             return
-        q_node = out.node
-        self.graph.remove_node(q_node)
-        self.replaced.append(q_node)
-        new = Node(op_type, node.name, list(inputs), [out.values], attrs, domain, 1 if domain else node.opset)
+        for old in (out.node, out.activation):
+            if old is not None:
+                self.graph.remove_node(old)
+                self.replaced.append(old)
+        result = out.values
+        if out.activation is not None:
+            result = self.graph.add_tensor(Tensor(self.graph.unique_name(f"{out.values.name}_unclipped"),
+                                                  out.values.dtype, out.values.shape))
+        new = Node(op_type, node.name, list(inputs), [result], attrs, domain, 1 if domain else node.opset)
         self.swap(node, new)
+        if out.activation is not None:
+            self.clip_after(new, result, out)
+
+    def clip_after(self, op: Node, unclipped: Tensor, out: Quantization) -> None:
+        """The Relu/Clip of the group as a Clip of the int8 values, right after the integer op."""
+        assert out.activation is not None
+        dtype = out.values.dtype
+        bounds = [self.graph.add_constant(np.array(quantize_bound(b, out), dtype=dtype),
+                                          f"{out.activation.name}_quantized_{which}")
+                  for b, which in zip(out.bounds, ("min", "max"))]
+        clip = Node("Clip", out.activation.name, [unclipped, *bounds], [out.values], {}, "", 13)
+        self.graph.add_node(clip)
+        self.graph.nodes.insert(self.graph.nodes.index(op) + 1, self.graph.nodes.pop())
 
 
 def fold_constant_dequantize(graph: Graph) -> None:
