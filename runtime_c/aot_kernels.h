@@ -62,7 +62,8 @@ static inline float aot_select_float32(int cond, float a, float b)
 
 /*
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
- * AOT_F32X<lanes>_LOAD, _STORE, _SPLAT, _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and
+ * AOT_F32X<lanes>_LOAD, _WIDEN (lanes int8_t or int16_t converted to float: weights kept
+ * quantised), _STORE, _SPLAT, _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and
  * _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where a < b ..., else y).
  *
  * GNU C (gcc, clang, zig cc) gets real vector types, which each target lowers to its registers
@@ -84,6 +85,7 @@ static inline float aot_select_float32(int cond, float a, float b)
 #include <arm_neon.h>
 typedef float32x4_t aot_f32x4;
 #define AOT_F32X4_LOAD(p) vld1q_f32((const float *)(const void *)(p))
+#define AOT_F32X4_WIDEN(p) ((aot_f32x4){ (float)(p)[0], (float)(p)[1], (float)(p)[2], (float)(p)[3] })
 #define AOT_F32X4_STORE(p, v) vst1q_f32((float *)(void *)(p), (v))
 #define AOT_F32X4_SPLAT(x) vdupq_n_f32(x)
 #if defined(__ARM_FEATURE_FMA)
@@ -105,6 +107,7 @@ typedef float32x4_t aot_f32x4;
 typedef float aot_f32x4 __attribute__((vector_size(16)));
 typedef float aot_f32x4_unaligned __attribute__((vector_size(16), aligned(4), may_alias));
 #define AOT_F32X4_LOAD(p) (*(const aot_f32x4_unaligned *)(const void *)(p))
+#define AOT_F32X4_WIDEN(p) ((aot_f32x4){ (float)(p)[0], (float)(p)[1], (float)(p)[2], (float)(p)[3] })
 #define AOT_F32X4_STORE(p, v) (*(aot_f32x4_unaligned *)(void *)(p) = (v))
 #define AOT_F32X4_SPLAT(x) ((aot_f32x4){ (x), (x), (x), (x) })
 #define AOT_F32X4_MULADD(acc, a, b) ((acc) + (a) * (b))
@@ -126,11 +129,17 @@ static inline aot_f32x4 aot_f32x4_load(const float *p)
 { aot_f32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = p[i]; return v; }
 static inline void aot_f32x4_store(float *p, aot_f32x4 v)
 { int i; for (i = 0; i < 4; ++i) p[i] = v.lane[i]; }
+static inline aot_f32x4 aot_f32x4_widen_i8(const int8_t *p)
+{ aot_f32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = (float)p[i]; return v; }
+static inline aot_f32x4 aot_f32x4_widen_i16(const int16_t *p)
+{ aot_f32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = (float)p[i]; return v; }
 static inline aot_f32x4 aot_f32x4_splat(float x)
 { aot_f32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = x; return v; }
 static inline aot_f32x4 aot_f32x4_muladd(aot_f32x4 acc, aot_f32x4 a, aot_f32x4 b)
 { int i; for (i = 0; i < 4; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }
 #define AOT_F32X4_LOAD(p) aot_f32x4_load(p)
+#define AOT_F32X4_WIDEN(p) (sizeof(*(p)) == 1 ? aot_f32x4_widen_i8((const int8_t *)(const void *)(p)) \
+                                       : aot_f32x4_widen_i16((const int16_t *)(const void *)(p)))
 #define AOT_F32X4_STORE(p, v) aot_f32x4_store((p), (v))
 #define AOT_F32X4_SPLAT(x) aot_f32x4_splat(x)
 #define AOT_F32X4_MULADD(acc, a, b) aot_f32x4_muladd((acc), (a), (b))
@@ -178,6 +187,8 @@ static inline aot_f32x4 aot_f32x4_select_ge(aot_f32x4 a, aot_f32x4 b, aot_f32x4 
 typedef float aot_f32x8 __attribute__((vector_size(32)));
 typedef float aot_f32x8_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
 #define AOT_F32X8_LOAD(p) (*(const aot_f32x8_unaligned *)(const void *)(p))
+#define AOT_F32X8_WIDEN(p) ((aot_f32x8){ \
+    (float)(p)[0], (float)(p)[1], (float)(p)[2], (float)(p)[3], (float)(p)[4], (float)(p)[5], (float)(p)[6], (float)(p)[7] })
 #define AOT_F32X8_STORE(p, v) (*(aot_f32x8_unaligned *)(void *)(p) = (v))
 #define AOT_F32X8_SPLAT(x) ((aot_f32x8){ (x), (x), (x), (x), (x), (x), (x), (x) })
 #define AOT_F32X8_MULADD(acc, a, b) ((acc) + (a) * (b))
@@ -199,11 +210,17 @@ static inline aot_f32x8 aot_f32x8_load(const float *p)
 { aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = p[i]; return v; }
 static inline void aot_f32x8_store(float *p, aot_f32x8 v)
 { int i; for (i = 0; i < 8; ++i) p[i] = v.lane[i]; }
+static inline aot_f32x8 aot_f32x8_widen_i8(const int8_t *p)
+{ aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = (float)p[i]; return v; }
+static inline aot_f32x8 aot_f32x8_widen_i16(const int16_t *p)
+{ aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = (float)p[i]; return v; }
 static inline aot_f32x8 aot_f32x8_splat(float x)
 { aot_f32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = x; return v; }
 static inline aot_f32x8 aot_f32x8_muladd(aot_f32x8 acc, aot_f32x8 a, aot_f32x8 b)
 { int i; for (i = 0; i < 8; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }
 #define AOT_F32X8_LOAD(p) aot_f32x8_load(p)
+#define AOT_F32X8_WIDEN(p) (sizeof(*(p)) == 1 ? aot_f32x8_widen_i8((const int8_t *)(const void *)(p)) \
+                                       : aot_f32x8_widen_i16((const int16_t *)(const void *)(p)))
 #define AOT_F32X8_STORE(p, v) aot_f32x8_store((p), (v))
 #define AOT_F32X8_SPLAT(x) aot_f32x8_splat(x)
 #define AOT_F32X8_MULADD(acc, a, b) aot_f32x8_muladd((acc), (a), (b))
@@ -251,6 +268,9 @@ static inline aot_f32x8 aot_f32x8_select_ge(aot_f32x8 a, aot_f32x8 b, aot_f32x8 
 typedef float aot_f32x16 __attribute__((vector_size(64)));
 typedef float aot_f32x16_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
 #define AOT_F32X16_LOAD(p) (*(const aot_f32x16_unaligned *)(const void *)(p))
+#define AOT_F32X16_WIDEN(p) ((aot_f32x16){ \
+    (float)(p)[0], (float)(p)[1], (float)(p)[2], (float)(p)[3], (float)(p)[4], (float)(p)[5], (float)(p)[6], (float)(p)[7], \
+    (float)(p)[8], (float)(p)[9], (float)(p)[10], (float)(p)[11], (float)(p)[12], (float)(p)[13], (float)(p)[14], (float)(p)[15] })
 #define AOT_F32X16_STORE(p, v) (*(aot_f32x16_unaligned *)(void *)(p) = (v))
 #define AOT_F32X16_SPLAT(x) ((aot_f32x16){ (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x) })
 #define AOT_F32X16_MULADD(acc, a, b) ((acc) + (a) * (b))
@@ -272,11 +292,17 @@ static inline aot_f32x16 aot_f32x16_load(const float *p)
 { aot_f32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = p[i]; return v; }
 static inline void aot_f32x16_store(float *p, aot_f32x16 v)
 { int i; for (i = 0; i < 16; ++i) p[i] = v.lane[i]; }
+static inline aot_f32x16 aot_f32x16_widen_i8(const int8_t *p)
+{ aot_f32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = (float)p[i]; return v; }
+static inline aot_f32x16 aot_f32x16_widen_i16(const int16_t *p)
+{ aot_f32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = (float)p[i]; return v; }
 static inline aot_f32x16 aot_f32x16_splat(float x)
 { aot_f32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = x; return v; }
 static inline aot_f32x16 aot_f32x16_muladd(aot_f32x16 acc, aot_f32x16 a, aot_f32x16 b)
 { int i; for (i = 0; i < 16; ++i) acc.lane[i] += a.lane[i] * b.lane[i]; return acc; }
 #define AOT_F32X16_LOAD(p) aot_f32x16_load(p)
+#define AOT_F32X16_WIDEN(p) (sizeof(*(p)) == 1 ? aot_f32x16_widen_i8((const int8_t *)(const void *)(p)) \
+                                       : aot_f32x16_widen_i16((const int16_t *)(const void *)(p)))
 #define AOT_F32X16_STORE(p, v) aot_f32x16_store((p), (v))
 #define AOT_F32X16_SPLAT(x) aot_f32x16_splat(x)
 #define AOT_F32X16_MULADD(acc, a, b) aot_f32x16_muladd((acc), (a), (b))

@@ -25,11 +25,15 @@ _CHECK = """
 static int check_f32x{n}(void)
 {{
     float a[{n}], b[{n}], c[{n}], out[{n}];
+    int8_t narrow[{n}];
+    int16_t wide[{n}];
     int i, bad = 0;
     for (i = 0; i < {n}; ++i) {{
         a[i] = (float)(i % 5) - 2.0f;
         b[i] = (float)(i % 3) - 1.0f;
         c[i] = 0.5f * (float)i;
+        narrow[i] = (int8_t)(i * 37 - 128);
+        wide[i] = (int16_t)(i * 3001 - 32768);
     }}
     a[{n} - 1] = NAN;
     b[1] = NAN;
@@ -41,6 +45,8 @@ static int check_f32x{n}(void)
     {{
         aot_f32x{n} va = AOT_F32X{n}_LOAD(a), vb = AOT_F32X{n}_LOAD(b), vc = AOT_F32X{n}_LOAD(c);
         LANES_EQUAL(AOT_F32X{n}_SPLAT(3.0f), 3.0f)
+        LANES_EQUAL(AOT_F32X{n}_WIDEN(narrow), (float)narrow[i])
+        LANES_EQUAL(AOT_F32X{n}_WIDEN(wide), (float)wide[i])
         LANES_EQUAL(AOT_F32X{n}_MULADD(vc, va, vb), c[i] + a[i] * b[i])
         LANES_EQUAL(AOT_F32X{n}_MAX(va, vb), (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i])
         LANES_EQUAL(AOT_F32X{n}_MIN(va, vb), (a[i] < b[i] || a[i] != a[i]) ? a[i] : b[i])
@@ -64,7 +70,7 @@ def _program(tmp_path: Path) -> Path:
     calls = " | ".join(f"check_f32x{n}()" for n in LANES)
     source = tmp_path / "vectors.c"
     source.write_text(
-        "#include <math.h>\n#include <stdio.h>\n"
+        "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n"
         + "".join(f"#define AOT_WANT_F32X{n}\n" for n in LANES)
         + '#include "aot_kernels.h"\n' + checks
         + "int main(void)\n{\n"

@@ -174,6 +174,17 @@ class VecLoad(Expr):
 
 
 @dataclass(frozen=True, eq=True)
+class WidenLoad(VecLoad):
+    """`lanes` contiguous integer elements of `buffer` (weights kept as int8 or int16) as a float32
+    vector, each converted exactly: the register tiles' operand load for quantised weights. A
+    VecLoad for every analysis of what a kernel reads (bounds, hazards, threads)."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return vector_of("float32", self.lanes)
+
+
+@dataclass(frozen=True, eq=True)
 class Splat(Expr):
     """A scalar copied into every lane."""
 

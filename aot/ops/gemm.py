@@ -10,15 +10,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from aot.ir.graph import Node
+from aot.ir.graph import Node, Tensor
 from aot.ir.sizes import element_count
-from aot.kernel.ir import Buffer, Expr, Stmt, Var, const
+from aot.kernel.ir import Buffer, Expr, Stmt, Var, cast, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, parallel_blocks, pays
 from aot.ops.attrs import fail, required_input
 from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile
 from aot.ops.contraction.row_updates import blocks, index, matmul_rows
+from aot.ops.quantized.weights import column_scales, kept_quantized, quantized_weight
 from aot.ops.registry import register
 
 
@@ -47,18 +48,19 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
     parallel = pays(ctx, m * n * k)
     cv = kb.input(c).broadcast_to((m, n)) if c is not None and beta != 0.0 else None
     dt = y.dtype.name
+    weights, scales = constant_weights(b, kb, ctx, 0 if node.attr("transB", 0) else 1)
 
     def finish(value: Expr, i: Expr, j: Expr) -> Expr:
-        result: Expr = value if alpha == 1.0 else value * const(alpha, dt)
+        result: Expr = value if scales is None else value * scales.load([j])
+        result = result if alpha == 1.0 else result * const(alpha, dt)
         if cv is not None:
             result = result + (cv.load([i, j]) if beta == 1.0 else cv.load([i, j]) * const(beta, dt))
         return epilogue.apply(result, [i, j])
 
-    if b.is_constant:
+    if weights is not None:
         # A constant op(B) is stored in the layout the kernel reads (data layout only): column
         # panels, each [k][panel width], for the tiles; B^T pre-transposed for the row kernel.
-        assert b.data is not None
-        b_data = np.ascontiguousarray(b.data.T if node.attr("transB", 0) else b.data)
+        b_data = np.ascontiguousarray(weights.T if node.attr("transB", 0) else weights)
         if tileable(n, dt):
             shape = packed_tile_shape(node, ctx, m, n, b.shape)
             packed = kb.input(ctx.constant(pack_column_panels(b_data, shape[1]), b.name)).buffer
@@ -67,7 +69,7 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
                                       y_at=lambda i, j: yv.index([i, j]), finish=finish, parallel=parallel,
                                       shape=shape))
             return
-        bv = kb.input(ctx.constant(b_data, b.name)) if node.attr("transB", 0) else kb.input(b)
+        bv = kb.input(ctx.constant(b_data, b.name)) if node.attr("transB", 0) or scales is not None else kb.input(b)
     else:
         bv = kb.input(b)
         if node.attr("transB", 0):
@@ -78,8 +80,28 @@ def lower_gemm(node: Node, ctx: LoweringContext) -> None:
                                   y_at=lambda i, j: yv.index([i, j]), finish=finish, parallel=parallel))
         return
     ctx.emit(kb, matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: av.load([i, r]),
-                             b_at=lambda r, j: bv.load([r, j]), y_at=lambda i, j: yv.index([i, j]),
+                             b_at=lambda r, j: as_float(bv.load([r, j]), dt), y_at=lambda i, j: yv.index([i, j]),
                              finish=finish))
+
+
+def constant_weights(b: Tensor, kb: KernelBuilder, ctx: LoweringContext,
+                     column_axis: int) -> tuple[np.ndarray | None, View | None]:
+    """B's values when known at compile time: its data, or the integers of a weight kept
+    quantised (aot/ops/quantized/weights.py) with a view of its per-column scales; (None, None)
+    for a B computed at run time."""
+    if b.is_constant:
+        return b.data, None
+    weight = quantized_weight(b) if b.producer is not None and kept_quantized(b.producer) else None
+    if weight is None:
+        return None, None
+    scales = column_scales(weight, column_axis, b.shape[column_axis])
+    assert scales is not None  # kept_quantized checked it
+    return weight.values, kb.input(ctx.constant(scales, f"{b.name}_scale"))
+
+
+def as_float(value: Expr, dtype: str) -> Expr:
+    """An operand of a float product: integers (weights kept quantised) converted."""
+    return value if value.dtype == dtype else cast(value, dtype)
 
 @register("MatMul")
 def lower_matmul(node: Node, ctx: LoweringContext) -> None:
@@ -103,14 +125,18 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
     dt = y.dtype.name
     packed = None
     shape = matmul_tile_shape(ctx.tiles, m, n)
-    if b.is_constant and b.rank == 2 and tileable(n, dt) and k == k2:
+    weights, scales = constant_weights(b, kb, ctx, 1) if b.rank == 2 else (None, None)
+    if weights is not None and (tileable(n, dt) or scales is not None) and k == k2:
         # Weights (a constant matrix shared by every batch): column panels, as Gemm stores them.
-        assert b.data is not None
         shape = packed_tile_shape(node, ctx, m, n, b.shape)
-        packed = kb.input(ctx.constant(pack_column_panels(np.asarray(b.data), shape[1]), b.name)).buffer
+        packed = kb.input(ctx.constant(pack_column_panels(np.asarray(weights), shape[1]), b.name)).buffer
         bv = View(packed, b_shape)  # only for shapes and broadcasting below; indexed by b_row
     else:
         bv = View(kb.input(b).buffer, b_shape)
+
+    def finish(value: Expr, index: list[Expr]) -> Expr:
+        return epilogue.apply(value if scales is None else value * scales.load([index[-1]]), index)
+
     if k != k2:
         raise fail(node, f"A {list(a.shape)} and B {list(b.shape)}: inner dimensions differ")
     batch = _broadcast_batch(node, a_shape[:-2], b_shape[:-2])
@@ -135,12 +161,12 @@ def lower_matmul(node: Node, ctx: LoweringContext) -> None:
             return tiled_matmul(kb, ctx.tiles, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
                                 b_row=lambda r, j0, width: b_row(bi, r, j0, width), b_buffer=b_b.buffer,
                                 y_at=lambda i, j: y_full.index([*bi, i, j]),
-                                finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]),
+                                finish=lambda value, i, j: finish(value, [*bi, i, j]),
                                 parallel=parallel and not split_batch, shape=shape)
         # (The untiled product stays serial within one batch: its top level mixes loops and tails.)
         return matmul_rows(kb, yv.buffer, dt, m, n, k, a_at=lambda i, r: a_b.load([*bi, i, r]),
                            b_at=lambda r, j: b_b.load([*bi, r, j]), y_at=lambda i, j: y_full.index([*bi, i, j]),
-                           finish=lambda value, i, j: epilogue.apply(value, [*bi, i, j]))
+                           finish=lambda value, i, j: finish(value, [*bi, i, j]))
 
     stmts = kb.loops(batch, body, prefix="b")
     ctx.emit(kb, mark_outer(stmts) if split_batch else stmts)

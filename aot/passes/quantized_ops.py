@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.ir.graph import Graph, Node, Tensor
+from aot.ops.quantized.weights import kept_quantized
 from aot.ops.registry import is_supported
 
 QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -300,6 +301,8 @@ def fold_constant_dequantize(graph: Graph) -> None:
     for node in graph.nodes:
         if node.op_type != "DequantizeLinear" or not all(t is None or t.is_constant for t in node.inputs):
             continue
+        if kept_quantized(node):
+            continue  # a Gemm or MatMul reads the int8 weights itself
         out = node.outputs[0]
         if out is None or graph.is_output(out):
             continue

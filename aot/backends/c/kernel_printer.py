@@ -37,6 +37,7 @@ from aot.kernel.ir import (
     VecMin,
     VecSelect,
     VecStore,
+    WidenLoad,
     walk_stmts,
 )
 from aot.kernel.parallel import has_parallel
@@ -273,6 +274,8 @@ class KernelPrinter:
         return self._vector_expr(e), PRIMARY
 
     def _vector_expr(self, e: Expr) -> str:
+        if isinstance(e, WidenLoad):  # (a VecLoad too)
+            return f"{self._vector(e.dtype)}_WIDEN(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, VecLoad):
             return f"{self._vector(e.dtype)}_LOAD(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, Splat):

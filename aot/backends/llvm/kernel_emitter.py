@@ -280,6 +280,12 @@ class _FunctionEmitter:
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             raw = self.b.load(ptr, typ=t.storage_type(buf.dtype), align=t.itemsize(buf.dtype))
             return self.promote(raw, buf.dtype)
+        if isinstance(e, kernel_ir.WidenLoad):  # (a VecLoad too)
+            buf, arg = self.buffers[e.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            integers = ir.VectorType(t.storage_type(buf.dtype), e.lanes)
+            raw = self.b.load(ptr, typ=integers, align=t.itemsize(buf.dtype))
+            return self.b.sitofp(raw, t.storage_type(e.dtype))
         if isinstance(e, kernel_ir.VecLoad):
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))

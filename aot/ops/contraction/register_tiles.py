@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from aot.kernel.ir import (
     INDEX,
+    INT_DTYPES,
     Assign,
     Buffer,
     Const,
@@ -43,6 +44,8 @@ from aot.kernel.ir import (
     Var,
     VecLoad,
     VecStore,
+    WidenLoad,
+    cast,
     const,
     vector_of,
 )
@@ -110,11 +113,11 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
         b_s: list[Var] = []
         for v in range(vectors):
             var = kb.var("vb", vdtype)
-            body.append(Declare(var, VecLoad(buf, base + starts[v], lanes)))
+            body.append(Declare(var, _operand_row(buf, base + starts[v], lanes)))
             b_v.append(var)
         for j in scalars:
             var = kb.var("b", dtype)
-            body.append(Declare(var, Load(buf, base + j)))
+            body.append(Declare(var, _operand(buf, base + j, dtype)))
             b_s.append(var)
         for i in range(rows):
             a = kb.var("a", dtype)
@@ -137,6 +140,17 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     stmts += kb.loops(looped, loop_body, prefix="k")
     return stmts + _store_tile(kb, rows, cols, lanes, vdtype, starts, scalars, acc_v, acc_s, out, out_at, finish,
                                dtype)
+
+
+def _operand_row(buf: Buffer, index: Expr, lanes: int) -> Expr:
+    """`lanes` elements of B's row: loaded, or widened from int8/int16 (weights kept quantised,
+    aot/ops/quantized/weights.py)."""
+    return WidenLoad(buf, index, lanes) if buf.dtype in INT_DTYPES else VecLoad(buf, index, lanes)
+
+
+def _operand(buf: Buffer, index: Expr, dtype: str) -> Expr:
+    value = Load(buf, index)
+    return cast(value, dtype) if buf.dtype != dtype else value
 
 
 def _store_tile(kb: KernelBuilder, rows: int, cols: int, lanes: int, vdtype: str, starts: list[int],

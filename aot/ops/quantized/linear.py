@@ -25,6 +25,7 @@ from aot.lowering.forms import FORMS, Form, FormBuilder, FormContext
 from aot.ops.attrs import fail, normalize_axis, required_input
 from aot.ops.elementwise import lower_elementwise
 from aot.ops.quantized.arithmetic import DEQUANTIZABLE, QUANTIZED_RANGES, dequantize, quantize
+from aot.ops.quantized.weights import kept_quantized
 from aot.ops.registry import register
 
 Operand = Callable[[list[Expr]], Expr]  # the loaded form inputs -> this operand's value
@@ -108,6 +109,8 @@ def lower_quantization(node: Node, ctx: LoweringContext) -> None:
     """The generic elementwise kernel, except for blocks of scales fed at run time: a form cannot
     index those (element i of x reads scale element i // block_size along the axis)."""
     x = required_input(node, 0, "x")
+    if node.op_type == "DequantizeLinear" and kept_quantized(node):
+        return  # its readers take the int8 weights themselves (aot/ops/quantized/weights.py)
     block = int(node.attr("block_size", 0))
     if block <= 0 or all(t is None or t.is_constant for t in (node.input(1), node.input(2))):
         lower_elementwise(node, ctx)
