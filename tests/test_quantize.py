@@ -275,7 +275,12 @@ def test_readme_int8_walkthrough_runs_as_written(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     quantized = re.findall(r"aot quantize \S+ --calibration \S+ -o (\S+)", commands)
     assert quantized and {"QuantizeLinear", "DequantizeLinear"} <= op_types(tmp_path / quantized[0])
-    assert "top-1 agreement" in result.stdout and result.stdout.rstrip().endswith("PASSED")
+    assert result.stdout.rstrip().endswith("PASSED")
+    figures = re.search(r"max abs err (\S+), mean abs err (\S+) .*top-1 agreement (\d+)/(\d+)", result.stdout)
+    assert figures, result.stdout
+    prose = " ".join(section.split())  # the figures the README gives are the ones printed
+    assert f"at most {float(figures[1]):.2g} (mean {float(figures[2]):.2g})" in prose
+    assert figures[3] == figures[4] and f"all {figures[4]} samples keep their top-1 class" in prose
     (package,) = re.findall(r"aot build \S+ --target rpi4 -o (\S+)", commands)
     runners = list((tmp_path / package).glob("*_runner"))
     assert runners and runners[0].read_bytes()[18] == 183  # e_machine EM_AARCH64
