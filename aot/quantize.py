@@ -35,6 +35,9 @@ MARKER = "aot quantize: "
 # ModelProto's doc_string (field 6) is serialized before its graph (7): it is in the first bytes.
 _SNIFF_BYTES = 4096
 _PROTOBUF_LIMIT = 2**31 - 1
+# The samples are read whole (and each run's outputs kept): a few hundred samples calibrate a
+# model, and an archive that declares more than this is refused from its headers.
+MAX_CALIBRATION_BYTES = 2**30
 
 
 @dataclass(frozen=True)
@@ -226,7 +229,7 @@ def load_calibration(path: str | os.PathLike[str], model: onnx.ModelProto) -> di
 
     specs = input_specs(model)
     where = f"--calibration {Path(path)}"
-    arrays = load_npz(path, "--calibration", specs, samples=True)
+    arrays = load_npz(path, "--calibration", specs, samples=True, max_bytes=MAX_CALIBRATION_BYTES)
     missing = [s["name"] for s in specs if s["name"] not in arrays]
     if missing:
         raise VerifyError(f"{where}: no array for model input(s) {missing} (one array per input, named by it)")

@@ -208,6 +208,19 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(tmp_path: Path, case: 
     assert after == before, "the failed command left or changed files"
 
 
+def test_calibration_bomb_is_refused_from_its_headers(tmp_path: Path) -> None:
+    """2.2 GB of samples deflated to 2 MB: the sample count is the file's to say, so the total is
+    bounded (1 GiB) before any data is inflated."""
+    from tests.test_hostile_files import PEAK_LIMIT, _npz_bomb, aot_measured
+
+    bomb = _npz_bomb(tmp_path / "bomb.npz", (180000, 1, 3, 32, 32))
+    assert bomb.stat().st_size < 4 * 2**20
+    result, peak = aot_measured("quantize", str(MODELS["tiny_cnn"][0]), "--calibration", str(bomb),
+                                "-o", str(tmp_path / "out.onnx"))
+    assert_user_error(result, "--calibration", "take 2211840000 bytes, more than the 1073741824")
+    assert peak < PEAK_LIMIT and not (tmp_path / "out.onnx").exists()
+
+
 # --- the QDQ files compiled by aot, against onnxruntime's own run of the same int8 file ---
 
 def output_steps(model: onnx.ModelProto) -> dict[str, np.ndarray]:
