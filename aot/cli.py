@@ -528,7 +528,7 @@ def quantize_cmd(
     """Quantize MODEL to int8 with onnxruntime.quantization (int8 weights, MinMax calibration on the
     --calibration samples), write it to -o and print how far its outputs move from the float model's
     on those samples."""
-    from aot.quantize import quantize
+    from aot.quantizer import quantize
 
     summary = quantize(model, calibration, output, quant_format=quant_format, per_channel=not per_tensor,
                        activation_type=activation_type, input_shapes=_shapes(input_shape), progress=_progress())
