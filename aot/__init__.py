@@ -4,6 +4,7 @@
     pkg = aot.compile("model.onnx", input_shapes={"input": (1, 3, 224, 224)})
     pkg.write("model_pkg")             # header, C sources, runtime, Makefile, CMakeLists, manifest
     outputs = pkg.run({"input": x})    # builds for the host and runs through ctypes
+    summary = aot.quantize("model.onnx", "calibration.npz", "model_int8.onnx")  # int8 ONNX file
 """
 
 from aot.version import __version__
@@ -43,4 +44,19 @@ def compile_models(models, package_name=None, shared_arena=False, **options):  #
     return _compile_models(models, package_name=package_name, shared_arena=shared_arena, **options)
 
 
-__all__ = ["__version__", "compile", "compile_models"]
+def quantize(model, calibration, output, quant_format="qdq", per_channel=True, activation_type="int8",  # noqa: ANN001, ANN201
+             input_shapes=None, progress=None):  # noqa: ANN001
+    """Quantize a float ONNX model to int8 (`aot quantize`) with onnxruntime.quantization's
+    quantize_static: int8 weights (per channel unless per_channel=False), `activation_type` "int8"
+    or "uint8", quant_format "qdq" or "qoperator", MinMax calibration on the samples of the
+    `calibration` .npz (one array per model input, named by it; the first axis counts the
+    samples, one run each). Writes `output` and returns an aot.quantizer.QuantizeSummary: per
+    output the max and mean abs error of the int8 model against the float one on those samples,
+    and top-1 agreement for class scores ([N, C] outputs). input_shapes fixes symbolic dims."""
+    from aot.quantizer import quantize as _quantize
+
+    return _quantize(model, calibration, output, quant_format=quant_format, per_channel=per_channel,
+                     activation_type=activation_type, input_shapes=input_shapes, progress=progress)
+
+
+__all__ = ["__version__", "compile", "compile_models", "quantize"]

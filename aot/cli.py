@@ -502,6 +502,57 @@ def _build_to_run(package: Any, target_name: str | None, backend: str, built_bef
     return built
 
 
+@app.command("quantize")
+@_report_errors
+def quantize_cmd(
+    model: ModelArg,
+    calibration: Annotated[Path, typer.Option(
+        "--calibration", metavar="INPUTS.npz",
+        help=".npz of calibration samples: one array per model input, named by it, whose first axis counts "
+             "the samples (one run each): an input of shape 1x3x32x32 takes [N, 1, 3, 32, 32].",
+        show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The int8 .onnx file to write.",
+                                         show_default=False)],
+    quant_format: Annotated[str, typer.Option(
+        "--format", metavar="qdq|qoperator",
+        help="qdq: DequantizeLinear -> float op -> QuantizeLinear groups; qoperator: QLinearConv, "
+             "QLinearMatMul, QGemm ... ops.")] = "qdq",
+    per_tensor: Annotated[bool, typer.Option("--per-tensor", help="One scale per weight tensor instead of "
+                                             "one per output channel.")] = False,
+    activation_type: Annotated[str, typer.Option("--activation-type", metavar="int8|uint8",
+                                                 help="Type of the quantised activations.")] = "int8",
+    input_shape: InputShapeOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Quantize MODEL to int8 with onnxruntime.quantization (int8 weights, MinMax calibration on the
+    --calibration samples), write it to -o and print how far its outputs move from the float model's
+    on those samples."""
+    from aot.quantizer import quantize
+
+    summary = quantize(model, calibration, output, quant_format=quant_format, per_channel=not per_tensor,
+                       activation_type=activation_type, input_shapes=_shapes(input_shape), progress=_progress())
+    if as_json:
+        print(json.dumps(summary.to_json(), sort_keys=True))
+        return
+    _print_quantize_summary(summary)
+
+
+def _print_quantize_summary(s: Any) -> None:
+    weights = "per-channel" if s.per_channel else "per-tensor"
+    print(printable(f"quantized {s.model} -> {s.output} ({s.quant_format}, {weights} int8 weights, "
+                    f"{s.activation_type} activations)"))
+    added = ", ".join(f"{op} {n}" for op, n in s.new_ops.items())
+    print(f"  {s.float_nodes} ONNX nodes -> {sum(s.ops.values())} ({printable(added)})")
+    print(f"  model file {s.float_bytes} bytes -> {s.int8_bytes} bytes")
+    print(f"accuracy change on the {s.samples} calibration samples (int8 against float, both run by onnxruntime):")
+    for o in s.outputs:
+        top1 = (f", top-1 agreement {o.top1_agree}/{o.top1_rows} ({100 * o.top1_agree / o.top1_rows:.1f}%)"
+                if o.top1_rows else "")
+        print(f"  {printable(o.name)}: max abs err {o.max_abs_err:.3g}, mean abs err {o.mean_abs_err:.3g} "
+              f"(float outputs up to {o.max_abs_float:.3g}){top1}")
+
+
 @app.command("build")
 @_report_errors
 def build_cmd(

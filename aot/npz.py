@@ -37,12 +37,15 @@ class Member:
 
 
 def load_npz(path: str | os.PathLike[str], what: str, specs: Sequence[Mapping[str, Any]] | None = None,
-             role: str = "input", exact_dtype: bool = True) -> dict[str, np.ndarray]:
+             role: str = "input", exact_dtype: bool = True, samples: bool = False,
+             max_bytes: int | None = None) -> dict[str, np.ndarray]:
     """The arrays of the .npz at `path` (`what` names the option, e.g. --inputs). With `specs`
     (the model's inputs or outputs: `role`) arrays are keyed by ONNX name (numpy's arr_0, arr_1 ...
     mean model order) and each one's shape, and with `exact_dtype` its dtype, is checked from its
-    header before its data is read. Without `specs` nothing bounds the arrays' sizes but the
-    archive's own declarations."""
+    header before its data is read. With `samples` each array stacks several values on a first
+    axis of any length (one sample per run, as --calibration holds them), each of the spec's
+    shape; as their count is not the model's to bound, `max_bytes` bounds the arrays' total size.
+    Without `specs` nothing bounds the arrays' sizes but the archive's own declarations."""
     p = Path(path)
     where = f"{what} {p}"
     _check_is_zip(p, where)
@@ -53,7 +56,9 @@ def load_npz(path: str | os.PathLike[str], what: str, specs: Sequence[Mapping[st
                 members = _match(members, specs, where, role)
                 by_name = {str(s["name"]): s for s in specs}
                 for key, member in members.items():
-                    _check_against(member, by_name[key], where, role, exact_dtype)
+                    _check_against(member, by_name[key], where, role, exact_dtype, samples)
+            if max_bytes is not None:
+                _check_total(members, where, max_bytes)
             return {key: _read_data(archive, member, where) for key, member in members.items()}
     except VerifyError:
         raise
@@ -126,15 +131,43 @@ def _match(members: dict[str, Member], specs: Sequence[Mapping[str, Any]], where
     raise VerifyError(f"{where}: arrays {unknown} name no model {role}s (expected {names})")
 
 
-def _check_against(member: Member, spec: Mapping[str, Any], where: str, role: str, exact_dtype: bool) -> None:
+def _check_against(member: Member, spec: Mapping[str, Any], where: str, role: str, exact_dtype: bool,
+                   samples: bool = False) -> None:
     name, want_shape, want_dtype = spec["name"], list(spec["shape"]), np.dtype(spec["dtype"])
     if member.dtype.hasobject or member.dtype.kind not in "biuf":
         raise VerifyError(f"{where}: array {member.key!r} has dtype {_dtype_text(member.dtype)}; {role} {name!r} "
                           f"needs {want_dtype} numbers")
-    if list(member.shape) != want_shape:
+    if samples:
+        _check_samples(member, name, want_shape, where, role)
+    elif list(member.shape) != want_shape:
         raise VerifyError(f"{where}: {role} {name!r}: shape {list(member.shape)}, the model needs {want_shape}")
     if exact_dtype and member.dtype != want_dtype:
         raise VerifyError(f"{where}: {role} {name!r}: dtype {member.dtype}, the model needs {want_dtype}")
+
+
+def _check_samples(member: Member, name: str, want_shape: list[int], where: str, role: str) -> None:
+    """An array of samples: [count, *want_shape], count >= 1."""
+    shape = list(member.shape)
+    if not shape or shape[1:] != want_shape:
+        needed = ", ".join(["samples", *map(str, want_shape)])
+        raise VerifyError(f"{where}: {role} {name!r}: shape {shape}; the first axis counts the samples (one run "
+                          f"each), so the model needs [{needed}]")
+    if shape[0] == 0:
+        raise VerifyError(f"{where}: {role} {name!r}: holds no samples (its first axis is 0)")
+
+
+def _check_total(members: dict[str, Member], where: str, max_bytes: int) -> None:
+    total = sum(_data_bytes(m) for m in members.values())
+    if total > max_bytes:
+        raise VerifyError(f"{where}: its arrays take {total} bytes, more than the {max_bytes} read at most; "
+                          "give fewer samples")
+
+
+def _data_bytes(member: Member) -> int:
+    count = 1
+    for d in member.shape:
+        count *= d
+    return count * member.dtype.itemsize
 
 
 def _dtype_text(dtype: np.dtype[Any]) -> str:
@@ -148,10 +181,7 @@ def _dtype_text(dtype: np.dtype[Any]) -> str:
 def _read_data(archive: zipfile.ZipFile, member: Member, where: str) -> np.ndarray:
     if member.dtype.hasobject:
         raise VerifyError(f"{where}: array {member.key!r} holds Python objects, which are never loaded")
-    count = 1
-    for d in member.shape:
-        count *= d
-    nbytes = count * member.dtype.itemsize
+    nbytes = _data_bytes(member)
     if member.info.file_size != member.data_offset + nbytes:
         raise VerifyError(f"{where}: array {member.key!r} holds {member.info.file_size - member.data_offset} bytes "
                           f"of data, its shape {list(member.shape)} and dtype {member.dtype} need {nbytes}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from aot.errors import OutputError
@@ -108,9 +108,10 @@ def check_output_folder(out_dir: str | os.PathLike[str], force: bool,
                           "those: remove it yourself or choose another -o folder")
 
 
-def check_output_file(path: str | os.PathLike[str], inputs: Iterable[os.PathLike[str] | str] = ()) -> None:
-    """An -o file (the report page) may be created, or may replace a page aot wrote or an empty
-    file; nothing else."""
+def check_output_file(path: str | os.PathLike[str], inputs: Iterable[os.PathLike[str] | str] = (),
+                      replaceable: Callable[[Path], bool] = is_aot_report, kind: str = "a report aot wrote") -> None:
+    """An -o file (the report page, a quantized model) may be created, or may replace an empty
+    file or one aot wrote (`replaceable` tells, `kind` says what it is); nothing else."""
     target = Path(path)
     for item in list(inputs):
         if os.path.lexists(target) and _resolved(Path(item)) == _resolved(target):
@@ -121,6 +122,6 @@ def check_output_file(path: str | os.PathLike[str], inputs: Iterable[os.PathLike
         raise OutputError(f"{target}: is a symbolic link; choose another -o file")
     if target.is_dir():
         raise OutputError(f"{target}: is a directory")
-    if not target.is_file() or (target.stat().st_size > 0 and not is_aot_report(target)):
-        raise OutputError(f"{target}: already exists and is not a report aot wrote; remove it yourself or "
+    if not target.is_file() or (target.stat().st_size > 0 and not replaceable(target)):
+        raise OutputError(f"{target}: already exists and is not {kind}; remove it yourself or "
                           "choose another -o file")

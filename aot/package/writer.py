@@ -6,12 +6,12 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from aot.errors import OutputError
 from aot.package.blob import FileData, write_file_data
-from aot.package.output_dir import check_output_file, check_output_folder
+from aot.package.output_dir import check_output_file, check_output_folder, is_aot_report
 
 
 def write_tree_atomically(files: dict[str, FileData], out_dir: str | os.PathLike[str], force: bool = False,
@@ -105,11 +105,13 @@ def _replace(staging: Path, target: Path, parent: Path) -> None:
 
 
 def write_file_atomically(path: str | os.PathLike[str], data: bytes,
-                          inputs: Iterable[os.PathLike[str] | str] = ()) -> Path:
+                          inputs: Iterable[os.PathLike[str] | str] = (),
+                          replaceable: Callable[[Path], bool] = is_aot_report,
+                          kind: str = "a report aot wrote") -> Path:
     """Write a single file through a temporary sibling and a rename; an existing file is replaced
-    only when aot wrote it (see check_output_file)."""
+    only when aot wrote it (see check_output_file: `replaceable` tells, `kind` names what it is)."""
     target = Path(path)
-    check_output_file(target, inputs)
+    check_output_file(target, inputs, replaceable, kind)
     parent = Path(os.path.abspath(target)).parent
     if not parent.is_dir():
         raise OutputError(f"{target}: parent folder does not exist")
