@@ -22,6 +22,10 @@ def test_digits_example_c_accuracy_equals_python(tmp_path: Path) -> None:
     assert c.groups() == python.groups()
     correct, total = map(int, c.groups())
     assert total == 540 and correct / total > 0.9
+    # The int8 variant classifies within 1% of the float model.
+    int8 = re.search(r"int8 C: (\d+)/(\d+) correct", result.stdout)
+    assert int8 and int(int8.group(2)) == total, result.stdout
+    assert abs(int(int8.group(1)) - correct) / total <= 0.01, result.stdout
 
 
 def _env() -> dict[str, str]:

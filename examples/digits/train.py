@@ -1,7 +1,8 @@
 """Trains a small digit classifier on scikit-learn's digits dataset (8x8 images, ships with
 scikit-learn: no download) and exports it to ONNX; saves the test split as .npy for the C program.
 
-    python train.py OUTDIR      -> OUTDIR/digits.onnx, test_x.npy, test_y.npy, python_accuracy.txt
+    python train.py OUTDIR      -> OUTDIR/digits.onnx, test_x.npy, test_y.npy, python_accuracy.txt,
+                                   calibration.npz (20 training images, for the int8 variant)
 
 The network is a 64-32-10 MLP (Gemm, Relu, Gemm, Softmax) trained with Adam in numpy, so the
 example needs no deep-learning framework.
@@ -71,6 +72,8 @@ def main(out: Path) -> None:
     predicted = (np.maximum(x_test @ w1 + b1, 0) @ w2 + b2).argmax(axis=1)
     accuracy = float((predicted == y_test).mean())
     np.save(out / "test_x.npy", x_test.astype(np.float32))
+    # 20 training images for `aot quantize` to calibrate the int8 variant: [samples, 1, 64].
+    np.savez(out / "calibration.npz", image=x_train[:20].reshape(20, 1, 64).astype(np.float32))
     np.save(out / "test_y.npy", y_test.astype(np.int64))
     (out / "python_accuracy.txt").write_text(f"{accuracy:.6f}\n")
     print(f"python: {int((predicted == y_test).sum())}/{len(y_test)} correct, accuracy {accuracy:.4f}")
