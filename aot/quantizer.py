@@ -92,6 +92,9 @@ def _finite(value: float) -> float | None:
     return value if np.isfinite(value) else None
 
 
+QUANTIZATION_OPSET = 13
+
+
 def quantize(model: str | os.PathLike[str], calibration: str | os.PathLike[str], output: str | os.PathLike[str],
              quant_format: str = "qdq", per_channel: bool = True, activation_type: str = "int8",
              input_shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -266,7 +269,8 @@ def _quantize_bytes(float_bytes: bytes, samples: Mapping[str, np.ndarray], sourc
     types = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
     with tempfile.TemporaryDirectory(prefix="aot-quantize-") as tmp, _quiet_onnxruntime():
         float_path, prepared, quantized = (Path(tmp) / n for n in ("float.onnx", "prepared.onnx", "int8.onnx"))
-        float_path.write_bytes(float_bytes)
+        float_path.write_bytes(_prepared_for_quantizer(float_bytes, source))
+
         try:
             # Symbolic shape inference (which needs sympy) is skipped: every input shape is fixed.
             quant_pre_process(str(float_path), str(prepared), skip_symbolic_shape=True)
@@ -281,6 +285,46 @@ def _quantize_bytes(float_bytes: bytes, samples: Mapping[str, np.ndarray], sourc
                f"activations, MinMax calibration on {_sample_count(samples)} samples (onnxruntime.quantization)")
     result.doc_string = MARKER + options + (f"\n\n{result.doc_string}" if result.doc_string else "")
     return result
+
+
+def _prepared_for_quantizer(float_bytes: bytes, source: Path) -> bytes:
+    """The model as onnxruntime's quantiser handles it: at opset 13 or later (per-channel
+    DequantizeLinear has its `axis` from opset 13, and the quantiser writes one for older models
+    too, a file no checker accepts), and with Gemm biases of shape [1, N] as [N] (the same values
+    under broadcasting; onnxruntime 1.32 fails on 2-D int32 biases, e.g. CNTK's MNIST's)."""
+    from aot.frontend.loader import default_opset
+
+    model = onnx.load_from_string(float_bytes)
+    changed = _flatten_gemm_biases(model)
+    if default_opset(model) < QUANTIZATION_OPSET:
+        try:
+            model = onnx.version_converter.convert_version(model, QUANTIZATION_OPSET)
+        except Exception as e:
+            raise AotError(f"{source}: opset {default_opset(model)} cannot be upgraded to opset "
+                           f"{QUANTIZATION_OPSET} for quantization: {_first_line(e)}") from e
+        # IR version 3 files must list initializers as graph inputs; opset 13 needs IR version 7.
+        model.ir_version = max(model.ir_version, 7)
+        changed = True
+    return model.SerializeToString() if changed else float_bytes
+
+
+def _flatten_gemm_biases(model: onnx.ModelProto) -> bool:
+    """Gemm biases C of shape [1, N] read by nothing else become [N]; whether any did."""
+    from onnx import numpy_helper
+
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    initializers = {t.name: t for t in model.graph.initializer}
+    changed = False
+    for node in model.graph.node:
+        bias = initializers.get(node.input[2]) if node.op_type == "Gemm" and len(node.input) > 2 else None
+        if bias is None or len(bias.dims) != 2 or bias.dims[0] != 1 or readers[bias.name] != 1:
+            continue
+        bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias).reshape(-1), bias.name))
+        changed = True
+    return changed
 
 
 class _Samples:

@@ -23,48 +23,28 @@ import onnx
 from aot.bench import bench
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
-from aot.frontend.loader import default_opset
+from aot.quantizer import quantize as aot_quantize
 from aot.verify import verify_package
 
 CALIBRATION_SAMPLES = 20
-PER_CHANNEL_OPSET = 13
 VERIFY_SEEDS = 3
 
 
-def calibration_inputs(model: onnx.ModelProto, samples: int = CALIBRATION_SAMPLES) -> list[dict[str, np.ndarray]]:
-    """Seeded standard-normal inputs, one dict per calibration run."""
+def calibration_file(model_path: Path, folder: Path, samples: int = CALIBRATION_SAMPLES) -> Path:
+    """Seeded standard-normal samples of every input, as `aot quantize --calibration` takes them."""
+    model = onnx.load(str(model_path), load_external_data=False)
     initializers = {t.name for t in model.graph.initializer}
-    specs = [(vi.name, [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim])
-             for vi in model.graph.input if vi.name not in initializers]
-    return [{name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32) for name, shape in specs}
-            for seed in range(samples)]
+    arrays = {vi.name: np.stack([np.random.default_rng(seed).standard_normal(
+        [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]).astype(np.float32) for seed in range(samples)])
+        for vi in model.graph.input if vi.name not in initializers}
+    path = folder / f"{model_path.stem}_calibration.npz"
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+    return path
 
 
 def quantize(model_path: Path, out: Path, quant_format: str) -> None:
-    """onnxruntime.quantization.quantize_static after its pre-processing (shape inference and
-    the optimiser's BatchNorm folding, which the quantiser expects)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    prepared = out.with_suffix(".prep.onnx")
-    model = onnx.load(str(model_path))
-    if default_opset(model) < PER_CHANNEL_OPSET:  # DequantizeLinear has its axis from opset 13
-        model = onnx.version_converter.convert_version(model, PER_CHANNEL_OPSET)
-    upgraded = out.with_suffix(".opset.onnx")
-    onnx.save(model, str(upgraded))
-    quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=True)
-    samples = calibration_inputs(onnx.load(str(prepared)))
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.samples = iter(samples)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.samples, None)
-
-    quantize_static(str(prepared), str(out), Reader(),
-                    quant_format=QuantFormat.QDQ if quant_format == "qdq" else QuantFormat.QOperator,
-                    per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    """`aot quantize` (onnxruntime.quantization: pre-processing, then quantize_static)."""
+    aot_quantize(model_path, calibration_file(model_path, out.parent), out, quant_format=quant_format)
 
 
 def row(model_path: Path, quant_format: str, folder: Path, speed: bool) -> str:

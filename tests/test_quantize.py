@@ -308,3 +308,28 @@ def test_readme_int8_walkthrough_runs_as_written(tmp_path: Path) -> None:
     (package,) = re.findall(r"aot build \S+ --target rpi4 -o (\S+)", commands)
     runners = list((tmp_path / package).glob("*_runner"))
     assert runners and runners[0].read_bytes()[18] == 183  # e_machine EM_AARCH64
+
+
+def test_an_old_opset_model_with_a_broadcast_bias_quantizes_and_compiles(tmp_path: Path) -> None:
+    """Opset 11 (no per-channel axis before opset 13: the model is upgraded first) and a Gemm
+    whose bias is [1, N], which onnxruntime 1.32's int32-bias adjustment trips over (CNTK's
+    MNIST has one): the int8 file loads, compiles and matches onnxruntime."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"]), helper.make_node("Relu", ["g"], ["y"])]
+    graph = helper.make_graph(nodes, "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w"),
+                               numpy_helper.from_array(rng.standard_normal((1, 4)).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 6
+    path = tmp_path / "old.onnx"
+    onnx.save(model, path)
+    samples = _npz(tmp_path, "calibration.npz", x=rng.standard_normal((4, 1, 16)).astype(np.float32))
+    out = tmp_path / "old_int8.onnx"
+    result = aot("quantize", str(path), "--calibration", str(samples), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert max(o.version for o in onnx.load(out).opset_import if o.domain in ("", "ai.onnx")) >= 13
+    verified = aot("verify", str(out))
+    assert verified.returncode == 0, verified.stdout + verified.stderr

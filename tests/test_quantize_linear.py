@@ -16,7 +16,7 @@ from aot.compiler import load
 from aot.passes.pipeline import run_passes
 from aot.verify import compare
 from tests.helpers import make_model, run_aot, run_onnxruntime
-from tests.test_cli import aot
+from tests.test_cli import aot, assert_user_error
 from tests.test_fusion import kernels_of
 
 
@@ -179,3 +179,19 @@ def test_a_conversion_closes_an_elementwise_kernel() -> None:
     model = make_model(conv, {"x": x}, ["y"], {"w": np.ones((2, 4, 1, 1), np.float32), "s": s, "z": z})
     assert kernels_of(model) == ["Conv", "QuantizeLinear"]
     np.testing.assert_array_equal(run_aot(model, {"x": x})["y"], run_onnxruntime(model, {"x": x})["y"])
+
+
+def test_a_dequantize_with_too_many_scales_is_an_error_naming_it(tmp_path: Path) -> None:
+    """4 scales along an axis of length 1 (what onnxruntime 1.32's quantiser writes for a [1, N]
+    Gemm bias with its bias adjustment off): ONNX does not define it; one line, exit 2."""
+    nodes = [helper.make_node("DequantizeLinear", ["bq", "bs"], ["b"], axis=0, name="bias_dq"),
+             helper.make_node("Add", ["x", "b"], ["y"])]
+    x = np.zeros((1, 4), np.float32)
+    model = make_model(nodes, {"x": x}, ["y"], {"bq": np.ones((1, 4), np.int32), "bs": np.full(4, 0.5, np.float32)},
+                       opset=13)
+    model.graph.value_info.append(helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [1, 4]))
+    path = tmp_path / "bad_bias.onnx"
+    onnx.save(model, path)
+    result = aot("compile", str(path), "-o", str(tmp_path / "pkg"))
+    assert_user_error(result, "bias_dq", "DequantizeLinear")
+    assert not (tmp_path / "pkg").exists()

@@ -285,6 +285,16 @@ class _FoldState:
         return tensor
 
 
+def _check_folded_shape(state: _FoldState, node: onnx.NodeProto, label: str, name: str, value: np.ndarray) -> None:
+    """A folded value must have the shape the model gives its tensor: onnx's evaluator computes
+    whatever broadcasting yields from parameters the op does not allow (a DequantizeLinear with
+    4 scales along an axis of length 1), which would otherwise reach the compiler as a mismatch."""
+    known = state.shape(name)
+    if known is not None and tuple(np.shape(value)) != known:
+        raise ModelLoadError(f"{state.source}: node {label!r} ({node.op_type}): its constant inputs give output "
+                             f"{name!r} the shape {list(np.shape(value))}, but the model declares {list(known)}")
+
+
 def _fold_once(model: onnx.ModelProto, source: str, keep_nodes: bool) -> bool:
     """One pass over the nodes in order; True if it folded a node (or, with keep_nodes, learned
     a shape), so that inference has to run again."""
@@ -300,6 +310,7 @@ def _fold_once(model: onnx.ModelProto, source: str, keep_nodes: bool) -> bool:
             kept.append(node)
         for name, value in zip(node.output, values or []):
             if name:
+                _check_folded_shape(state, node, label, name, value)
                 tensor = state.record_constant(name, value)
                 if not keep_nodes:
                     new_initializers.append(tensor)
