@@ -33,7 +33,6 @@ from aot.kernel.ir import (
     Load,
     Stmt,
     Store,
-    cast,
     const,
     ge,
     logical_and,
@@ -60,6 +59,7 @@ from aot.ops.quantized.integer_terms import (
     requantize,
     scalar,
     uniform,
+    unsigned_byte,
     widened,
     wrap_int32,
 )
@@ -231,20 +231,10 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     packed_w = narrow_weights(np.ascontiguousarray(weights.transpose(0, 2, 3, 1)))  # [M][kh][kw][C/group]
     packed = kb.input(ctx.constant(packed_w, conv.w.name)).buffer
-    # int8 activations are copied as uint8 (x + 128, zero point + 128: the same x - x_zero_point):
-    # unsigned x signed bytes is the product x86's dot-product instruction (vpdpbusd) multiplies;
-    # int8 x int8 gcc 12 vectorised with widening shuffles only, 4x slower (64 channels, 3x3).
-    if conv.x.dtype == np.int8:
-        x_zp = _unsigned(x_zp)
+    if conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
+        x_zp = unsigned_byte(x_zp)
     copy, image = _channels_last(node, ctx, kb, conv.x, g, x_zp)
     return copy + _dot(kb, g, image, packed, _folded_bias(node, ctx, kb, conv, sums, x_zp), finish, out_store)
-
-
-def _unsigned(value: Expr) -> Expr:
-    """An int8 value + 128, as uint8."""
-    if isinstance(value, Const):
-        return const(int(value.value) + 128, "uint8")
-    return cast(widened(value) + const(128, ACCUMULATOR), "uint8")
 
 
 def _folded_bias(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, weight_sums: np.ndarray,
@@ -299,7 +289,7 @@ def _channels_last(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tenso
     def copy(i: list[Expr]) -> list[Stmt]:
         value = src.load([i[0], i[3], i[1], i[2]])
         return [image.store([i[0], i[1] + top, i[2] + left, i[3]], value if value.dtype == fill.dtype else
-                            _unsigned(value))]
+                            unsigned_byte(value))]
 
     return fills + kb.loops([g.batch, in_h, in_w, g.channels], copy, prefix="s"), image
 

@@ -23,6 +23,7 @@ from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
 from aot.ops.quantized.integer_terms import (
     ACCUMULATOR,
+    UNSIGNED_SHIFT,
     check_operand,
     check_per_tensor,
     check_scale,
@@ -34,10 +35,12 @@ from aot.ops.quantized.integer_terms import (
     requantize,
     scalar,
     uniform,
+    unsigned_byte,
     widened,
     wrap_int32,
 )
 from aot.ops.registry import register
+from aot.ops.scratch import scratch_tensor
 
 Side = Callable[[list[Expr], Expr], Expr]  # (batch index, row of a or column of b) -> a value
 Finish = Callable[[Expr, list[Expr], Expr, Expr], Expr]  # (acc, batch index, i, j) -> the output
@@ -177,8 +180,12 @@ def _lower(node: Node, ctx: LoweringContext, p: Product, a_zero_point: Tensor | 
     av = View(kb.input(p.a).buffer, p.a_shape).broadcast_to((*p.batch, p.m, p.k))
     a_zp = _side(node, kb, p, a_zero_point, True, 0, p.a.dtype.name, "a_zero_point")
     finish = finish_for(kb)
+    stmts: list[Stmt] = []
     if p.b.is_constant and (b_zero_point is None or b_zero_point.is_constant):
-        start, b_at = _packed_b(node, ctx, kb, p, b_zero_point, a_zero_point, a_zp)
+        shift = UNSIGNED_SHIFT if p.a.dtype == np.int8 else 0
+        if shift:  # a copy of a + 128 as uint8, and a_zero_point + 128 (integer_terms.unsigned_byte)
+            stmts, av = _unsigned_copy(node, ctx, kb, p)
+        start, b_at = _packed_b(node, ctx, kb, p, b_zero_point, a_zero_point, a_zp, shift)
 
         def term(bi: list[Expr], i: Expr, j: Expr, r: Expr) -> Expr:
             return widened(av.load([*bi, i, r])) * widened(b_at(bi, j, r))
@@ -198,13 +205,22 @@ def _lower(node: Node, ctx: LoweringContext, p: Product, a_zero_point: Tensor | 
         steps = kb.loops([p.k], lambda r: [Assign(acc, acc + term(bi, i, j, r[0]))], prefix="r")
         return [Declare(acc, start(bi, i, j)), *steps, yv.store(idx, finish(acc, bi, i, j))]
 
-    ctx.emit(kb, kb.loops([*p.batch, p.m, p.n], body))
+    ctx.emit(kb, stmts + kb.loops([*p.batch, p.m, p.n], body))
+
+
+def _unsigned_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, p: Product) -> tuple[list[Stmt], View]:
+    """Statements copying int8 a as uint8 a + 128 into a scratch tensor, and the copy's view."""
+    src = kb.input(p.a)
+    copy = kb.output(scratch_tensor(ctx, node, p.a_shape, np.uint8, "unsigned"))
+    stmts = kb.loops([p.a.size], lambda i: [copy.store_flat(i[0], unsigned_byte(src.load_flat(i[0])))], prefix="s")
+    return stmts, View(copy.buffer, p.a_shape).broadcast_to((*p.batch, p.m, p.k))
 
 
 def _packed_b(node: Node, ctx: LoweringContext, kb: KernelBuilder, p: Product, b_zero_point: Tensor | None,
-              a_zero_point: Tensor | None, a_zp: Side) -> tuple[At, At]:
+              a_zero_point: Tensor | None, a_zp: Side, shift: int) -> tuple[At, At]:
     """b - b_zero_point stored [..., n, k] (rows contiguous in k): the accumulator's start at
-    (batch, i, j), -a_zero_point * (that column's sum), and the element (j, k) of that copy."""
+    (batch, i, j), -(a_zero_point + shift) * (that column's sum), and the element (j, k) of that
+    copy. `shift`: what was added to a (and so to its zero point) to read it unsigned."""
     assert p.b.data is not None
     b = np.asarray(p.b.data, np.int64).reshape(p.b_shape)
     if b_zero_point is not None:
@@ -218,7 +234,7 @@ def _packed_b(node: Node, ctx: LoweringContext, kb: KernelBuilder, p: Product, b
     bt = View(kb.input(ctx.constant(packed, p.b.name)).buffer, packed.shape).broadcast_to((*p.batch, p.n, p.k))
     sums = b.sum(axis=-2)  # [..., n]
     if a_zero_point is None or (a_zero_point.is_constant and uniform(np.asarray(a_zero_point.data))):
-        zero = 0 if a_zero_point is None else int(np.asarray(a_zero_point.data).reshape(-1)[0])
+        zero = shift + (0 if a_zero_point is None else int(np.asarray(a_zero_point.data).reshape(-1)[0]))
         values = wrap_int32(-zero * sums)
         if uniform(values):
             return (lambda bi, i, j: const(int(values.reshape(-1)[0]), ACCUMULATOR)), \
@@ -228,5 +244,5 @@ def _packed_b(node: Node, ctx: LoweringContext, kb: KernelBuilder, p: Product, b
         return (lambda bi, i, j: folded.load([*bi, j])), lambda bi, j, r: bt.load([*bi, j, r])
     column_sums = View(kb.input(ctx.constant(wrap_int32(sums), f"{node.name}_column_sums")).buffer, sums.shape) \
         .broadcast_to((*p.batch, p.n))
-    return (lambda bi, i, j: -(widened(a_zp(bi, i)) * column_sums.load([*bi, j]))), \
+    return (lambda bi, i, j: -((widened(a_zp(bi, i)) + const(shift, ACCUMULATOR)) * column_sums.load([*bi, j]))), \
         lambda bi, j, r: bt.load([*bi, j, r])
