@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator
 
 from aot.compiler import compile as compile_model
 from aot.errors import NodeError
-from tests.helpers import make_model, run_aot, run_onnxruntime
+from tests.helpers import assert_matches_onnxruntime, make_model, run_aot, run_onnxruntime
 
 BACKENDS = ["c", "llvm"]
 
@@ -63,6 +63,7 @@ CONV_CASES = {
     "same_upper_s2": ((1, 8, 10, 10), (8, 8, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     "1d_stride2": ((2, 8, 20), (12, 8, 5), {"pads": [2, 1], "strides": [2]}),
     "depthwise_multiplier_5x5": ((1, 8, 9, 9), (16, 1, 5, 5), {"group": 8, "pads": [2, 2, 2, 2]}),
+    "3d": ((1, 4, 5, 6, 7), (6, 4, 3, 3, 3), {"pads": [1, 0, 1, 1, 1, 0]}),  # the direct loop nest
 }
 
 
@@ -132,7 +133,7 @@ def test_qlinear_conv_per_channel_weight_zero_points(case: str, backend: str) ->
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
-@pytest.mark.parametrize("case", ["3x3_s1_pad1", "3x3_s2_pad1", "depthwise_3x3_s1", "pointwise", "1d_stride2"])
+@pytest.mark.parametrize("case", ["3x3_s1_pad1", "3x3_s2_pad1", "depthwise_3x3_s1", "pointwise", "1d_stride2", "3d"])
 def test_conv_integer(case: str, x_dtype: str, backend: str) -> None:
     """int32 outputs of constant weights with their zero point, padded taps reading as x_zero_point."""
     values, attrs = conv_values(case, x_dtype, "uint8" if x_dtype == "uint8" else "int8", seed=5)
@@ -256,3 +257,23 @@ def test_quantization_parameters_that_do_not_fit_name_the_node() -> None:
     model, _ = model_of("QLinearMatMul", QLINEAR_MATMUL_INPUTS, values, {"a"}, ["y"], name="fc")
     with pytest.raises(NodeError, match=r"fc.*scales \[5\] and \[48\] are not per row of a and per column of b"):
         compile_model(model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dynamically_quantized_linear_layer(backend: str) -> None:
+    """What onnxruntime's quantize_dynamic makes of a linear layer: DynamicQuantizeLinear feeds
+    MatMulInteger its uint8 activations and their zero point (so the folded bias is computed at
+    run time from it), then the int32 product is scaled back to float."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((2, 16, 64)) * 2).astype(np.float32)
+    w_scale = (0.001 + 0.01 * rng.random(32)).astype(np.float32)
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "x_scale", "x_zero_point"]),
+        helper.make_node("MatMulInteger", ["xq", "w", "x_zero_point", "w_zero_point"], ["acc"]),
+        helper.make_node("Cast", ["acc"], ["acc_f"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Mul", ["x_scale", "w_scale"], ["scale"]),
+        helper.make_node("Mul", ["acc_f", "scale"], ["y"]),
+    ]
+    inits = {"w": quantized(rng, (64, 32), "int8"), "w_zero_point": np.zeros(32, np.int8), "w_scale": w_scale}
+    model = make_model(nodes, {"x": x}, ["y"], inits, opset=13)
+    assert_matches_onnxruntime(model, {"x": x}, backend=backend)
