@@ -5,12 +5,13 @@ Two forms, for constant weights and zero points (real models) and for the rest:
 
 * packed (1-D and 2-D, constant w and w_zero_point): w - w_zero_point is stored narrow
   (integer_terms.narrow_weights) and x_zero_point * sum(w - w_zero_point) folded into an int32
-  bias. The input is copied once with its padding filled with x_zero_point, so padded taps add
+  bias. The input is read through a copy whose padding holds x_zero_point, so padded taps add
   (x_zero_point - x_zero_point) * w = 0 as ONNX has it, and no tap is bounds-checked:
-  - dot: a channels-last copy, each output a dot product over contiguous runs of (kernel
-    column, channel), the weights packed [M][kh][kw][C/group] to match;
-  - depthwise (one input channel per group): the planes as they are, each output row a vector
-    loop over pixels, the taps' weights scalar locals;
+  - dot: a channels-last copy (int8 x as uint8 x + 128: integer_terms.unsigned_byte), each
+    output a dot product over contiguous runs of (kernel column, channel), the weights packed
+    [M][kh][kw][C/group] to match;
+  - depthwise (one input channel per group): the planes (copied only to pad them), each output
+    row a vector loop over pixels, the taps' weights scalar locals;
 * direct (any rank, anything at run time): the loop nest with a bounds check per tap.
 """
 
