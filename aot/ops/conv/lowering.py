@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aot.ir.graph import Node
+from aot.ir.graph import Node, Tensor
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import conv_operands, fail, spatial_padding, window_output_size, window_steps
 from aot.ops.conv.algorithm import ConvAlgorithm, adopt_algorithm, choose_algorithm
@@ -40,7 +40,14 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
 
 def conv_geometry(node: Node) -> ConvGeometry:
     """The shape of the Conv `node`, its attributes checked against its operands."""
-    x, w, bias, y, nd = conv_operands(node, "convolution")
+    x, w, bias, y, _ = conv_operands(node, "convolution")
+    return window_geometry(node, x, w, bias, y)
+
+
+def window_geometry(node: Node, x: Tensor, w: Tensor, bias: Tensor | None, y: Tensor) -> ConvGeometry:
+    """The shape of a Conv-like `node` (Conv, ConvInteger, QLinearConv) over the operands given,
+    its attributes checked against them; x and w of the same rank, at least 3."""
+    nd = x.rank - 2
     batch, in_channels = x.shape[0], x.shape[1]
     out_channels, group_in = w.shape[0], w.shape[1]
     kernel = list(node.attr("kernel_shape", w.shape[2:]))

@@ -1,0 +1,352 @@
+"""ConvInteger and QLinearConv: integer convolutions, int32 accumulation of (x - x_zero_point) *
+(w - w_zero_point) (plus QLinearConv's int32 bias), then QLinearConv requantises per channel.
+
+Two forms, for constant weights and zero points (real models) and for the rest:
+
+* packed (1-D and 2-D, constant w and w_zero_point): w - w_zero_point is stored narrow
+  (integer_terms.narrow_weights) and x_zero_point * sum(w - w_zero_point) folded into an int32
+  bias. The input is read through a copy whose padding holds x_zero_point, so padded taps add
+  (x_zero_point - x_zero_point) * w = 0 as ONNX has it, and no tap is bounds-checked:
+  - dot: a channels-last copy (int8 x as uint8 x + 128: integer_terms.unsigned_byte), each
+    output a dot product over contiguous runs of (kernel column, channel), the weights packed
+    [M][kh][kw][C/group] to match;
+  - depthwise (one input channel per group): the planes (copied only to pad them), each output
+    row a vector loop over pixels, the taps' weights scalar locals;
+* direct (any rank, anything at run time): the loop nest with a bounds check per tap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from aot.ir.graph import Node, Tensor
+from aot.kernel.ir import (
+    INDEX,
+    Assign,
+    Buffer,
+    Const,
+    Declare,
+    Expr,
+    If,
+    Load,
+    Stmt,
+    Store,
+    const,
+    ge,
+    logical_and,
+    lt,
+)
+from aot.lowering.builder import KernelBuilder, View
+from aot.lowering.context import LoweringContext
+from aot.ops.attrs import fail, required_input
+from aot.ops.conv.geometry import ConvGeometry
+from aot.ops.conv.lowering import window_geometry
+from aot.ops.quantized.integer_terms import (
+    ACCUMULATOR,
+    PerIndex,
+    check_operand,
+    check_per_channel,
+    check_per_tensor,
+    check_scale,
+    check_zero_point,
+    minus,
+    multiplier_expr,
+    narrow_weights,
+    output_multiplier,
+    per_channel,
+    requantize,
+    scalar,
+    uniform,
+    unsigned_byte,
+    widened,
+    wrap_int32,
+)
+from aot.ops.registry import register
+from aot.ops.scratch import scratch_tensor
+
+# Taps of a depthwise kernel summed as one expression per output; larger kernels take the dot form.
+MAX_UNROLLED_TAPS = 49
+Finish = Callable[[Expr, Expr], Expr]  # (int32 accumulator, output channel) -> the output value
+StoreAt = Callable[[list[Expr], Expr], Stmt]  # (output index, value) -> the store of it
+
+
+@dataclass(frozen=True)
+class IntegerConv:
+    """A validated ConvInteger or QLinearConv."""
+
+    x: Tensor
+    w: Tensor
+    y: Tensor
+    x_zero_point: Tensor | None
+    w_zero_point: Tensor | None
+    bias: Tensor | None
+    geometry: ConvGeometry
+
+
+@register("ConvInteger")
+def lower_conv_integer(node: Node, ctx: LoweringContext) -> None:
+    conv = _integer_conv(node, x=0, w=1, x_zero_point=2, w_zero_point=3, bias=None)
+    if conv.y.dtype != np.int32:
+        raise fail(node, f"output {conv.y.name!r} has dtype {conv.y.dtype}; ConvInteger gives int32")
+    _lower(node, ctx, conv, lambda kb: lambda acc, m: acc)
+
+
+@register("QLinearConv")
+def lower_qlinear_conv(node: Node, ctx: LoweringContext) -> None:
+    conv = _integer_conv(node, x=0, w=3, x_zero_point=2, w_zero_point=5, bias=8)
+    scales = [required_input(node, i, what) for i, what in ((1, "x_scale"), (4, "w_scale"), (6, "y_scale"))]
+    for t, what in zip(scales, ("x_scale", "w_scale", "y_scale")):
+        check_scale(node, t, what)
+    x_scale, w_scale, y_scale = scales
+    y_zero_point = node.input(7)
+    check_operand(node, conv.y, "output")
+    check_zero_point(node, y_zero_point, conv.y, "y_zero_point")
+    check_per_tensor(node, x_scale, "x_scale")
+    check_per_tensor(node, y_scale, "y_scale")
+    check_per_tensor(node, y_zero_point, "y_zero_point")
+    check_per_channel(node, w_scale, conv.geometry.out_channels, "w_scale")
+    if conv.bias is not None and conv.bias.dtype != np.int32:
+        raise fail(node, f"bias {conv.bias.name!r} has dtype {conv.bias.dtype}; QLinearConv takes an int32 bias")
+    dtype = conv.y.dtype.name
+
+    def finish(kb: KernelBuilder) -> Finish:
+        multiplier = _multiplier(node, ctx, kb, x_scale, w_scale, y_scale)
+        zero_point = scalar(kb, y_zero_point, 0, dtype)
+        return lambda acc, m: requantize(acc, multiplier(m), zero_point, dtype)
+
+    _lower(node, ctx, conv, finish)
+
+
+def _multiplier(node: Node, ctx: LoweringContext, kb: KernelBuilder, x_scale: Tensor, w_scale: Tensor,
+                y_scale: Tensor) -> PerIndex:
+    """x_scale * w_scale / y_scale of an output channel, folded when the scales are constants."""
+    if all(t.is_constant for t in (x_scale, w_scale, y_scale)):
+        values = output_multiplier(*(np.asarray(t.data).reshape(-1) for t in (x_scale, w_scale, y_scale)))
+        if uniform(values):
+            return lambda m: const(float(values[0]), "float32")
+        view = kb.input(ctx.constant(values, f"{node.name}_multiplier"))
+        return lambda m: view.load([m])
+    x_s, y_s = scalar(kb, x_scale, 1.0, "float32"), scalar(kb, y_scale, 1.0, "float32")
+    w_s = per_channel(kb, w_scale, 1.0, "float32")
+    return lambda m: multiplier_expr(x_s, w_s(m), y_s)
+
+
+def _integer_conv(node: Node, x: int, w: int, x_zero_point: int, w_zero_point: int,
+                  bias: int | None) -> IntegerConv:
+    """The operands at these input positions, checked, with the convolution's geometry."""
+    xt, wt = required_input(node, x, "x"), required_input(node, w, "w")
+    y = node.outputs[0]
+    assert y is not None
+    check_operand(node, xt, "input")
+    check_operand(node, wt, "weight")
+    if xt.rank < 3 or wt.rank != xt.rank:
+        raise fail(node, f"x of rank {xt.rank} and w of rank {wt.rank} do not form a convolution")
+    x_zp, w_zp = node.input(x_zero_point), node.input(w_zero_point)
+    check_zero_point(node, x_zp, xt, "x_zero_point")
+    check_zero_point(node, w_zp, wt, "w_zero_point")
+    check_per_tensor(node, x_zp, "x_zero_point")
+    check_per_channel(node, w_zp, wt.shape[0], "w_zero_point")
+    b = node.input(bias) if bias is not None else None
+    geometry = window_geometry(node, xt, wt, b, y)
+    return IntegerConv(xt, wt, y, x_zp, w_zp, b, geometry)
+
+
+def _lower(node: Node, ctx: LoweringContext, conv: IntegerConv, finish_for: Callable[[KernelBuilder], Finish]) -> None:
+    kb = ctx.builder(node)
+    final, epilogue = ctx.epilogue(node, kb)
+    yv = kb.output(final)
+
+    def store(idx: list[Expr], value: Expr) -> Stmt:
+        return yv.store(idx, epilogue.apply(value, idx))
+
+    finish = finish_for(kb)
+    g = conv.geometry
+    packed = conv.w.is_constant and (conv.w_zero_point is None or conv.w_zero_point.is_constant) \
+        and g.nd <= 2 and min(g.pad_begin + g.pad_end) >= 0
+    if packed:
+        ctx.emit(kb, _packed(node, ctx, kb, conv, finish, store))
+    else:
+        ctx.emit(kb, _direct(kb, conv, finish, store))
+
+
+def _direct(kb: KernelBuilder, conv: IntegerConv, finish: Finish, store: StoreAt) -> list[Stmt]:
+    """Every output's taps summed in a loop nest, each (x - x_zero_point) * (w - w_zero_point)
+    computed in int32; a tap in the padding is skipped (it adds 0)."""
+    g = conv.geometry
+    xv, wv = kb.input(conv.x), kb.input(conv.w)
+    x_zp = scalar(kb, conv.x_zero_point, 0, conv.x.dtype.name)
+    w_zp = per_channel(kb, conv.w_zero_point, 0, conv.w.dtype.name)
+    bias = kb.input(conv.bias) if conv.bias is not None else None
+    per_group = g.out_channels // g.groups
+
+    def body(idx: list[Expr]) -> list[Stmt]:
+        n, group, m, *o = idx
+        oc = group * per_group + m
+        acc = kb.var("acc", ACCUMULATOR)
+
+        def tap(red: list[Expr]) -> list[Stmt]:
+            c, *k = red
+            pos = [oi * s - pb + ki * d for oi, ki, s, pb, d in zip(o, k, g.strides, g.pad_begin, g.dilations)]
+            inside: Expr = const(True, "bool")
+            for p, size, pb, pe in zip(pos, g.in_spatial, g.pad_begin, g.pad_end):
+                if pb > 0:
+                    inside = logical_and(inside, ge(p, const(0, INDEX)))
+                if pe > 0 or pb > 0:
+                    inside = logical_and(inside, lt(p, const(size, INDEX)))
+            product = minus(xv.load([n, group * g.group_in + c, *pos]), x_zp) * minus(wv.load([oc, c, *k]), w_zp(oc))
+            update: Stmt = Assign(acc, acc + product)
+            return [update] if isinstance(inside, Const) and inside.value is True else [If(inside, [update])]
+
+        init = bias.load([oc]) if bias is not None else const(0, ACCUMULATOR)
+        return [Declare(acc, init), *kb.loops([g.group_in, *g.kernel], tap, prefix="r"),
+                store([n, oc, *o], finish(acc, oc))]
+
+    return kb.loops([g.batch, g.groups, per_group, *g.out_spatial], body)
+
+
+def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, finish: Finish,
+            store: StoreAt) -> list[Stmt]:
+    """The packed forms (module docstring): the weights' constants, the input's copy, the loops."""
+    g = conv.geometry.planar()
+    assert conv.w.data is not None
+    m_count = g.out_channels
+    w_zp = np.zeros(m_count, np.int64) if conv.w_zero_point is None else \
+        np.broadcast_to(np.asarray(conv.w_zero_point.data, np.int64).reshape(-1), (m_count,))
+    weights = np.asarray(conv.w.data, np.int64).reshape(m_count, g.group_in, *g.kernel)
+    weights = weights - w_zp.reshape(-1, 1, 1, 1)
+    x_zp = scalar(kb, conv.x_zero_point, 0, conv.x.dtype.name)
+    sums = weights.reshape(m_count, -1).sum(axis=1)
+    taps = g.kernel[0] * g.kernel[1]
+    one_row = conv.geometry.nd == 1  # the output has no row index
+
+    def out_store(n: Expr, m: Expr, oh: Expr, ow: Expr, value: Expr) -> Stmt:
+        return store([n, m, ow] if one_row else [n, m, oh, ow], value)
+
+    if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS:
+        packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
+        copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
+        init = _folded_bias(node, ctx, kb, conv, sums, x_zp)
+        return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
+    packed_w = narrow_weights(np.ascontiguousarray(weights.transpose(0, 2, 3, 1)))  # [M][kh][kw][C/group]
+    packed = kb.input(ctx.constant(packed_w, conv.w.name)).buffer
+    if conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
+        x_zp = unsigned_byte(x_zp)
+    copy, image = _channels_last(node, ctx, kb, conv.x, g, x_zp)
+    return copy + _dot(kb, g, image, packed, _folded_bias(node, ctx, kb, conv, sums, x_zp), finish, out_store)
+
+
+def _folded_bias(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, weight_sums: np.ndarray,
+                 x_zp: Expr) -> PerIndex:
+    """The accumulator's start per output channel: bias - x_zero_point * sum(w - w_zero_point),
+    one int32 constant when bias and zero point are constants, else computed from them."""
+    bias = conv.bias
+    if isinstance(x_zp, Const) and (bias is None or bias.is_constant):
+        values = -int(x_zp.value) * weight_sums
+        if bias is not None:
+            values = values + np.asarray(bias.data, np.int64).reshape(-1)
+        folded = wrap_int32(values)
+        if uniform(folded):
+            return lambda m: const(int(folded[0]), ACCUMULATOR)
+        view = kb.input(ctx.constant(folded, f"{node.name}_bias"))
+        return lambda m: view.load([m])
+    sums = kb.input(ctx.constant(wrap_int32(weight_sums), f"{node.name}_weight_sums"))
+    bias_view = kb.input(bias) if bias is not None else None
+
+    def start(m: Expr) -> Expr:
+        correction = widened(x_zp) * sums.load([m])
+        return bias_view.load([m]) - correction if bias_view is not None else -correction
+
+    return start
+
+
+def _planes(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, g: ConvGeometry,
+            fill: Expr) -> tuple[list[Stmt], View]:
+    """The input viewed as [n][c][row][column], or, when the convolution pads, a copy of it with
+    the padding filled with `fill` (the zero point)."""
+    (in_h, in_w), (top, left) = g.in_spatial, g.pad_begin
+    src = View(kb.input(x).buffer, (g.batch, g.channels, in_h, in_w))
+    if not g.padded:
+        return [], src
+    hp, wp = g.padded_hw
+    planes = kb.output(scratch_tensor(ctx, node, (g.batch, g.channels, hp, wp), x.dtype, "padded"))
+    return _filled(kb, planes.buffer, fill) + kb.loops(
+        [g.batch, g.channels, in_h, in_w], lambda i: [planes.store([i[0], i[1], i[2] + top, i[3] + left],
+                                                                   src.load(i))], prefix="s"), planes
+
+
+def _channels_last(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, g: ConvGeometry,
+                   fill: Expr) -> tuple[list[Stmt], View]:
+    """A copy of the input as [n][row][column][channel] with the padding filled with `fill`, in
+    fill's type (uint8 for int8 x: then the copy holds x + 128)."""
+    (in_h, in_w), (top, left) = g.in_spatial, g.pad_begin
+    hp, wp = g.padded_hw
+    src = View(kb.input(x).buffer, (g.batch, g.channels, in_h, in_w))
+    image = kb.output(scratch_tensor(ctx, node, (g.batch, hp, wp, g.channels), fill.dtype, "channels_last"))
+    fills = _filled(kb, image.buffer, fill) if g.padded else []
+
+    def copy(i: list[Expr]) -> list[Stmt]:
+        value = src.load([i[0], i[3], i[1], i[2]])
+        return [image.store([i[0], i[1] + top, i[2] + left, i[3]], value if value.dtype == fill.dtype else
+                            unsigned_byte(value))]
+
+    return fills + kb.loops([g.batch, in_h, in_w, g.channels], copy, prefix="s"), image
+
+
+def _filled(kb: KernelBuilder, buffer: Buffer, fill: Expr) -> list[Stmt]:
+    return kb.loops([buffer.size], lambda i: [Store(buffer, i[0], fill)], prefix="z")
+
+
+def _depthwise(kb: KernelBuilder, g: ConvGeometry, planes: View, weights: Buffer, init: PerIndex, finish: Finish,
+               store: Callable[[Expr, Expr, Expr, Expr, Expr], Stmt]) -> list[Stmt]:
+    """One input channel per group: per output channel, its taps' weights and start as locals,
+    then each output row a loop over pixels summing the taps (vectorised along the row)."""
+    (k_h, k_w), (s_h, s_w), (d_h, d_w) = g.kernel, g.strides, g.dilations
+    per_group = g.out_channels // g.groups
+    (out_h, out_w), taps = g.out_spatial, [(kh, kw) for kh in range(k_h) for kw in range(k_w)]
+
+    def channel(idx: list[Expr]) -> list[Stmt]:
+        n, group, j = idx
+        m = group * per_group + j
+        locals_ = [kb.var("w", ACCUMULATOR) for _ in taps]
+        start = kb.var("start", ACCUMULATOR)
+        decls: list[Stmt] = [Declare(v, widened(Load(weights, m * len(taps) + t))) for t, v in enumerate(locals_)]
+        decls.append(Declare(start, init(m)))
+
+        def pixel(o: list[Expr]) -> list[Stmt]:
+            oh, ow = o
+            acc: Expr = start
+            for (kh, kw), w in zip(taps, locals_):
+                acc = acc + widened(planes.load([n, group, oh * s_h + kh * d_h, ow * s_w + kw * d_w])) * w
+            return [store(n, m, oh, ow, finish(acc, m))]
+
+        return decls + kb.loops([out_h, out_w], pixel, prefix="p")
+
+    return kb.loops([g.batch, g.groups, per_group], channel)
+
+
+def _dot(kb: KernelBuilder, g: ConvGeometry, image: View, weights: Buffer, init: PerIndex, finish: Finish,
+         store: Callable[[Expr, Expr, Expr, Expr, Expr], Stmt]) -> list[Stmt]:
+    """Each output a dot product of the weights [kh][kw][c] with the window of the channels-last
+    image; without groups or column dilation a window row (kw, c) is one contiguous run."""
+    (k_h, k_w), (s_h, s_w), (d_h, d_w) = g.kernel, g.strides, g.dilations
+    per_group, group_in = g.out_channels // g.groups, g.group_in
+    run = k_w * group_in if d_w == 1 and group_in == g.channels else group_in
+
+    def output(idx: list[Expr]) -> list[Stmt]:
+        n, oh, ow, group, j = idx
+        m = group * per_group + j
+        acc = kb.var("acc", ACCUMULATOR)
+
+        def step(red: list[Expr]) -> list[Stmt]:
+            kh, kw, r = red
+            x_at = image.index([n, oh * s_h + kh * d_h, ow * s_w + kw * d_w, group * group_in]) + r
+            w_at = ((m * k_h + kh) * k_w + kw) * group_in + r
+            return [Assign(acc, acc + widened(Load(image.buffer, x_at)) * widened(Load(weights, w_at)))]
+
+        reduction = kb.loops([k_h, 1 if run > group_in else k_w, run], step, prefix="r")
+        return [Declare(acc, init(m)), *reduction, store(n, m, oh, ow, finish(acc, m))]
+
+    return kb.loops([g.batch, *g.out_spatial, g.groups, per_group], output)
