@@ -61,22 +61,25 @@ def test_dequantize_fuses_with_the_float_ops_after_it() -> None:
     np.testing.assert_array_equal(run_aot(model, {"q": q})["y"], run_onnxruntime(model, {"q": q})["y"])
 
 
-def _qdq_conv_model(activation: str = "") -> tuple:
+def _qdq_conv_model(activation: str = "", bias_scale: float | None = None) -> tuple:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
     w = rng.integers(-127, 128, (6, 4, 3, 3)).astype(np.int8)
     inits = {"xs": np.array(0.03, np.float32), "xz": np.array(-3, np.int8),
              "w": w, "ws": rng.uniform(0.001, 0.01, 6).astype(np.float32), "wz": np.zeros(6, np.int8),
-             "b": rng.integers(-500, 500, 6).astype(np.int32), "bs": np.array(0.03 * 0.005, np.float32),
+             "b": rng.integers(-500, 500, 6).astype(np.int32),
              "ys": np.array(0.05, np.float32), "yz": np.array(5, np.int8)}
     nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
-             helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"]),
+             helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], axis=0),
              helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
              *_activation(activation, "c", "a"),
              helper.make_node("QuantizeLinear", ["a" if activation else "c", "ys", "yz"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    # The bias's scale is x_scale * w_scale, as quantisers write it; `bias_scale` another one.
+    inits["bs"] = (np.float32(0.03) * inits["ws"]).astype(np.float32) if bias_scale is None else \
+        np.full(6, bias_scale, np.float32)
     if activation == "Clip":
         inits.update(lo=np.array(0.0, np.float32), hi=np.array(2.0, np.float32))
     return make_model(nodes, {"x": x}, ["y"], inits, opset=13), {"x": x}
@@ -99,8 +102,9 @@ def test_qdq_conv_becomes_one_integer_conv() -> None:
     assert conv.inputs[3] is not None and conv.inputs[3].dtype == np.int8  # the weights stay int8
 
 
-def test_qdq_conv_matches_onnxruntime() -> None:
-    model, inputs = _qdq_conv_model()
+@pytest.mark.parametrize("bias_scale", [None, 1.5e-4], ids=["product_scale", "own_scale"])
+def test_qdq_conv_matches_onnxruntime(bias_scale: float | None) -> None:
+    model, inputs = _qdq_conv_model(bias_scale=bias_scale)
     ours, ref = run_aot(model, inputs), run_onnxruntime(model, inputs)
     step = 0.05
     result = compare("y", ours["y"], ref["y"], 1e-4, step)
@@ -155,7 +159,8 @@ def test_inspect_and_report_say_which_nodes_run_in_int8(tmp_path: Path) -> None:
     precision = inspected["precision"]
     assert [n["op"] for n in precision["int8_nodes"]] == ["QLinearConv"]
     assert precision["float_nodes"] == []
-    assert precision["weight_bytes_by_dtype"]["int8"] == 6 * 4 * 3 * 3  # the weights stay int8
+    weights = precision["weight_bytes_by_dtype"]
+    assert weights["int8"] >= 6 * 4 * 3 * 3 > weights.get("float32", 0)  # the weights stay int8
     text = aot("inspect", str(path)).stdout
     assert "Precision" in text and "QLinearConv 1" in text
     report = tmp_path / "report.html"

@@ -12,10 +12,10 @@ from aot.ops import (  # noqa: F401
     normalization,
     norms,
     pool,
-    quantized,
     recurrent,
     reduce,
     resize,
     shape_ops,
     softmax,
 )
+from aot.ops.quantized import dynamic, integer_conv, integer_matmul, linear  # noqa: F401

@@ -200,8 +200,22 @@ class _Rewriter:
         inputs = [x.values, x.scale, self.zero_point(x), w.values, w.scale, self.zero_point(w), out.scale,
                   self.zero_point(out)]
         if b is not None:
-            inputs.append(b.values)
+            inputs.append(self.bias_at_product_scale(b, x, w))
         self.replace_group(node, "QLinearConv", inputs, out, dict(node.attrs))
+
+    def bias_at_product_scale(self, bias: Quantization, x: Quantization, w: Quantization) -> Tensor:
+        """The int32 bias in units of x_scale * w_scale, which the integer op adds to its sums:
+        the bias's own values when its scale is that product (as quantisers write it), else
+        rescaled to it and rounded (an error below half a unit of the sums' scale)."""
+        assert bias.values.data is not None and bias.scale.data is not None
+        product = np.float32(_value(x.scale)) * np.asarray(w.scale.data, np.float32).reshape(-1)
+        scale = np.asarray(bias.scale.data, np.float32).reshape(-1)
+        if np.allclose(scale, product, rtol=1e-6, atol=0.0):
+            return bias.values
+        real = bias.values.data.astype(np.float64).reshape(-1) * scale
+        rescaled = np.clip(np.rint(real / product), np.iinfo(np.int32).min, np.iinfo(np.int32).max)
+        return self.graph.add_constant(rescaled.astype(np.int32).reshape(bias.values.shape),
+                                       f"{bias.values.name}_at_product_scale")
 
     def matmul(self, node: Node) -> None:
         a, b, out = dequantized(node.input(0)), dequantized(node.input(1)), quantized_by(self.graph, node.outputs[0])
@@ -230,8 +244,9 @@ class _Rewriter:
             return
         if float(node.attr("beta", 1.0)) != 1.0 or (c is not None and (c.values.dtype != np.int32 or _zero_value(c))):
             return
+        bias = self.bias_at_product_scale(c, a, b) if c is not None else None
         inputs: list[Tensor | None] = [a.values, a.scale, self.zero_point(a), b.values, b.scale, self.zero_point(b),
-                                       c.values if c is not None else None, out.scale, self.zero_point(out)]
+                                       bias, out.scale, self.zero_point(out)]
         attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "transA", "transB")}
         self.replace_group(node, "QGemm", inputs, out, attrs, CONTRIB)
 

@@ -1,4 +1,4 @@
-"""Quantised ops: the integer <-> real mapping (arithmetic.py) and the ONNX ops built on it.
-Importing this package registers them all."""
-
-from aot.ops.quantized import dynamic, integer_conv, integer_matmul, linear  # noqa: F401
+"""Quantised ops: the integer <-> real mapping (arithmetic.py) and the ONNX ops built on it. The
+op modules are registered by aot/ops/__init__.py, not here: the float products import
+weights.py from this package, and a package that imported its ops would import the convolutions
+from inside their own import."""
