@@ -32,6 +32,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from aot.errors import ModelLoadError
+from aot.frontend.contrib_shapes import add_contrib_shapes
 from aot.frontend.initializers import initializer_array
 from aot.frontend.loader import default_opset, one_line
 from aot.ir.sizes import element_count, too_many_elements
@@ -191,12 +192,25 @@ def fold_static_subgraphs(model: onnx.ModelProto, source: str, keep_nodes: bool 
     tests of the ops' own lowerings, and for outputs of every tensor). `stored`: the value_info
     forget_stale_shapes dropped, taken back where inference cannot size a tensor."""
     for _ in range(_MAX_ROUNDS):
-        model = infer_shapes(model, source)
+        model = _infer_with_contrib(model, source)
         if stored and _restore_stored_shapes(model, stored):
-            model = infer_shapes(model, source)
+            model = _infer_with_contrib(model, source)
         if not _fold_once(model, source, keep_nodes):
             return model
-    return infer_shapes(model, source)
+    return _infer_with_contrib(model, source)
+
+
+def _infer_with_contrib(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """onnx's inference, and the com.microsoft ops' rules (contrib_shapes.py) it does not know,
+    in turn until neither sizes another tensor: the ai.onnx nodes after a QLinearAdd are sized
+    once its output is. Each turn sizes at least one more tensor, so there are at most as many
+    turns as nodes."""
+    model = infer_shapes(model, source)
+    for _ in range(len(model.graph.node)):
+        if not add_contrib_shapes(model, source):
+            break
+        model = infer_shapes(model, source)
+    return model
 
 
 def _static_shape(type_proto: onnx.TypeProto) -> tuple[int, ...] | None:

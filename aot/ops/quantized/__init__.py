@@ -1,4 +1,5 @@
-"""Quantised ops: the integer <-> real mapping (arithmetic.py) and the ONNX ops built on it.
-Importing this package registers them all."""
+"""Quantised ops: the integer <-> real mapping (arithmetic.py) and the ONNX ops built on it:
+ai.onnx's QuantizeLinear and DequantizeLinear, and the com.microsoft QLinear ops and QGemm that
+onnxruntime.quantization writes in QOperator format. Importing this package registers them all."""
 
-from aot.ops.quantized import linear  # noqa: F401
+from aot.ops.quantized import linear, qlinear_elementwise  # noqa: F401

@@ -1,0 +1,187 @@
+"""Output shapes and types of the com.microsoft ops aot compiles, which onnx's shape inference
+does not know (it has no com.microsoft schemas and leaves their outputs unsized).
+
+onnxruntime.quantization writes these ops in QOperator format (QLinearAdd, QLinearConcat,
+QGemm ...). Each rule below gives a node's output type from its inputs' static types, the way
+onnxruntime's schemas infer them; shape_folding.py applies them between rounds of onnx's
+inference, so that the ai.onnx nodes after them (a DequantizeLinear, a Flatten) are sized too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from aot.errors import ModelLoadError, NodeError
+from aot.ir.graph import Node
+from aot.ops.attrs import spatial_padding, window_output_size, window_steps
+
+MS_DOMAIN = "com.microsoft"
+# A tensor's static type: (ONNX element type, shape).
+StaticType = tuple[int, tuple[int, ...]]
+Rule = Callable[[onnx.NodeProto, list[StaticType | None]], StaticType]
+
+
+class _Unsized(Exception):
+    """The rule needs an input whose type is not known yet."""
+
+
+def _known(inputs: list[StaticType | None], index: int) -> StaticType:
+    found = inputs[index] if index < len(inputs) else None
+    if found is None:
+        raise _Unsized
+    return found
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return f"node {node.name or node.op_type!r} ({node.op_type})"
+
+
+def _broadcast(node: onnx.NodeProto, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(a, b))
+    except ValueError:
+        raise NodeError(_label(node), f"inputs of shapes {list(a)} and {list(b)} do not broadcast") from None
+
+
+def _binary(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+    """QLinearAdd, QLinearMul: A (0) and B (3) broadcast; C of their type."""
+    a, b = _known(inputs, 0), _known(inputs, 3)
+    return a[0], _broadcast(node, a[1], b[1])
+
+
+def _unary(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+    return _known(inputs, 0)
+
+
+def _concat(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+    """QLinearConcat: Y_scale, Y_zero_point, then (X, scale, zero point) per input."""
+    parts = [_known(inputs, i) for i in range(2, len(inputs), 3)]
+    if not parts:
+        raise NodeError(_label(node), "has no inputs to concatenate")
+    rank = len(parts[0][1])
+    axis = int(_attrs(node).get("axis", 0))
+    if not -rank <= axis < max(rank, 1):
+        raise NodeError(_label(node), f"axis {axis} is out of range for rank {rank}")
+    axis %= max(rank, 1)
+    first = parts[0][1]
+    for _, shape in parts[1:]:
+        if len(shape) != rank or any(s != f for d, (s, f) in enumerate(zip(shape, first)) if d != axis):
+            raise NodeError(_label(node), f"input shapes {[list(p[1]) for p in parts]} differ off axis {axis}")
+    out = list(first)
+    out[axis] = sum(shape[axis] for _, shape in parts)
+    return parts[0][0], tuple(out)
+
+
+def _spatial(node: onnx.NodeProto, shape: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
+    if len(shape) < 3:
+        raise NodeError(_label(node), f"input rank {len(shape)}: expected N x C x spatial...")
+    channels_last = int(_attrs(node).get("channels_last", 0)) == 1
+    return (shape[1:-1] if channels_last else shape[2:]), channels_last
+
+
+def _with_spatial(shape: tuple[int, ...], spatial: tuple[int, ...], channels_last: bool) -> tuple[int, ...]:
+    if channels_last:
+        return (shape[0], *spatial, shape[-1])
+    return (shape[0], shape[1], *spatial)
+
+
+def _global_pool(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+    elem, shape = _known(inputs, 0)
+    spatial, channels_last = _spatial(node, shape)
+    return elem, _with_spatial(shape, (1,) * len(spatial), channels_last)
+
+
+def _average_pool(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+    """QLinearAveragePool: the ONNX pool window arithmetic (aot/ops/attrs.py), channels first or last."""
+    elem, shape = _known(inputs, 0)
+    spatial, channels_last = _spatial(node, shape)
+    view = Node(node.op_type, node.name or node.op_type, [], [], _attrs(node), node.domain)
+    kernel = [int(k) for k in view.attr("kernel_shape", [])]
+    if len(kernel) != len(spatial) or any(k < 1 for k in kernel):
+        raise NodeError(_label(node), f"kernel_shape {kernel} does not match {len(spatial)} spatial dimensions")
+    strides, dilations = window_steps(view, spatial)
+    begin, end = spatial_padding(view, spatial, kernel, strides, dilations)
+    out = window_output_size(view, spatial, kernel, strides, dilations, begin, end)
+    if min(out, default=1) < 1:
+        raise NodeError(_label(node), f"window {kernel} does not fit the input's spatial shape {list(spatial)}")
+    return elem, _with_spatial(shape, out, channels_last)
+
+
+def _gemm(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+    """QGemm: Y = A' B' of shape [M, N]; quantised like y_zero_point (8) if given, else float."""
+    (_, a), (_, b) = _known(inputs, 0), _known(inputs, 3)
+    if len(a) != 2 or len(b) != 2:
+        raise NodeError(_label(node), f"A {list(a)} and B {list(b)} must be matrices")
+    attrs = _attrs(node)
+    m, k = (a[1], a[0]) if int(attrs.get("transA", 0)) else a
+    k_b, n = (b[1], b[0]) if int(attrs.get("transB", 0)) else b
+    if k != k_b:
+        raise NodeError(_label(node), f"A {list(a)} and B {list(b)} do not multiply (transA {attrs.get('transA', 0)}, "
+                                      f"transB {attrs.get('transB', 0)})")
+    elem = _known(inputs, 8)[0] if len(node.input) > 8 and node.input[8] else onnx.TensorProto.FLOAT
+    return elem, (m, n)
+
+
+RULES: dict[str, Rule] = {
+    "QLinearAdd": _binary, "QLinearMul": _binary,
+    "QLinearSigmoid": _unary, "QLinearLeakyRelu": _unary,
+    "QLinearConcat": _concat,
+    "QLinearGlobalAveragePool": _global_pool, "QLinearAveragePool": _average_pool,
+    "QGemm": _gemm,
+}
+
+
+def _static(type_proto: onnx.TypeProto) -> StaticType | None:
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    tt = type_proto.tensor_type
+    if not tt.elem_type or not all(d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim):
+        return None
+    return tt.elem_type, tuple(int(d.dim_value) for d in tt.shape.dim)
+
+
+def _known_types(model: onnx.ModelProto) -> dict[str, StaticType]:
+    graph = model.graph
+    types = {t.name: (t.data_type, tuple(int(d) for d in t.dims)) for t in graph.initializer}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        found = _static(vi.type)
+        if found is not None:
+            types.setdefault(vi.name, found)
+    return types
+
+
+def add_contrib_shapes(model: onnx.ModelProto, source: str) -> bool:
+    """Give each output of a com.microsoft node of RULES its type, in graph order (a chain of them
+    is sized in one pass), where its inputs' types are known and its own is not; True if any was
+    added. A graph output's declared type is replaced only when it has no static shape."""
+    graph = model.graph
+    types = _known_types(model)
+    outputs = {vi.name: vi for vi in graph.output}
+    added = False
+    for node in graph.node:
+        rule = RULES.get(node.op_type) if node.domain == MS_DOMAIN else None
+        if rule is None or not node.output or not node.output[0] or node.output[0] in types:
+            continue
+        try:
+            elem, shape = rule(node, [types.get(name) if name else None for name in node.input])
+        except _Unsized:
+            continue
+        except NodeError as e:
+            raise ModelLoadError(f"{source}: {e}") from e
+        name = node.output[0]
+        types[name] = (elem, shape)
+        info = helper.make_tensor_value_info(name, elem, list(shape))
+        if name in outputs:
+            outputs[name].type.CopyFrom(info.type)
+        else:
+            graph.value_info.append(info)
+        added = True
+    return added
