@@ -37,7 +37,9 @@ def _known(inputs: list[StaticType | None], index: int) -> StaticType:
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    """The node's attributes, strings as text (as the importer gives them to the lowerings)."""
+    values = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v for k, v in values.items()}
 
 
 def _label(node: onnx.NodeProto) -> str:
