@@ -160,6 +160,19 @@ def _known_types(model: onnx.ModelProto) -> dict[str, StaticType]:
     return types
 
 
+def _check_declared(node: onnx.NodeProto, name: str, declared: StaticType, computed: StaticType,
+                    source: str) -> None:
+    """A graph output's declared type must be the one its node computes (as check_declared_outputs
+    in shape_folding.py requires of ai.onnx nodes): the kernels are sized by it."""
+    if declared != computed:
+        raise ModelLoadError(f"{source}: {_label(node)}: graph output {name!r} is declared {_type_text(declared)} "
+                             f"but the node computes {_type_text(computed)}")
+
+
+def _type_text(t: StaticType) -> str:
+    return f"{onnx.TensorProto.DataType.Name(t[0]).lower()} {list(t[1])}"
+
+
 def add_contrib_shapes(model: onnx.ModelProto, source: str) -> bool:
     """Give each output of a com.microsoft node of RULES its type, in graph order (a chain of them
     is sized in one pass), where its inputs' types are known and its own is not; True if any was
@@ -170,15 +183,21 @@ def add_contrib_shapes(model: onnx.ModelProto, source: str) -> bool:
     added = False
     for node in graph.node:
         rule = RULES.get(node.op_type) if node.domain == MS_DOMAIN else None
-        if rule is None or not node.output or not node.output[0] or node.output[0] in types:
+        if rule is None or not node.output or not node.output[0]:
             continue
+        name = node.output[0]
+        declared = types.get(name)
+        if declared is not None and name not in outputs:
+            continue  # sized by an earlier pass
         try:
             elem, shape = rule(node, [types.get(name) if name else None for name in node.input])
         except _Unsized:
             continue
         except NodeError as e:
             raise ModelLoadError(f"{source}: {e}") from e
-        name = node.output[0]
+        if declared is not None:
+            _check_declared(node, name, declared, (elem, shape), source)
+            continue
         types[name] = (elem, shape)
         info = helper.make_tensor_value_info(name, elem, list(shape))
         if name in outputs:
