@@ -68,6 +68,12 @@ def lower_qgemm(node: Node, ctx: LoweringContext) -> None:
                          f"{[m, n]}")
     alpha = np.float32(node.attr("alpha", 1.0))
 
+    if b.is_constant and not trans_b:
+        # A weight is stored as B' (N x K) at compile time: each output's sum then reads a row of
+        # A and a row of B', both contiguous, which the compilers vectorise (an 8 x 768 x 3072
+        # QGemm read B as given, a stride-N load per step, in 24.7 ms; from B', 1.4 ms).
+        assert b.data is not None
+        b, trans_b = ctx.constant(np.ascontiguousarray(b.data.T), f"{b.name}_transposed"), 1
     kb = ctx.builder(node)
     av, bv, yv = kb.input(a), kb.input(b), kb.output(y)
 
