@@ -281,3 +281,56 @@ def test_wrongly_declared_contrib_output_is_refused() -> None:
     with pytest.raises(ModelLoadError, match=r"'c' is declared int8 \[4, 32, 32\] but the node computes int8 "
                                              r"\[4, 32, 64\]"):
         import_model(model)
+
+
+def float_model_for_quantization(path: Path) -> None:
+    """Add, Mul, Sigmoid, LeakyRelu, AveragePool, Concat, GlobalAveragePool, Flatten, Gemm: each
+    of them but Flatten has a com.microsoft QOperator form."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Add", ["x", "c1"], ["a"]),
+        helper.make_node("Mul", ["a", "x"], ["m"]),
+        helper.make_node("Sigmoid", ["m"], ["s"]),
+        helper.make_node("LeakyRelu", ["a"], ["l"], alpha=0.1),
+        helper.make_node("AveragePool", ["l"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["s", "p"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "w", "bias"], ["y"]),
+    ]
+    inits = {"c1": rng.normal(size=(1, 16, 1, 1)), "w": rng.normal(size=(32, 10)) * 0.2, "bias": rng.normal(size=10)}
+    graph = helper.make_graph(nodes, "float", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                              [numpy_helper.from_array(v.astype(np.float32), n) for n, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
+def test_quantize_static_qoperator_model_matches_onnxruntime(activations: str, backend: str, tmp_path: Path) -> None:
+    """What onnxruntime.quantization.quantize_static writes in QOperator format (opset imports ""
+    and com.microsoft 1) loads, compiles and gives onnxruntime's outputs."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    float_model_for_quantization(tmp_path / "float.onnx")
+    rng = np.random.default_rng(1)
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter([{"x": rng.normal(size=(1, 16, 8, 8)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.batches, None)
+
+    quantization.quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "q.onnx"), Calibration(),
+                                 quant_format=quantization.QuantFormat.QOperator,
+                                 activation_type=getattr(quantization.QuantType, activations),
+                                 weight_type=quantization.QuantType.QInt8)
+    model = onnx.load(tmp_path / "q.onnx")
+    assert {(n.domain, n.op_type) for n in model.graph.node} >= {(MS, op) for op in (
+        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearConcat",
+        "QLinearGlobalAveragePool", "QGemm")}
+    inputs = {"x": rng.normal(size=(1, 16, 8, 8)).astype(np.float32)}
+    ours, ref = run_aot(model, inputs, backend=backend), run_onnxruntime(model, inputs)
+    np.testing.assert_array_equal(ours["y"], ref["y"])
