@@ -180,14 +180,20 @@ def qgemm_case(dtype: type, case: str) -> tuple[onnx.ModelProto, dict[str, np.nd
     elif case == "float-out":
         inits["c"] = rng.integers(-3000, 3000, (7, 10), dtype=np.int32)
         names, out_type = names[:6] + ["c"], TensorProto.FLOAT
+    inputs = {"a": a}
+    if case == "b-fed-at-run-time":  # per-column zero points subtracted in the sum, not folded
+        inputs["b"] = inits.pop("b")
+        inits["bs"] = rng.uniform(0.005, 0.02, 10).astype(np.float32)
+        inits["bz"] = (rng.integers(-5, 5, 10) if dtype == np.int8 else rng.integers(120, 136, 10)).astype(dtype)
     node = helper.make_node("QGemm", names, ["y"], domain=MS, **attrs)
     used = {k: v for k, v in inits.items() if k in names}
-    return contrib_model([node], {"a": a}, {"y": out_type}, used), {"a": a}
+    return contrib_model([node], inputs, {"y": out_type}, used), inputs
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["int8", "uint8"])
-@pytest.mark.parametrize("case", ["plain", "transposed-a", "transposed-bias-per-column", "float-out"])
+@pytest.mark.parametrize("case", ["plain", "transposed-a", "transposed-bias-per-column", "float-out",
+                                  "b-fed-at-run-time"])
 def test_qgemm_matches_onnxruntime(case: str, dtype: type, backend: str) -> None:
     model, inputs = qgemm_case(dtype, case)
     assert_quantized_matches(model, inputs, backend)

@@ -12,12 +12,13 @@ b_zero_point are per tensor or one per column of B'.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, Stmt, cast, const, unary
-from aot.lowering.builder import View
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
 from aot.ops.quantized.arithmetic import saturate
@@ -68,22 +69,16 @@ def lower_qgemm(node: Node, ctx: LoweringContext) -> None:
                          f"{[m, n]}")
     alpha = np.float32(node.attr("alpha", 1.0))
 
-    if b.is_constant and not trans_b:
-        # A weight is stored as B' (N x K) at compile time: each output's sum then reads a row of
-        # A and a row of B', both contiguous, which the compilers vectorise (an 8 x 768 x 3072
-        # QGemm read B as given, a stride-N load per step, in 24.7 ms; from B', 1.4 ms).
-        assert b.data is not None
-        b, trans_b = ctx.constant(np.ascontiguousarray(b.data.T), f"{b.name}_transposed"), 1
     kb = ctx.builder(node)
-    av, bv, yv = kb.input(a), kb.input(b), kb.output(y)
 
     def scalar(p: QuantParam) -> Expr:
         return p.expr(lambda t: kb.input(t).load_flat(const(0, INDEX)))
 
-    a_scale = scalar(scale_param(node, 1, "a_scale"))
     a_zero = cast(scalar(zero_point_param(node, 2, "a_zero_point", a_dtype)), "int32")
+    dot = _folded_weights(node, ctx, kb, b, trans_b, a_zero) or _dot_product(node, kb, b, trans_b, b_dtype, a_zero, n)
+    av, yv = kb.input(a), kb.output(y)
+    a_scale = scalar(scale_param(node, 1, "a_scale"))
     b_scale = _per_column(node, 4, "b_scale", "float32", n, kb.input)
-    b_zero = _per_column(node, 5, "b_zero_point", b_dtype, n, kb.input)
     y_scale = scalar(scale_param(node, 7, "y_scale")) if node.input(7) is not None else None
     y_zero = scalar(zero_point_param(node, 8, "y_zero_point", out_dtype)) if quantized_out else None
     cv = kb.input(bias).broadcast_to((m, n)) if bias is not None else None
@@ -91,12 +86,9 @@ def lower_qgemm(node: Node, ctx: LoweringContext) -> None:
     def body(idx: list[Expr]) -> list[Stmt]:
         i, j = idx
         acc = kb.var("acc", "int32")
-        zb = cast(b_zero(j), "int32")
 
         def step(r: list[Expr]) -> list[Stmt]:
-            x = cast(av.load([r[0], i] if trans_a else [i, r[0]]), "int32") - a_zero
-            w = cast(bv.load([j, r[0]] if trans_b else [r[0], j]), "int32") - zb
-            return [Assign(acc, acc + x * w)]
+            return [Assign(acc, acc + dot.term(av.load([r[0], i] if trans_a else [i, r[0]]), j, r[0]))]
 
         start = cast(cv.load(idx), "int32") if cv is not None else const(0, "int32")
         multiplier = const(float(alpha), "float32") * a_scale * b_scale(j)
@@ -105,9 +97,61 @@ def lower_qgemm(node: Node, ctx: LoweringContext) -> None:
         value = cast(acc, "float32") * multiplier
         if y_zero is not None:
             value = saturate(unary("round_even", value) + cast(y_zero, "float32"), out_dtype)
-        return [Declare(acc, start), *kb.loops([k], step, prefix="r"), yv.store(idx, value)]
+        return [Declare(acc, dot.start(start, j)), *kb.loops([k], step, prefix="r"), yv.store(idx, value)]
 
     ctx.emit(kb, kb.loops([m, n], body))
+
+
+@dataclass(frozen=True)
+class _Dot:
+    """How sum_k (A[i, k] - a_zero_point)(B'[j, k] - b_zero_point[j]) accumulates: `term` of one k
+    (given A's element), and the accumulator's start (from the bias) for column j."""
+
+    term: Callable[[Expr, Expr, Expr], Expr]
+    start: Callable[[Expr, Expr], Expr]
+
+
+def _dot_product(node: Node, kb: KernelBuilder, b: Tensor, trans_b: int, b_dtype: str, a_zero: Expr,
+                 columns: int) -> _Dot:
+    """B fed at run time: both zero points subtracted in the sum, in int32."""
+    bv = kb.input(b)
+    b_zero = _per_column(node, 5, "b_zero_point", b_dtype, columns, kb.input)
+
+    def term(x: Expr, j: Expr, r: Expr) -> Expr:
+        w = cast(bv.load([j, r] if trans_b else [r, j]), "int32") - cast(b_zero(j), "int32")
+        return (cast(x, "int32") - a_zero) * w
+
+    return _Dot(term, lambda start, j: start)
+
+
+def _folded_weights(node: Node, ctx: LoweringContext, kb: KernelBuilder, b: Tensor, trans_b: int,
+                    a_zero: Expr) -> _Dot | None:
+    """A constant B, and its zero points, folded at compile time: B' = B - b_zero_point stored as
+    N x K (rows contiguous, as A's are), and sum_k (A - za) B' = sum_k A B' - za colsum(B'), so
+    the sum is of products of the stored operands alone, which the compilers turn into
+    multiply-add instructions (x86 vpdpbusd for uint8 x int8). An 8 x 768 x 3072 uint8 x int8
+    QGemm: B as given, a stride-N load per step, 24.7 ms; this, 0.25 ms (onnxruntime 0.19 ms).
+    None when B or its zero point is fed at run time."""
+    zero = node.input(5)
+    if not b.is_constant or (zero is not None and not zero.is_constant):
+        return None
+    assert b.data is not None
+    weights = (b.data if trans_b else b.data.T).astype(np.int64)
+    if zero is not None:
+        assert zero.data is not None
+        weights = weights - zero.data.reshape(-1, 1).astype(np.int64)  # one per row of B', or one for all
+    sums = weights.sum(axis=1)
+    if np.abs(sums).max(initial=0) >= 2**31:
+        return None  # the sums of a column overflow int32 anyway; keep onnxruntime's order
+    info = np.iinfo(b.dtype)
+    stored_type = b.dtype if weights.min(initial=0) >= info.min and weights.max(initial=0) <= info.max else np.int16
+    stored = kb.input(ctx.constant(np.ascontiguousarray(weights.astype(stored_type)), f"{b.name}_folded"))
+    column_sums = kb.input(ctx.constant(sums.astype(np.int32), f"{b.name}_column_sums"))
+
+    def term(x: Expr, j: Expr, r: Expr) -> Expr:
+        return cast(x, "int32") * cast(stored.load([j, r]), "int32")
+
+    return _Dot(term, lambda start, j: start - a_zero * column_sums.load([j]))
 
 
 def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
