@@ -340,3 +340,11 @@ def test_quantize_static_qoperator_model_matches_onnxruntime(activations: str, b
     inputs = {"x": rng.normal(size=(1, 16, 8, 8)).astype(np.float32)}
     ours, ref = run_aot(model, inputs, backend=backend), run_onnxruntime(model, inputs)
     np.testing.assert_array_equal(ours["y"], ref["y"])
+
+
+def test_qgemm_zero_point_of_another_type_than_b_is_refused() -> None:
+    model, _ = qgemm_case(np.int8, "plain")
+    zero_point = next(i for i in model.graph.initializer if i.name == "bz")
+    zero_point.CopyFrom(numpy_helper.from_array(np.array(0, np.uint8), "bz"))
+    with pytest.raises(NodeError, match=r"b_zero_point 'bz' has dtype uint8; the tensor it describes is int8"):
+        compile_model(model)

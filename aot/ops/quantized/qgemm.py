@@ -28,17 +28,24 @@ from aot.ops.registry import register
 Column = Callable[[Expr], Expr]  # the column index -> the value for that column
 
 
-def _per_column(node: Node, index: int, what: str, dtype: str, columns: int, load: Callable[[Tensor], View]) -> Column:
-    """b_scale or b_zero_point: one value, or one per column of B'."""
+def _per_column_param(node: Node, index: int, what: str, dtype: str, columns: int) -> Tensor | QuantParam:
+    """b_scale or b_zero_point, checked: one tensor of a value per column of B', or one value."""
     t = node.input(index)
     if t is not None and t.size == columns and columns > 1 and t.rank == 1:
         if t.dtype.name != dtype:
             raise fail(node, f"{what} {t.name!r} has dtype {t.dtype}; expected {dtype}")
-        view = load(t)
-        return lambda j: view.load([j])
+        return t
     if t is None and dtype == "float32":
         raise fail(node, f"missing required input {index} ({what})")
-    param = scale_param(node, index, what) if dtype == "float32" else zero_point_param(node, index, what, dtype)
+    return scale_param(node, index, what) if dtype == "float32" else zero_point_param(node, index, what, dtype)
+
+
+def _per_column(node: Node, index: int, what: str, dtype: str, columns: int, load: Callable[[Tensor], View]) -> Column:
+    """b_scale or b_zero_point as the value for column j."""
+    param = _per_column_param(node, index, what, dtype, columns)
+    if isinstance(param, Tensor):
+        view = load(param)
+        return lambda j: view.load([j])
     value = param.expr(lambda tensor: load(tensor).load_flat(const(0, INDEX)))
     return lambda j: value
 
@@ -132,14 +139,18 @@ def _folded_weights(node: Node, ctx: LoweringContext, kb: KernelBuilder, b: Tens
     multiply-add instructions (x86 vpdpbusd for uint8 x int8). An 8 x 768 x 3072 uint8 x int8
     QGemm: B as given, a stride-N load per step, 24.7 ms; this, 0.58 ms (onnxruntime 0.19 ms).
     None when B or its zero point is fed at run time."""
-    zero = node.input(5)
-    if not b.is_constant or (zero is not None and not zero.is_constant):
+    columns = b.shape[0] if trans_b else b.shape[1]
+    zero = _per_column_param(node, 5, "b_zero_point", b.dtype.name, columns)
+    if not b.is_constant or (isinstance(zero, QuantParam) and zero.tensor is not None) or \
+            (isinstance(zero, Tensor) and not zero.is_constant):
         return None
     assert b.data is not None
     weights = (b.data if trans_b else b.data.T).astype(np.int64)
-    if zero is not None:
+    if isinstance(zero, Tensor):
         assert zero.data is not None
-        weights = weights - zero.data.reshape(-1, 1).astype(np.int64)  # one per row of B', or one for all
+        weights = weights - zero.data.reshape(-1, 1).astype(np.int64)  # one per row of B'
+    else:
+        weights = weights - int(zero.value)
     sums = weights.sum(axis=1)
     if np.abs(sums).max(initial=0) >= 2**31:
         return None  # the sums of a column overflow int32 anyway; keep onnxruntime's order
