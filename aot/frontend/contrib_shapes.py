@@ -3,13 +3,13 @@ does not know (it has no com.microsoft schemas and leaves their outputs unsized)
 
 onnxruntime.quantization writes these ops in QOperator format (QLinearAdd, QLinearConcat,
 QGemm ...). Each rule below gives a node's output type from its inputs' static types, the way
-onnxruntime's schemas infer them; shape_folding.py applies them between rounds of onnx's
-inference, so that the ai.onnx nodes after them (a DequantizeLinear, a Flatten) are sized too.
+onnxruntime's schemas infer them; shape_folding.py applies them in one pass in graph order,
+with the ai.onnx nodes after them (a DequantizeLinear, a Flatten) inferred one at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -141,7 +141,8 @@ RULES: dict[str, Rule] = {
 }
 
 
-def _static(type_proto: onnx.TypeProto) -> StaticType | None:
+def static_type(type_proto: onnx.TypeProto) -> StaticType | None:
+    """(element type, shape) of a tensor type with a known element type and static shape."""
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return None
     tt = type_proto.tensor_type
@@ -150,59 +151,29 @@ def _static(type_proto: onnx.TypeProto) -> StaticType | None:
     return tt.elem_type, tuple(int(d.dim_value) for d in tt.shape.dim)
 
 
-def _known_types(model: onnx.ModelProto) -> dict[str, StaticType]:
-    graph = model.graph
-    types = {t.name: (t.data_type, tuple(int(d) for d in t.dims)) for t in graph.initializer}
-    for vi in [*graph.input, *graph.value_info, *graph.output]:
-        found = _static(vi.type)
-        if found is not None:
-            types.setdefault(vi.name, found)
-    return types
+def has_rule(node: onnx.NodeProto) -> bool:
+    return node.domain == MS_DOMAIN and node.op_type in RULES and bool(node.output) and bool(node.output[0])
 
 
-def _check_declared(node: onnx.NodeProto, name: str, declared: StaticType, computed: StaticType,
-                    source: str) -> None:
-    """A graph output's declared type must be the one its node computes (as check_declared_outputs
-    in shape_folding.py requires of ai.onnx nodes): the kernels are sized by it."""
-    if declared != computed:
-        raise ModelLoadError(f"{source}: {_label(node)}: graph output {name!r} is declared {_type_text(declared)} "
-                             f"but the node computes {_type_text(computed)}")
+def contrib_output_type(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto],
+                        source: str) -> onnx.TypeProto | None:
+    """The type of output 0 of a node with a rule (has_rule) from its inputs' `types`, or None
+    while one it needs is not statically known. A static type already in `types` for the output
+    (a graph output's declared one) must be that one."""
+    inputs = [static_type(types[name]) if name in types else None for name in node.input]
+    try:
+        computed = RULES[node.op_type](node, inputs)
+    except _Unsized:
+        return None
+    except NodeError as e:
+        raise ModelLoadError(f"{source}: {e}") from e
+    name = node.output[0]
+    declared = static_type(types[name]) if name in types else None
+    if declared is not None and declared != computed:
+        raise ModelLoadError(f"{source}: {_label(node)}: output {name!r} is declared {_type_text(declared)} but "
+                             f"the node computes {_type_text(computed)}")
+    return helper.make_tensor_type_proto(computed[0], list(computed[1]))
 
 
 def _type_text(t: StaticType) -> str:
     return f"{onnx.TensorProto.DataType.Name(t[0]).lower()} {list(t[1])}"
-
-
-def add_contrib_shapes(model: onnx.ModelProto, source: str) -> bool:
-    """Give each output of a com.microsoft node of RULES its type, in graph order (a chain of them
-    is sized in one pass), where its inputs' types are known and its own is not; True if any was
-    added. A graph output's declared type is replaced only when it has no static shape."""
-    graph = model.graph
-    types = _known_types(model)
-    outputs = {vi.name: vi for vi in graph.output}
-    added = False
-    for node in graph.node:
-        rule = RULES.get(node.op_type) if node.domain == MS_DOMAIN else None
-        if rule is None or not node.output or not node.output[0]:
-            continue
-        name = node.output[0]
-        declared = types.get(name)
-        if declared is not None and name not in outputs:
-            continue  # sized by an earlier pass
-        try:
-            elem, shape = rule(node, [types.get(name) if name else None for name in node.input])
-        except _Unsized:
-            continue
-        except NodeError as e:
-            raise ModelLoadError(f"{source}: {e}") from e
-        if declared is not None:
-            _check_declared(node, name, declared, (elem, shape), source)
-            continue
-        types[name] = (elem, shape)
-        info = helper.make_tensor_value_info(name, elem, list(shape))
-        if name in outputs:
-            outputs[name].type.CopyFrom(info.type)
-        else:
-            graph.value_info.append(info)
-        added = True
-    return added
