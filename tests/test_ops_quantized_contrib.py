@@ -372,3 +372,18 @@ def test_alternating_contrib_and_onnx_nodes_are_sized_without_a_whole_model_infe
     graph = import_model(model)
     assert graph.tensors[previous].shape == (1, 64)
     assert len(whole_model_inferences) <= 4, len(whole_model_inferences)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scales_and_zero_points_fed_at_run_time(backend: str) -> None:
+    """Per-tensor parameters that are graph inputs are read by the kernels (a QLinearAdd form and
+    the global pool's multiplier) instead of becoming literals."""
+    inputs = {"a": integers(np.uint8, 2, 8, 5, 5, seed=1), "b": integers(np.uint8, 8, 1, 1, seed=2),
+              "sa": np.array(0.031, np.float32), "za": np.array(117, np.uint8), "sp": np.array(0.07, np.float32)}
+    nodes = [helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["c"], domain=MS),
+             helper.make_node("QLinearGlobalAveragePool", ["c", "sc", "zc", "sp", "zc"], ["y"], domain=MS)]
+    model = contrib_model(nodes, inputs, {"y": TensorProto.UINT8},
+                          {"sb": np.float32(0.043), "zb": np.uint8(131), "sc": np.float32(0.029), "zc": np.uint8(126)})
+    model.graph.output.append(helper.make_tensor_value_info("c", TensorProto.UINT8, None))
+    ours = assert_quantized_matches(model, inputs, backend, rounding_path_differs=True)
+    assert ours["y"].shape == (2, 8, 1, 1)
