@@ -387,3 +387,30 @@ def test_scales_and_zero_points_fed_at_run_time(backend: str) -> None:
     model.graph.output.append(helper.make_tensor_value_info("c", TensorProto.UINT8, None))
     ours = assert_quantized_matches(model, inputs, backend, rounding_path_differs=True)
     assert ours["y"].shape == (2, 8, 1, 1)
+
+
+BAD_NODES = {
+    "no-parts": (helper.make_node("QLinearConcat", ["s", "z"], ["y"], domain=MS, axis=0), [2], [2],
+                 "node 'QLinearConcat#0' (QLinearConcat): has no inputs to concatenate"),
+    "window-too-wide": (helper.make_node("QLinearAveragePool", ["x", "s", "z", "s", "z"], ["y"], domain=MS,
+                                         kernel_shape=[9, 9]), [1, 2, 4, 4], [1, 2, 1, 1],
+                        "window [9, 9] does not fit the input's spatial shape [4, 4]"),
+    "k-mismatch": (helper.make_node("QGemm", ["x", "s", "z", "x", "s", "z"], ["y"], domain=MS), [2, 4], [2, 4],
+                   "node 'QGemm#0' (QGemm): A [2, 4] and B [2, 4] do not multiply"),
+    "no-broadcast": (helper.make_node("QLinearMul", ["x", "s", "z", "w", "s", "z", "s", "z"], ["y"], domain=MS),
+                     [2], [3], "inputs of shapes [2] and [3] do not broadcast"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NODES))
+def test_bad_contrib_node_is_one_line_naming_it(case: str, tmp_path: Path) -> None:
+    node, x_shape, y_shape, message = BAD_NODES[case]
+    inputs = {"x": np.zeros(x_shape, np.uint8)}
+    if "w" in node.input:
+        inputs["w"] = np.zeros(y_shape, np.uint8)
+    model = contrib_model([node], inputs, {"y": TensorProto.UINT8}, {"s": np.float32(0.1), "z": np.uint8(3)})
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.UINT8, y_shape))
+    onnx.save(model, tmp_path / "m.onnx")
+    result = aot("compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "out"))
+    assert_user_error(result, message)
+    assert not (tmp_path / "out").exists()

@@ -22,7 +22,8 @@ from aot.ops.attrs import spatial_padding, window_output_size, window_steps
 MS_DOMAIN = "com.microsoft"
 # A tensor's static type: (ONNX element type, shape).
 StaticType = tuple[int, tuple[int, ...]]
-Rule = Callable[[onnx.NodeProto, list[StaticType | None]], StaticType]
+# A rule gets the node, how errors name it (its name, or op type and position) and its inputs' types.
+Rule = Callable[[onnx.NodeProto, str, list[StaticType | None]], StaticType]
 
 
 class _Unsized(Exception):
@@ -42,49 +43,49 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return {k: v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v for k, v in values.items()}
 
 
-def _label(node: onnx.NodeProto) -> str:
-    return f"node {node.name or node.op_type!r} ({node.op_type})"
+def _where(node: onnx.NodeProto, label: str) -> str:
+    return f"node {label!r} ({node.op_type})"
 
 
-def _broadcast(node: onnx.NodeProto, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+def _broadcast(node: onnx.NodeProto, label: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     try:
         return tuple(int(d) for d in np.broadcast_shapes(a, b))
     except ValueError:
-        raise NodeError(_label(node), f"inputs of shapes {list(a)} and {list(b)} do not broadcast") from None
+        raise NodeError(_where(node, label), f"inputs of shapes {list(a)} and {list(b)} do not broadcast") from None
 
 
-def _binary(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+def _binary(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
     """QLinearAdd, QLinearMul: A (0) and B (3) broadcast; C of their type."""
     a, b = _known(inputs, 0), _known(inputs, 3)
-    return a[0], _broadcast(node, a[1], b[1])
+    return a[0], _broadcast(node, label, a[1], b[1])
 
 
-def _unary(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+def _unary(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
     return _known(inputs, 0)
 
 
-def _concat(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+def _concat(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
     """QLinearConcat: Y_scale, Y_zero_point, then (X, scale, zero point) per input."""
     parts = [_known(inputs, i) for i in range(2, len(inputs), 3)]
     if not parts:
-        raise NodeError(_label(node), "has no inputs to concatenate")
+        raise NodeError(_where(node, label), "has no inputs to concatenate")
     rank = len(parts[0][1])
     axis = int(_attrs(node).get("axis", 0))
     if not -rank <= axis < max(rank, 1):
-        raise NodeError(_label(node), f"axis {axis} is out of range for rank {rank}")
+        raise NodeError(_where(node, label), f"axis {axis} is out of range for rank {rank}")
     axis %= max(rank, 1)
     first = parts[0][1]
     for _, shape in parts[1:]:
         if len(shape) != rank or any(s != f for d, (s, f) in enumerate(zip(shape, first)) if d != axis):
-            raise NodeError(_label(node), f"input shapes {[list(p[1]) for p in parts]} differ off axis {axis}")
+            raise NodeError(_where(node, label), f"input shapes {[list(p[1]) for p in parts]} differ off axis {axis}")
     out = list(first)
     out[axis] = sum(shape[axis] for _, shape in parts)
     return parts[0][0], tuple(out)
 
 
-def _spatial(node: onnx.NodeProto, shape: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
+def _spatial(node: onnx.NodeProto, label: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
     if len(shape) < 3:
-        raise NodeError(_label(node), f"input rank {len(shape)}: expected N x C x spatial...")
+        raise NodeError(_where(node, label), f"input rank {len(shape)}: expected N x C x spatial...")
     channels_last = int(_attrs(node).get("channels_last", 0)) == 1
     return (shape[1:-1] if channels_last else shape[2:]), channels_last
 
@@ -95,39 +96,39 @@ def _with_spatial(shape: tuple[int, ...], spatial: tuple[int, ...], channels_las
     return (shape[0], shape[1], *spatial)
 
 
-def _global_pool(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+def _global_pool(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
     elem, shape = _known(inputs, 0)
-    spatial, channels_last = _spatial(node, shape)
+    spatial, channels_last = _spatial(node, label, shape)
     return elem, _with_spatial(shape, (1,) * len(spatial), channels_last)
 
 
-def _average_pool(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+def _average_pool(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
     """QLinearAveragePool: the ONNX pool window arithmetic (aot/ops/attrs.py), channels first or last."""
     elem, shape = _known(inputs, 0)
-    spatial, channels_last = _spatial(node, shape)
-    view = Node(node.op_type, node.name or node.op_type, [], [], _attrs(node), node.domain)
+    spatial, channels_last = _spatial(node, label, shape)
+    view = Node(node.op_type, label, [], [], _attrs(node), node.domain)  # errors name it as the importer does
     kernel = [int(k) for k in view.attr("kernel_shape", [])]
     if len(kernel) != len(spatial) or any(k < 1 for k in kernel):
-        raise NodeError(_label(node), f"kernel_shape {kernel} does not match {len(spatial)} spatial dimensions")
+        raise NodeError(_where(node, label), f"kernel_shape {kernel} does not match {len(spatial)} spatial dimensions")
     strides, dilations = window_steps(view, spatial)
     begin, end = spatial_padding(view, spatial, kernel, strides, dilations)
     out = window_output_size(view, spatial, kernel, strides, dilations, begin, end)
     if min(out, default=1) < 1:
-        raise NodeError(_label(node), f"window {kernel} does not fit the input's spatial shape {list(spatial)}")
+        raise NodeError(_where(node, label), f"window {kernel} does not fit the input's spatial shape {list(spatial)}")
     return elem, _with_spatial(shape, out, channels_last)
 
 
-def _gemm(node: onnx.NodeProto, inputs: list[StaticType | None]) -> StaticType:
+def _gemm(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
     """QGemm: Y = A' B' of shape [M, N]; quantised like y_zero_point (8) if given, else float."""
     (_, a), (_, b) = _known(inputs, 0), _known(inputs, 3)
     if len(a) != 2 or len(b) != 2:
-        raise NodeError(_label(node), f"A {list(a)} and B {list(b)} must be matrices")
+        raise NodeError(_where(node, label), f"A {list(a)} and B {list(b)} must be matrices")
     attrs = _attrs(node)
     m, k = (a[1], a[0]) if int(attrs.get("transA", 0)) else a
     k_b, n = (b[1], b[0]) if int(attrs.get("transB", 0)) else b
     if k != k_b:
-        raise NodeError(_label(node), f"A {list(a)} and B {list(b)} do not multiply (transA {attrs.get('transA', 0)}, "
-                                      f"transB {attrs.get('transB', 0)})")
+        raise NodeError(_where(node, label), f"A {list(a)} and B {list(b)} do not multiply "
+                                             f"(transA {attrs.get('transA', 0)}, transB {attrs.get('transB', 0)})")
     elem = _known(inputs, 8)[0] if len(node.input) > 8 and node.input[8] else onnx.TensorProto.FLOAT
     return elem, (m, n)
 
@@ -155,14 +156,14 @@ def has_rule(node: onnx.NodeProto) -> bool:
     return node.domain == MS_DOMAIN and node.op_type in RULES and bool(node.output) and bool(node.output[0])
 
 
-def contrib_output_type(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto],
+def contrib_output_type(node: onnx.NodeProto, label: str, types: Mapping[str, onnx.TypeProto],
                         source: str) -> onnx.TypeProto | None:
     """The type of output 0 of a node with a rule (has_rule) from its inputs' `types`, or None
     while one it needs is not statically known. A static type already in `types` for the output
     (a graph output's declared one) must be that one."""
     inputs = [static_type(types[name]) if name in types else None for name in node.input]
     try:
-        computed = RULES[node.op_type](node, inputs)
+        computed = RULES[node.op_type](node, label, inputs)
     except _Unsized:
         return None
     except NodeError as e:
@@ -170,7 +171,7 @@ def contrib_output_type(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto
     name = node.output[0]
     declared = static_type(types[name]) if name in types else None
     if declared is not None and declared != computed:
-        raise ModelLoadError(f"{source}: {_label(node)}: output {name!r} is declared {_type_text(declared)} but "
+        raise ModelLoadError(f"{source}: {_where(node, label)}: output {name!r} is declared {_type_text(declared)} but "
                              f"the node computes {_type_text(computed)}")
     return helper.make_tensor_type_proto(computed[0], list(computed[1]))
 

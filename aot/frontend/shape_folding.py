@@ -221,7 +221,7 @@ def _size_in_order(model: onnx.ModelProto, source: str) -> bool:
             state.complete_output_types(node, node_label(node, index))
             continue
         name = node.output[0]
-        found = contrib_output_type(node, state.types, source)
+        found = contrib_output_type(node, node_label(node, index), state.types, source)
         if found is not None and state.shape(name) is None:
             state.types[name] = state.learned[name] = found
     changed = _record_learned_types(model, state.learned)
