@@ -414,3 +414,19 @@ def test_bad_contrib_node_is_one_line_naming_it(case: str, tmp_path: Path) -> No
     result = aot("compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "out"))
     assert_user_error(result, message)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("side_shape", [(8, 1, 1), (2, 8, 5, 5)], ids=["broadcast-side-input", "same-shape-side-input"])
+def test_table_lookup_with_a_fused_epilogue(side_shape: tuple[int, ...], backend: str) -> None:
+    """QLinearSigmoid (a 256-entry table) with the QLinearMul after it fused into its kernel: the
+    epilogue reads its other operand at each element, broadcast or not."""
+    inputs = {"x": integers(np.int8, 2, 8, 5, 5, seed=3), "b": integers(np.int8, *side_shape, seed=4)}
+    inits = {"sx": np.float32(0.05), "zx": np.int8(-4), "ss": np.float32(1 / 256), "zs": np.int8(-128),
+             "sb": np.float32(0.02), "zb": np.int8(1), "sy": np.float32(0.004), "zy": np.int8(-100)}
+    nodes = [helper.make_node("QLinearSigmoid", ["x", "sx", "zx", "ss", "zs"], ["s"], domain=MS),
+             helper.make_node("QLinearMul", ["s", "ss", "zs", "b", "sb", "zb", "sy", "zy"], ["y"], domain=MS)]
+    model = contrib_model(nodes, inputs, {"y": TensorProto.INT8}, inits)
+    assert_quantized_matches(model, inputs, backend, rounding_path_differs=True)
+    order = compile_model(model, backend=backend).manifest["kernel_order"]
+    assert [k["op"] for k in order] == ["QLinearSigmoid+QLinearMul"], order
