@@ -430,3 +430,12 @@ def test_table_lookup_with_a_fused_epilogue(side_shape: tuple[int, ...], backend
     assert_quantized_matches(model, inputs, backend, rounding_path_differs=True)
     order = compile_model(model, backend=backend).manifest["kernel_order"]
     assert [k["op"] for k in order] == ["QLinearSigmoid+QLinearMul"], order
+
+
+def test_contrib_attribute_of_the_wrong_type_is_refused() -> None:
+    """No onnx schema checks com.microsoft attributes: a string axis is refused before any
+    lowering reads it as a number."""
+    model, _ = qgemm_case(np.uint8, "plain")
+    model.graph.node[0].attribute.append(helper.make_attribute("transB", "yes"))
+    with pytest.raises(ModelLoadError, match=r"node 'QGemm#0' \(QGemm\): attribute 'transB' is STRING, expected INT"):
+        import_model(model)

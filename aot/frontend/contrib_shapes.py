@@ -108,7 +108,7 @@ def _average_pool(node: onnx.NodeProto, label: str, inputs: list[StaticType | No
     spatial, channels_last = _spatial(node, label, shape)
     view = Node(node.op_type, label, [], [], _attrs(node), node.domain)  # errors name it as the importer does
     kernel = [int(k) for k in view.attr("kernel_shape", [])]
-    if len(kernel) != len(spatial) or any(k < 1 for k in kernel):
+    if len(kernel) != len(spatial) or any(not 1 <= k < 2**31 for k in kernel):
         raise NodeError(_where(node, label), f"kernel_shape {kernel} does not match {len(spatial)} spatial dimensions")
     strides, dilations = window_steps(view, spatial)
     begin, end = spatial_padding(view, spatial, kernel, strides, dilations)
@@ -142,6 +142,28 @@ RULES: dict[str, Rule] = {
 }
 
 
+_A = onnx.AttributeProto
+# The attributes of each op and their types (onnxruntime's schemas); the onnx checker knows no
+# com.microsoft schema, so nothing else checks them before the lowerings read them.
+ATTRIBUTE_TYPES: dict[str, dict[str, int]] = {
+    "QLinearConcat": {"axis": _A.INT},
+    "QLinearLeakyRelu": {"alpha": _A.FLOAT},
+    "QLinearGlobalAveragePool": {"channels_last": _A.INT},
+    "QLinearAveragePool": {"auto_pad": _A.STRING, "ceil_mode": _A.INT, "channels_last": _A.INT,
+                           "count_include_pad": _A.INT, "kernel_shape": _A.INTS, "pads": _A.INTS, "strides": _A.INTS},
+    "QGemm": {"alpha": _A.FLOAT, "transA": _A.INT, "transB": _A.INT},
+}
+
+
+def _check_attribute_types(node: onnx.NodeProto, label: str, source: str) -> None:
+    expected = ATTRIBUTE_TYPES.get(node.op_type, {})
+    for attr in node.attribute:
+        wanted = expected.get(attr.name)
+        if wanted is not None and attr.type != wanted:
+            raise ModelLoadError(f"{source}: {_where(node, label)}: attribute {attr.name!r} is "
+                                 f"{_A.AttributeType.Name(attr.type)}, expected {_A.AttributeType.Name(wanted)}")
+
+
 def static_type(type_proto: onnx.TypeProto) -> StaticType | None:
     """(element type, shape) of a tensor type with a known element type and static shape."""
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
@@ -161,6 +183,7 @@ def contrib_output_type(node: onnx.NodeProto, label: str, types: Mapping[str, on
     """The type of output 0 of a node with a rule (has_rule) from its inputs' `types`, or None
     while one it needs is not statically known. A static type already in `types` for the output
     (a graph output's declared one) must be that one."""
+    _check_attribute_types(node, label, source)
     inputs = [static_type(types[name]) if name in types else None for name in node.input]
     try:
         computed = RULES[node.op_type](node, label, inputs)
