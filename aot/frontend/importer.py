@@ -24,7 +24,7 @@ from aot.frontend.shape_folding import (
     node_label,
 )
 from aot.frontend.type_constraints import check_type_constraints
-from aot.ir.graph import Graph, Node, Tensor
+from aot.ir.graph import Graph, Node, Tensor, qualified_op_type
 from aot.ir.sizes import too_many_elements
 from aot.ops.attrs import graph_inputs_behind
 from aot.ops.registry import constant_inputs, is_supported
@@ -77,9 +77,9 @@ def import_model(
     return graph
 
 
-def _unbound_input_hint(op_type: str, inputs: list[Tensor | None]) -> str:
+def _unbound_input_hint(proto: onnx.NodeProto, inputs: list[Tensor | None]) -> str:
     """When an input the op needs at compile time comes from a graph input: the option that binds it."""
-    for index in constant_inputs(op_type):
+    for index in constant_inputs(proto.op_type, proto.domain):
         tensor = inputs[index] if index < len(inputs) else None
         sources = graph_inputs_behind(tensor) if tensor is not None else []
         if sources:
@@ -94,8 +94,7 @@ def find_unsupported(model: onnx.ModelProto) -> dict[str, list[str]]:
     missing: dict[str, list[str]] = {}
     for i, node in enumerate(model.graph.node):
         if not is_supported(node.domain, node.op_type):
-            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
-            missing.setdefault(key, []).append(node_label(node, i))
+            missing.setdefault(qualified_op_type(node.domain, node.op_type), []).append(node_label(node, i))
     return missing
 
 
@@ -188,7 +187,7 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
                 raise NodeError(
                     f"{source}: node {label!r} ({proto.op_type})",
                     f"output {out_name!r} has no static shape after shape inference and folding"
-                    + _unbound_input_hint(proto.op_type, inputs),
+                    + _unbound_input_hint(proto, inputs),
                 )
             dtype, shape = info
             why = too_many_elements(shape)

@@ -46,6 +46,17 @@ class Tensor:
         return f"Tensor({kind}{self.name!r}, {self.dtype}, {list(self.shape)})"
 
 
+# The names of ONNX's default operator set (ai.onnx); every other domain (com.microsoft ...) is
+# named with its ops.
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def qualified_op_type(domain: str, op_type: str) -> str:
+    """How aot names an op: `Conv` for the default domain, `com.microsoft::QLinearAdd` for others
+    (op names are unique only within a domain)."""
+    return op_type if domain in DEFAULT_DOMAINS else f"{domain}::{op_type}"
+
+
 @dataclass(eq=False)
 class Node:
     op_type: str
@@ -59,6 +70,11 @@ class Node:
     def describe(self) -> str:
         """How error messages refer to this node: its ONNX name and op type."""
         return f"node {self.name!r} ({self.op_type})"
+
+    @property
+    def qualified_op(self) -> str:
+        """The op type with its domain where that is not the default one (see qualified_op_type)."""
+        return qualified_op_type(self.domain, self.op_type)
 
     def input(self, i: int) -> Tensor | None:
         return self.inputs[i] if i < len(self.inputs) else None

@@ -40,16 +40,17 @@ class FormContext(Protocol):
 
 
 FormBuilder = Callable[[Node, FormContext], Form]
+# Keyed by the qualified op type (aot/ir/graph.py qualified_op_type): `Add`, `com.microsoft::QLinearAdd`.
 FORMS: dict[str, FormBuilder] = {}
 
 
 def form_for(node: Node, ctx: FormContext) -> Form | None:
     """The elementwise form of `node`, or None when it is not an elementwise op."""
-    builder = FORMS.get(node.op_type)
+    builder = FORMS.get(node.qualified_op)
     return builder(node, ctx) if builder is not None else None
 
 
 def is_elementwise(node: Node) -> bool:
     """Whether `node` is an elementwise op with a single output."""
-    return node.op_type in FORMS and len([o for o in node.outputs if o is not None]) == 1 \
+    return node.qualified_op in FORMS and len([o for o in node.outputs if o is not None]) == 1 \
         and node.outputs[0] is not None

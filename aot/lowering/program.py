@@ -118,7 +118,7 @@ def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TIL
 
 def _lower_node(node: Node, ctx: LoweringContext) -> None:
     try:
-        lowering_for(node.op_type)(node, ctx)
+        lowering_for(node.op_type, node.domain)(node, ctx)
     except BroadcastError as e:
         chain = ctx.fusion.chain(node)
         where = f" (with the fused {', '.join(repr(n.name) for n in chain)})" if chain else ""

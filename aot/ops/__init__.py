@@ -18,4 +18,13 @@ from aot.ops import (  # noqa: F401
     shape_ops,
     softmax,
 )
-from aot.ops.quantized import dynamic, integer_conv, integer_matmul, linear  # noqa: F401
+from aot.ops.quantized import (  # noqa: F401
+    dynamic,
+    integer_conv,
+    integer_matmul,
+    linear,
+    qgemm,
+    qlinear_concat,
+    qlinear_elementwise,
+    qlinear_pool,
+)

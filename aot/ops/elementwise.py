@@ -53,7 +53,7 @@ def elementwise(*op_types: str) -> Callable[[FormBuilder], FormBuilder]:
 def lower_elementwise(node: Node, ctx: LoweringContext) -> None:
     out = node.outputs[0]
     assert out is not None
-    form = FORMS[node.op_type](node, ctx)
+    form = FORMS[node.qualified_op](node, ctx)
     emit_elementwise(ctx, node, form.inputs, out, form.fn)
 
 
@@ -88,6 +88,10 @@ def _f(x: Expr, value: float) -> Expr:
 
 def sigmoid(x: Expr) -> Expr:
     return _f(x, 1.0) / (_f(x, 1.0) + unary("exp", -x))
+
+
+def leaky_relu(x: Expr, alpha: float) -> Expr:
+    return select(lt(x, _f(x, 0.0)), x * _f(x, alpha), x)
 
 
 def _x(node: Node, kinds: str = "f") -> Tensor:
@@ -130,7 +134,7 @@ def _clamp01(x: Expr) -> Expr:
 
 _UNARY_FLOAT: dict[str, Callable[[Expr, Node], Expr]] = {
     "Relu": lambda x, n: select(lt(x, _f(x, 0.0)), _f(x, 0.0), x),
-    "LeakyRelu": lambda x, n: select(lt(x, _f(x, 0.0)), x * _f(x, n.attr("alpha", 0.01)), x),
+    "LeakyRelu": lambda x, n: leaky_relu(x, n.attr("alpha", 0.01)),
     "Sigmoid": lambda x, n: sigmoid(x),
     "Tanh": lambda x, n: unary("tanh", x),
     "Exp": lambda x, n: unary("exp", x),

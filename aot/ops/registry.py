@@ -1,14 +1,20 @@
-"""The table of supported ONNX ops: op type -> its lowering into kernel IR.
+"""The table of supported ONNX ops: (domain, op type) -> its lowering into kernel IR.
 
 Each op's meaning is written once, in its lowering; every backend prints the resulting kernels.
 Importing this module imports its package, aot/ops/__init__.py, first, which imports every op
 module, so the table is full before anyone can ask it.
+
+Ops of the default domain (ai.onnx, written "" in most models) are registered by name; ops of
+other domains (com.microsoft's QLinearAdd ...) with `domain=`, and are keyed by their qualified
+name (aot/ir/graph.py qualified_op_type), as the elementwise forms are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
+
+from aot.ir.graph import qualified_op_type
 
 if TYPE_CHECKING:
     from aot.ir.graph import Node
@@ -20,32 +26,33 @@ _LOWERINGS: dict[str, LowerFn] = {}
 _CONSTANT_INPUTS: dict[str, tuple[int, ...]] = {}
 
 
-def register(*op_types: str, constant_inputs: Sequence[int] = ()) -> Callable[[LowerFn], LowerFn]:
+def register(*op_types: str, constant_inputs: Sequence[int] = (), domain: str = "") -> Callable[[LowerFn], LowerFn]:
     """`constant_inputs`: positions of inputs whose values decide output shapes or the kernel's
     structure (axes, pads, starts, k, shape ...), where the op has them. A static graph has them
     as compile-time constants; lowerings refuse them at run time with an error naming the node,
-    unless the outputs' static shapes already say everything (Expand's shape, like Reshape's)."""
+    unless the outputs' static shapes already say everything (Expand's shape, like Reshape's).
+    `domain`: the operator set the ops belong to ("" for ai.onnx)."""
     def decorate(fn: LowerFn) -> LowerFn:
         for op in op_types:
-            if op in _LOWERINGS:
-                raise ValueError(f"op {op} registered twice")
-            _LOWERINGS[op] = fn
+            key = qualified_op_type(domain, op)
+            if key in _LOWERINGS:
+                raise ValueError(f"op {key} registered twice")
+            _LOWERINGS[key] = fn
             if constant_inputs:
-                _CONSTANT_INPUTS[op] = tuple(constant_inputs)
+                _CONSTANT_INPUTS[key] = tuple(constant_inputs)
         return fn
 
     return decorate
 
 
 def is_supported(domain: str, op_type: str) -> bool:
-    return domain in ("", "ai.onnx") and op_type in _LOWERINGS
+    return qualified_op_type(domain, op_type) in _LOWERINGS
 
 
-def lowering_for(op_type: str) -> LowerFn:
-    return _LOWERINGS[op_type]
+def lowering_for(op_type: str, domain: str = "") -> LowerFn:
+    return _LOWERINGS[qualified_op_type(domain, op_type)]
 
 
-def constant_inputs(op_type: str) -> tuple[int, ...]:
+def constant_inputs(op_type: str, domain: str = "") -> tuple[int, ...]:
     """Input positions of `op_type` that must be known at compile time (see register)."""
-    return _CONSTANT_INPUTS.get(op_type, ())
-
+    return _CONSTANT_INPUTS.get(qualified_op_type(domain, op_type), ())
