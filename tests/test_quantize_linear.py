@@ -14,6 +14,7 @@ from onnx import helper
 
 from aot.compiler import load
 from aot.passes.pipeline import run_passes
+from aot.precision import FLOAT, INT8, precision_summary
 from aot.verify import compare
 from tests.helpers import make_model, run_aot, run_onnxruntime
 from tests.test_cli import aot, assert_user_error
@@ -200,3 +201,21 @@ def test_a_dequantize_with_too_many_scales_is_an_error_naming_it(tmp_path: Path)
     result = aot("compile", str(path), "-o", str(tmp_path / "pkg"))
     assert_user_error(result, "bias_dq", "DequantizeLinear")
     assert not (tmp_path / "pkg").exists()
+
+
+def test_a_quantized_cnn_runs_in_int8_but_its_softmax(tmp_path: Path) -> None:
+    """examples/tiny_cnn.onnx through `aot quantize` (QDQ): after the graph passes every group
+    runs as an integer op (QLinearConv, QLinearAdd, int8 MaxPool and Flatten, the average pool,
+    QGemm); only the Softmax stays float, between one DequantizeLinear and one QuantizeLinear."""
+    import aot
+
+    rng = np.random.default_rng(0)
+    samples = tmp_path / "calibration.npz"
+    np.savez(samples, image=rng.standard_normal((20, 1, 3, 32, 32)).astype(np.float32))
+    quantized = tmp_path / "tiny_cnn_int8.onnx"
+    aot.quantize(Path(__file__).parent.parent / "examples" / "tiny_cnn.onnx", samples, quantized)
+    graph, _ = load(str(quantized))
+    summary = precision_summary(run_passes(graph))
+    assert {op for _, op in summary.nodes[INT8]} == {"QLinearConv", "QLinearAdd", "MaxPool", "Flatten",
+                                                     "QLinearGlobalAveragePool", "QGemm"}
+    assert [op for _, op in summary.nodes[FLOAT]] == ["Softmax"]
