@@ -219,3 +219,11 @@ def test_a_quantized_cnn_runs_in_int8_but_its_softmax(tmp_path: Path) -> None:
     assert {op for _, op in summary.nodes[INT8]} == {"QLinearConv", "QLinearAdd", "MaxPool", "Flatten",
                                                      "QLinearGlobalAveragePool", "QGemm"}
     assert [op for _, op in summary.nodes[FLOAT]] == ["Softmax"]
+
+
+def test_quantizing_nan_and_infinities_is_defined() -> None:
+    """+-inf saturate; NaN, which C cannot convert to an integer, gives the least value too."""
+    x = np.array([[np.nan, np.inf, -np.inf, 1.0]], np.float32)
+    model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])], {"x": x}, ["q"],
+                       {"s": np.array(0.5, np.float32), "z": np.array(1, np.int8)})
+    np.testing.assert_array_equal(run_aot(model, {"x": x})["q"], np.array([[-128, 127, -128, 3]], np.int8))

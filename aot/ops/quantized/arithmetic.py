@@ -9,7 +9,7 @@ package (and the fused integer kernels) only decide where scale and zero point c
 
 from __future__ import annotations
 
-from aot.kernel.ir import Expr, cast, const, maximum, minimum, unary
+from aot.kernel.ir import Expr, cast, const, ge, minimum, select, unary
 
 # The integer types ONNX quantises to, and their saturation ranges.
 QUANTIZED_RANGES: dict[str, tuple[int, int]] = {
@@ -21,9 +21,10 @@ DEQUANTIZABLE = {*QUANTIZED_RANGES, "int32"}
 
 def saturate(value: Expr, dtype: str) -> Expr:
     """`value` (a float holding an integer) clamped to `dtype`'s range and converted to it. The
-    clamp comes first: converting an out-of-range float to an integer is undefined in C."""
-    lo, hi = QUANTIZED_RANGES[dtype]
-    return cast(minimum(maximum(value, const(float(lo), value.dtype)), const(float(hi), value.dtype)), dtype)
+    clamp comes first: converting an out-of-range float, or NaN, to an integer is undefined in C,
+    so NaN (from a NaN input or a zero scale) becomes the least value, as -inf does."""
+    lo, hi = (const(float(v), value.dtype) for v in QUANTIZED_RANGES[dtype])
+    return cast(select(ge(value, lo), minimum(value, hi), lo, eager=True), dtype)
 
 
 def quantize(x: Expr, scale: Expr, zero_point: Expr, dtype: str) -> Expr:
