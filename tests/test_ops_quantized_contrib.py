@@ -17,13 +17,14 @@ from aot.compiler import compile as compile_model
 from aot.errors import ModelLoadError, NodeError, UnsupportedError
 from aot.frontend.importer import import_model
 from aot.ops.registry import is_supported
-from tests.helpers import run_aot, run_onnxruntime
+from tests.helpers import run_aot, run_onnxruntime, selected_backend
 from tests.test_cli import aot, assert_user_error
 
 MS = "com.microsoft"
 ONNX_TYPES = {np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8,
               np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
-BACKENDS = ["c", "llvm"]
+# One backend per run: the suite runs these files once with C and once with LLVM (tests/run.sh).
+BACKENDS = [selected_backend()]
 DTYPES = [np.int8, np.uint8]
 # Ops whose onnxruntime kernel rounds the same real value along another float32 path than
 # dequantize -> op -> quantize (QLinearAdd's a*(sa/sc) + b*(sb/sc) + offset with FMAs, Mul's
