@@ -199,6 +199,63 @@ def test_qgemm_matches_onnxruntime(case: str, dtype: type, backend: str) -> None
     assert_quantized_matches(model, inputs, backend)
 
 
+# shape, attributes: rows along the last axis, along a middle one, and opset 12's rows of every
+# dimension from axis on; axis defaults to -1 at any opset (onnxruntime's schema).
+SOFTMAX_CASES: dict[str, tuple[tuple[int, ...], dict[str, int]]] = {
+    "last-axis": ((3, 5, 40), {"axis": -1, "opset": 13}),
+    "middle-axis": ((3, 40, 5), {"axis": 1, "opset": 13}),
+    "opset-12-flattens-from-axis": ((3, 8, 5), {"axis": 1, "opset": 12}),
+    "opset-12-flattens-from-axis--2": ((2, 3, 4, 5), {"axis": -2, "opset": 12}),
+    "opset-12-default-axis": ((2, 3, 4, 5), {"opset": 12}),
+}
+
+
+def logits(dtype: type, shape: tuple[int, ...], zero_point: int, seed: int = 0) -> np.ndarray:
+    """Quantised logits around their zero point (x_scale 0.08: a spread of about +-2 in real)."""
+    info = np.iinfo(dtype)
+    values = np.random.default_rng(seed).normal(size=shape) * 25 + zero_point
+    return np.clip(np.round(values), info.min, info.max).astype(dtype)
+
+
+def softmax_model(dtype: type, shape: tuple[int, ...], attrs: dict[str, int],
+                  fed: tuple[str, ...] = ()) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """QLinearSoftmax with the output scale and zero point the quantiser writes (1/256, and -128
+    for int8, 0 for uint8); the parameters named in `fed` are graph inputs instead of constants."""
+    x_zero = int(zero(dtype, 4, 131))
+    params: dict[str, Any] = {"xs": np.float32(0.08), "xz": zero(dtype, 4, 131), "ys": np.float32(1 / 256),
+                              "yz": zero(dtype, -128, 0)}
+    if fed:  # another output scale: onnxruntime takes floor(1 / 0.003) = 333 as the multiplier
+        params["ys"], params["yz"] = np.float32(0.003), zero(dtype, -100, 20)
+    inputs = {"x": logits(dtype, shape, x_zero), **{k: np.asarray(params.pop(k)) for k in fed}}
+    node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS, **attrs)
+    return contrib_model([node], inputs, {"y": ONNX_TYPES[np.dtype(dtype)]}, params), inputs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["int8", "uint8"])
+@pytest.mark.parametrize("case", sorted(SOFTMAX_CASES))
+def test_qlinear_softmax_matches_onnxruntime(case: str, dtype: type, backend: str) -> None:
+    shape, attrs = SOFTMAX_CASES[case]
+    model, inputs = softmax_model(dtype, shape, attrs)
+    ours = assert_quantized_matches(model, inputs, backend)
+    # Each row's probabilities, in steps of 1/256 above the zero point, add up to 256 but for
+    # each value's rounding.
+    opset, rank = attrs["opset"], len(shape)
+    axis = attrs.get("axis", -1) % rank
+    rows = (axis,) if opset >= 13 else tuple(range(axis, rank))
+    totals = (ours["y"].astype(np.int64) - int(zero(dtype, -128, 0))).sum(axis=rows)
+    assert np.all(np.abs(totals - 256) <= np.prod([shape[a] for a in rows]) / 2), totals
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["int8", "uint8"])
+def test_qlinear_softmax_scales_fed_at_run_time(dtype: type, backend: str) -> None:
+    """X_scale, Y_scale and Y_zero_point as graph inputs: the kernel builds the exp table and
+    floor(1 / Y_scale) itself, as onnxruntime does for parameters it cannot see."""
+    model, inputs = softmax_model(dtype, (4, 30), {"axis": -1, "opset": 13}, fed=("xs", "ys", "yz"))
+    assert_quantized_matches(model, inputs, backend)
+
+
 def chain_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """QLinearAdd -> QLinearSigmoid -> QLinearConcat -> QLinearGlobalAveragePool -> DequantizeLinear
     -> Flatten: nothing after the inputs is sized in the file."""
@@ -244,9 +301,9 @@ def test_registry_keeps_ops_within_their_domain() -> None:
 
 def test_unsupported_contrib_op_is_named_with_its_domain() -> None:
     x = integers(np.uint8, 1, 4, 8)
-    node = helper.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"], domain=MS, axis=-1)
+    node = helper.make_node("QAttention", ["x", "s", "z", "s", "z"], ["y"], domain=MS)
     model = contrib_model([node], {"x": x}, {"y": TensorProto.UINT8}, {"s": np.float32(0.1), "z": np.uint8(0)})
-    with pytest.raises(UnsupportedError, match="com.microsoft::QLinearSoftmax"):
+    with pytest.raises(UnsupportedError, match="com.microsoft::QAttention"):
         compile_model(model)
 
 

@@ -1,6 +1,7 @@
-"""com.microsoft QLinearSoftmax: inputs X, X_scale, X_zero_point, Y_scale, Y_zero_point; attribute
-`opset` (whose ai.onnx Softmax it means: before 13 over the dims from `axis` on, flattened, from
-13 over the one axis) and `axis` (default 1 before 13, -1 from 13).
+"""com.microsoft QLinearSoftmax: inputs X, X_scale, X_zero_point, Y_scale, Y_zero_point; attributes
+`opset` (required: whose ai.onnx Softmax it means, before 13 over the dims from `axis` on,
+flattened, from 13 over the one axis) and `axis`. onnxruntime's schema gives axis the default
+-1 whatever the opset (its kernel's fallback to 1 before opset 13 never runs), so aot does too.
 
 Computed as onnxruntime's contrib kernel does, so that the results are its results:
 - a 256-entry float32 table of exp over the possible differences d = max(row) - x, made once
@@ -61,7 +62,7 @@ def _softmax_attributes(node: Node, x: Tensor) -> tuple[int, int, int, int]:
     if x.rank == 0:
         raise fail(node, f"X {x.name!r} is a scalar; softmax needs at least one axis")
     legacy = opset < ONE_AXIS_OPSET
-    axis = normalize_axis(node, int(node.attr("axis", 1 if legacy else -1)), x.rank)
+    axis = normalize_axis(node, int(node.attr("axis", -1)), x.rank)
     outer = element_count(x.shape[:axis])
     if legacy:
         return outer, element_count(x.shape[axis:]), 1, axis
