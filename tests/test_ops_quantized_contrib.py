@@ -5,6 +5,7 @@ one-line errors for what is not supported."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,12 @@ from aot.frontend.importer import import_model
 from aot.ops.registry import is_supported
 from tests.helpers import run_aot, run_onnxruntime
 from tests.test_cli import aot, assert_user_error
+from tests.test_quantize import MODELS, quantize
 
 MS = "com.microsoft"
 ONNX_TYPES = {np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8,
-              np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
+              np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+              np.dtype(np.int16): TensorProto.INT16}
 BACKENDS = ["c", "llvm"]
 DTYPES = [np.int8, np.uint8]
 # Ops whose onnxruntime kernel rounds the same real value along another float32 path than
@@ -254,6 +257,47 @@ def test_qlinear_softmax_scales_fed_at_run_time(dtype: type, backend: str) -> No
     floor(1 / Y_scale) itself, as onnxruntime does for parameters it cannot see."""
     model, inputs = softmax_model(dtype, (4, 30), {"axis": -1, "opset": 13}, fed=("xs", "ys", "yz"))
     assert_quantized_matches(model, inputs, backend)
+
+
+BAD_SOFTMAX = {  # how the file differs from a good one: the message naming the node
+    "no-opset": ({"attrs": {"axis": -1}}, "node 'sm' (QLinearSoftmax): attribute 'opset' is required"),
+    "axis-out-of-range": ({"attrs": {"axis": 3, "opset": 13}}, "node 'sm' (QLinearSoftmax): axis 3 is out of range "
+                                                               "for rank 3"),
+    "string-axis": ({"attrs": {"axis": "last", "opset": 13}}, "node 'sm' (QLinearSoftmax): attribute 'axis' is "
+                                                              "STRING, expected INT"),
+    "int16": ({"dtype": np.int16}, "node 'sm' (QLinearSoftmax): X 'x' has dtype int16; QLinearSoftmax is "
+                                   "implemented for int8 and uint8"),
+    "zero-output-scale": ({"ys": 0.0}, "node 'sm' (QLinearSoftmax): Y_scale 0.0 must be a positive finite number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SOFTMAX))
+def test_bad_qlinear_softmax_is_one_line_naming_the_node(case: str, tmp_path: Path) -> None:
+    change, message = BAD_SOFTMAX[case]
+    dtype = change.get("dtype", np.uint8)
+    x = np.zeros((2, 3, 10), dtype)
+    inits = {"s": np.float32(0.1), "z": np.array(0, dtype), "ys": np.float32(change.get("ys", 1 / 256))}
+    node = helper.make_node("QLinearSoftmax", ["x", "s", "z", "ys", "z"], ["y"], domain=MS, name="sm",
+                            **change.get("attrs", {"opset": 13}))
+    model = contrib_model([node], {"x": x}, {"y": ONNX_TYPES[np.dtype(dtype)]}, inits)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", ONNX_TYPES[np.dtype(dtype)], [2, 3, 10]))
+    onnx.save(model, tmp_path / "m.onnx")
+    result = aot("compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "out"))
+    assert_user_error(result, message)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("activations", ["int8", "uint8"])
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_qoperator_examples_with_softmax_compile_and_verify(model: str, activations: str, tmp_path: Path) -> None:
+    """`aot quantize --format qoperator` of the bundled classifiers (20 seeded calibration samples)
+    ends in a QLinearSoftmax; the file compiles and `aot verify` passes against onnxruntime."""
+    out, _ = quantize(tmp_path, model, "--format", "qoperator", "--activation-type", activations)
+    assert (MS, "QLinearSoftmax") in {(n.domain, n.op_type) for n in onnx.load(out).graph.node}
+    result = aot("verify", str(out), *MODELS[model][3], "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (output,) = json.loads(result.stdout)["outputs"]
+    assert output["passed"] and output["exact_share"] >= MIN_EXACT_SHARE, output
 
 
 def chain_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
