@@ -5,6 +5,7 @@ one-line errors for what is not supported."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,12 @@ from aot.frontend.importer import import_model
 from aot.ops.registry import is_supported
 from tests.helpers import run_aot, run_onnxruntime, selected_backend
 from tests.test_cli import aot, assert_user_error
+from tests.test_quantize import MODELS, quantize
 
 MS = "com.microsoft"
 ONNX_TYPES = {np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8,
-              np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
+              np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+              np.dtype(np.int16): TensorProto.INT16}
 # One backend per run: the suite runs these files once with C and once with LLVM (tests/run.sh).
 BACKENDS = [selected_backend()]
 DTYPES = [np.int8, np.uint8]
@@ -200,6 +203,104 @@ def test_qgemm_matches_onnxruntime(case: str, dtype: type, backend: str) -> None
     assert_quantized_matches(model, inputs, backend)
 
 
+# shape, attributes: rows along the last axis, along a middle one, and opset 12's rows of every
+# dimension from axis on; axis defaults to -1 at any opset (onnxruntime's schema).
+SOFTMAX_CASES: dict[str, tuple[tuple[int, ...], dict[str, int]]] = {
+    "last-axis": ((3, 5, 40), {"axis": -1, "opset": 13}),
+    "middle-axis": ((3, 40, 5), {"axis": 1, "opset": 13}),
+    "opset-12-flattens-from-axis": ((3, 8, 5), {"axis": 1, "opset": 12}),
+    "opset-12-flattens-from-axis--2": ((2, 3, 4, 5), {"axis": -2, "opset": 12}),
+    "opset-12-default-axis": ((2, 3, 4, 5), {"opset": 12}),
+}
+
+
+def logits(dtype: type, shape: tuple[int, ...], zero_point: int, seed: int = 0) -> np.ndarray:
+    """Quantised logits around their zero point (x_scale 0.08: a spread of about +-2 in real)."""
+    info = np.iinfo(dtype)
+    values = np.random.default_rng(seed).normal(size=shape) * 25 + zero_point
+    return np.clip(np.round(values), info.min, info.max).astype(dtype)
+
+
+def softmax_model(dtype: type, shape: tuple[int, ...], attrs: dict[str, int],
+                  fed: tuple[str, ...] = ()) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """QLinearSoftmax with the output scale and zero point the quantiser writes (1/256, and -128
+    for int8, 0 for uint8); the parameters named in `fed` are graph inputs instead of constants."""
+    x_zero = int(zero(dtype, 4, 131))
+    params: dict[str, Any] = {"xs": np.float32(0.08), "xz": zero(dtype, 4, 131), "ys": np.float32(1 / 256),
+                              "yz": zero(dtype, -128, 0)}
+    if fed:  # another output scale: onnxruntime takes floor(1 / 0.003) = 333 as the multiplier
+        params["ys"], params["yz"] = np.float32(0.003), zero(dtype, -100, 20)
+    inputs = {"x": logits(dtype, shape, x_zero), **{k: np.asarray(params.pop(k)) for k in fed}}
+    node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS, **attrs)
+    return contrib_model([node], inputs, {"y": ONNX_TYPES[np.dtype(dtype)]}, params), inputs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["int8", "uint8"])
+@pytest.mark.parametrize("case", sorted(SOFTMAX_CASES))
+def test_qlinear_softmax_matches_onnxruntime(case: str, dtype: type, backend: str) -> None:
+    shape, attrs = SOFTMAX_CASES[case]
+    model, inputs = softmax_model(dtype, shape, attrs)
+    ours = assert_quantized_matches(model, inputs, backend)
+    # Each row's probabilities, in steps of 1/256 above the zero point, add up to 256 but for
+    # each value's rounding.
+    opset, rank = attrs["opset"], len(shape)
+    axis = attrs.get("axis", -1) % rank
+    rows = (axis,) if opset >= 13 else tuple(range(axis, rank))
+    totals = (ours["y"].astype(np.int64) - int(zero(dtype, -128, 0))).sum(axis=rows)
+    assert np.all(np.abs(totals - 256) <= np.prod([shape[a] for a in rows]) / 2), totals
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["int8", "uint8"])
+def test_qlinear_softmax_scales_fed_at_run_time(dtype: type, backend: str) -> None:
+    """X_scale, Y_scale and Y_zero_point as graph inputs: the kernel builds the exp table and
+    floor(1 / Y_scale) itself, as onnxruntime does for parameters it cannot see."""
+    model, inputs = softmax_model(dtype, (4, 30), {"axis": -1, "opset": 13}, fed=("xs", "ys", "yz"))
+    assert_quantized_matches(model, inputs, backend)
+
+
+BAD_SOFTMAX = {  # how the file differs from a good one: the message naming the node
+    "no-opset": ({"attrs": {"axis": -1}}, "node 'sm' (QLinearSoftmax): attribute 'opset' is required"),
+    "axis-out-of-range": ({"attrs": {"axis": 3, "opset": 13}}, "node 'sm' (QLinearSoftmax): axis 3 is out of range "
+                                                               "for rank 3"),
+    "string-axis": ({"attrs": {"axis": "last", "opset": 13}}, "node 'sm' (QLinearSoftmax): attribute 'axis' is "
+                                                              "STRING, expected INT"),
+    "int16": ({"dtype": np.int16}, "node 'sm' (QLinearSoftmax): X 'x' has dtype int16; QLinearSoftmax is "
+                                   "implemented for int8 and uint8"),
+    "zero-output-scale": ({"ys": 0.0}, "node 'sm' (QLinearSoftmax): Y_scale 0.0 must be a positive finite number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SOFTMAX))
+def test_bad_qlinear_softmax_is_one_line_naming_the_node(case: str, tmp_path: Path) -> None:
+    change, message = BAD_SOFTMAX[case]
+    dtype = change.get("dtype", np.uint8)
+    x = np.zeros((2, 3, 10), dtype)
+    inits = {"s": np.float32(0.1), "z": np.array(0, dtype), "ys": np.float32(change.get("ys", 1 / 256))}
+    node = helper.make_node("QLinearSoftmax", ["x", "s", "z", "ys", "z"], ["y"], domain=MS, name="sm",
+                            **change.get("attrs", {"opset": 13}))
+    model = contrib_model([node], {"x": x}, {"y": ONNX_TYPES[np.dtype(dtype)]}, inits)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", ONNX_TYPES[np.dtype(dtype)], [2, 3, 10]))
+    onnx.save(model, tmp_path / "m.onnx")
+    result = aot("compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "out"))
+    assert_user_error(result, message)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("activations", ["int8", "uint8"])
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_qoperator_examples_with_softmax_compile_and_verify(model: str, activations: str, tmp_path: Path) -> None:
+    """`aot quantize --format qoperator` of the bundled classifiers (20 seeded calibration samples)
+    ends in a QLinearSoftmax; the file compiles and `aot verify` passes against onnxruntime."""
+    out, _ = quantize(tmp_path, model, "--format", "qoperator", "--activation-type", activations)
+    assert (MS, "QLinearSoftmax") in {(n.domain, n.op_type) for n in onnx.load(out).graph.node}
+    result = aot("verify", str(out), *MODELS[model][3], "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (output,) = json.loads(result.stdout)["outputs"]
+    assert output["passed"] and output["exact_share"] >= MIN_EXACT_SHARE, output
+
+
 def chain_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """QLinearAdd -> QLinearSigmoid -> QLinearConcat -> QLinearGlobalAveragePool -> DequantizeLinear
     -> Flatten: nothing after the inputs is sized in the file."""
@@ -245,9 +346,9 @@ def test_registry_keeps_ops_within_their_domain() -> None:
 
 def test_unsupported_contrib_op_is_named_with_its_domain() -> None:
     x = integers(np.uint8, 1, 4, 8)
-    node = helper.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"], domain=MS, axis=-1)
+    node = helper.make_node("QAttention", ["x", "s", "z", "s", "z"], ["y"], domain=MS)
     model = contrib_model([node], {"x": x}, {"y": TensorProto.UINT8}, {"s": np.float32(0.1), "z": np.uint8(0)})
-    with pytest.raises(UnsupportedError, match="com.microsoft::QLinearSoftmax"):
+    with pytest.raises(UnsupportedError, match="com.microsoft::QAttention"):
         compile_model(model)
 
 

@@ -135,7 +135,7 @@ def _gemm(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> 
 
 RULES: dict[str, Rule] = {
     "QLinearAdd": _binary, "QLinearMul": _binary,
-    "QLinearSigmoid": _unary, "QLinearLeakyRelu": _unary,
+    "QLinearSigmoid": _unary, "QLinearLeakyRelu": _unary, "QLinearSoftmax": _unary,
     "QLinearConcat": _concat,
     "QLinearGlobalAveragePool": _global_pool, "QLinearAveragePool": _average_pool,
     "QGemm": _gemm,
@@ -148,6 +148,7 @@ _A = onnx.AttributeProto
 ATTRIBUTE_TYPES: dict[str, dict[str, int]] = {
     "QLinearConcat": {"axis": _A.INT},
     "QLinearLeakyRelu": {"alpha": _A.FLOAT},
+    "QLinearSoftmax": {"axis": _A.INT, "opset": _A.INT},
     "QLinearGlobalAveragePool": {"channels_last": _A.INT},
     "QLinearAveragePool": {"auto_pad": _A.STRING, "ceil_mode": _A.INT, "channels_last": _A.INT,
                            "count_include_pad": _A.INT, "kernel_shape": _A.INTS, "pads": _A.INTS, "strides": _A.INTS},

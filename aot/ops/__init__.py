@@ -27,4 +27,5 @@ from aot.ops.quantized import (  # noqa: F401
     qlinear_concat,
     qlinear_elementwise,
     qlinear_pool,
+    qlinear_softmax,
 )
