@@ -55,3 +55,17 @@ def test_weights_stay_quantized_and_match_the_float_graph(name: str) -> None:
     stored = compile_model(model).manifest["weights_bytes"]
     # The integers, the per-column scales and the bias: far below the 4 bytes per float weight.
     assert weight_bytes <= stored < weight_bytes + 64 * 8, stored
+
+
+def test_per_layer_verify_sees_the_dequantized_weights(tmp_path) -> None:  # noqa: ANN001
+    """`aot verify --per-layer` makes every tensor an output, the weights' DequantizeLinear's
+    too: that one then computes its float weights, and every layer matches."""
+    import onnx
+
+    from tests.test_cli import aot
+
+    nodes, inits, _ = _case("matmul_per_column_int8")
+    path = tmp_path / "weight_only.onnx"
+    onnx.save(make_model(nodes, {"x": X}, ["y"], inits, opset=13), path)
+    result = aot("verify", str(path), "--per-layer")
+    assert result.returncode == 0 and "every layer within tolerance" in result.stdout, result.stdout + result.stderr

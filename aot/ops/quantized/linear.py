@@ -109,14 +109,15 @@ def lower_quantization(node: Node, ctx: LoweringContext) -> None:
     """The generic elementwise kernel, except for blocks of scales fed at run time: a form cannot
     index those (element i of x reads scale element i // block_size along the axis)."""
     x = required_input(node, 0, "x")
-    if node.op_type == "DequantizeLinear" and kept_quantized(node):
+    out = node.outputs[0]
+    if node.op_type == "DequantizeLinear" and kept_quantized(node) and out is not None \
+            and not ctx.graph.is_output(out):
         return  # its readers take the int8 weights themselves (aot/ops/quantized/weights.py)
     block = int(node.attr("block_size", 0))
     if block <= 0 or all(t is None or t.is_constant for t in (node.input(1), node.input(2))):
         lower_elementwise(node, ctx)
         return
     axis = normalize_axis(node, int(node.attr("axis", 1)), x.rank)
-    out = node.outputs[0]
     assert out is not None
     kb = ctx.builder(node)
     final, epilogue = ctx.epilogue(node, kb)
