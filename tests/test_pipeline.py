@@ -52,7 +52,8 @@ def _report_plan(page: str) -> Plan:
     tables = _Tables()
     tables.feed(page)
     sizes = {row[0]: row[1] for row in tables.rows if len(row) == 2}
-    kernel_rows = [row for row in tables.rows if len(row) == 5 and row[0].isdigit()]
+    # The kernels table: #, kernel, ONNX nodes, runs in, MACs, share.
+    kernel_rows = [row for row in tables.rows if len(row) == 6 and row[0].isdigit()]
     assert [int(row[0]) for row in kernel_rows] == list(range(len(kernel_rows)))
     return (int(sizes["arena (scratch RAM, planned)"]), int(sizes["arena lower bound (largest live set)"]),
             [(row[1], row[2]) for row in kernel_rows])
