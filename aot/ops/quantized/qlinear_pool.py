@@ -12,10 +12,13 @@ Each accumulates as onnxruntime does, so that the results are its results:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
+import numpy as np
 
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Stmt, cast, const, ge, logical_and, lt, unary
-from aot.lowering.builder import View
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input, spatial_padding, window_output_size, window_steps
 from aot.ops.quantized.arithmetic import dequantize, saturate
@@ -88,6 +91,7 @@ def lower_qlinear_average_pool(node: Node, ctx: LoweringContext) -> None:
     x_scale, x_zero, y_scale, y_zero = (p.expr(lambda t: kb.input(t).load_flat(const(0, INDEX))) for p in params)
     xv, yv = kb.input(x), kb.output(y)
     batch, channels = x.shape[0], (x.shape[-1] if channels_last else x.shape[1])
+    real = _dequantized_taps(ctx, kb, params[0], params[1], dtype, x_scale, x_zero)
 
     # Taps can fall outside the image only in the padding, or past the end in ceil_mode.
     guard_low = [pb > 0 for pb in pad_begin]
@@ -105,7 +109,7 @@ def lower_qlinear_average_pool(node: Node, ctx: LoweringContext) -> None:
             pos = [oi * s - pb + ki for oi, ki, s, pb in zip(o, k, strides, pad_begin)]
             checks = [ge(p, const(0, INDEX)) for p, lo in zip(pos, guard_low) if lo]
             checks += [lt(p, const(size, INDEX)) for p, size, hi in zip(pos, spatial, guard_high) if hi]
-            step: list[Stmt] = [Assign(acc, acc + dequantize(xv.load(layout(n, c, pos)), x_scale, x_zero))]
+            step: list[Stmt] = [Assign(acc, acc + real(xv.load(layout(n, c, pos))))]
             if not include_pad:
                 step.append(Assign(count, count + const(1.0, "float32")))
             if not checks:
@@ -125,3 +129,20 @@ def lower_qlinear_average_pool(node: Node, ctx: LoweringContext) -> None:
         return [*stmts, yv.store(layout(n, c, o), quantized)]
 
     ctx.emit(kb, kb.loops([batch, *out_spatial, channels] if channels_last else [batch, channels, *out_spatial], body))
+
+
+def _dequantized_taps(ctx: LoweringContext, kb: KernelBuilder, scale: QuantParam, zero: QuantParam, dtype: str,
+                      scale_expr: Expr, zero_expr: Expr) -> Callable[[Expr], Expr]:
+    """How a tap's real value is read: from a 256-entry table of (q - zp) * scale computed at
+    compile time, as onnxruntime computes each product, when the parameters are constants (the
+    window sum is then additions only: with the product in the loop, a compiler contracting
+    `acc + (q - zp) * scale` into one FMA rounds differently, as clang does under
+    -ffp-contract=fast); else dequantised in the loop."""
+    if scale.tensor is not None or zero.tensor is not None:
+        return lambda q: dequantize(q, scale_expr, zero_expr)
+    low = int(np.iinfo(dtype).min)
+    codes = np.arange(low, low + 256, dtype=np.float32)
+    values = (codes - np.float32(zero.value)) * np.float32(scale.value)
+    table = kb.input(ctx.constant(values.astype(np.float32), "dequantized_taps"))
+    return lambda q: table.load([cast(q, INDEX) - const(low, INDEX)])
+
