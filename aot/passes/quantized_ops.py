@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.ir.graph import Graph, Node, Tensor
+from aot.ops.quantized.tensor_params import MS_DOMAIN
 from aot.ops.quantized.weights import kept_quantized
 from aot.ops.registry import is_supported
 
@@ -37,7 +38,6 @@ QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
 # Ops that move or select int8 values without arithmetic: DQ -> op -> Q with one scale and zero
 # point on both sides is the op on the int8 tensor.
 PASS_THROUGH = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"}
-CONTRIB = "com.microsoft"
 # Float ops with an onnxruntime QOperator op of the same meaning over quantised operands: each
 # quantised input comes as (values, scale, zero point), the output's scale and zero point last.
 QOPERATOR_UNARY = {"Sigmoid": "QLinearSigmoid", "LeakyRelu": "QLinearLeakyRelu",
@@ -248,7 +248,7 @@ class _Rewriter:
         inputs: list[Tensor | None] = [a.values, a.scale, self.zero_point(a), b.values, b.scale, self.zero_point(b),
                                        bias, out.scale, self.zero_point(out)]
         attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "transA", "transB")}
-        self.replace_group(node, "QGemm", inputs, out, attrs, CONTRIB)
+        self.replace_group(node, "QGemm", inputs, out, attrs, MS_DOMAIN)
 
     def qoperator(self, node: Node) -> None:
         """Add, Mul, Sigmoid, LeakyRelu, the average pools, Concat over dequantised operands."""
@@ -263,12 +263,12 @@ class _Rewriter:
         triples = [t for q in quantized for t in (q.values, q.scale, self.zero_point(q))]
         result = [out.scale, self.zero_point(out)]
         if node.op_type == "Concat":
-            self.replace_group(node, "QLinearConcat", [*result, *triples], out, dict(node.attrs), CONTRIB)
+            self.replace_group(node, "QLinearConcat", [*result, *triples], out, dict(node.attrs), MS_DOMAIN)
             return
         op_type = QOPERATOR_UNARY.get(node.op_type) or QOPERATOR_BINARY[node.op_type]
         if len(quantized) != (1 if node.op_type in QOPERATOR_UNARY else 2):
             return
-        self.replace_group(node, op_type, [*triples, *result], out, dict(node.attrs), CONTRIB)
+        self.replace_group(node, op_type, [*triples, *result], out, dict(node.attrs), MS_DOMAIN)
 
     def pass_through(self, node: Node) -> None:
         x, out = dequantized(node.input(0)), quantized_by(self.graph, node.outputs[0], activation=False)

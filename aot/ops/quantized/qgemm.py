@@ -22,7 +22,7 @@ from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
 from aot.ops.quantized.arithmetic import saturate
-from aot.ops.quantized.tensor_params import QuantParam, eight_bit, scale_param, zero_point_param
+from aot.ops.quantized.tensor_params import MS_DOMAIN, QuantParam, eight_bit, scale_param, zero_point_param
 from aot.ops.registry import register
 
 Column = Callable[[Expr], Expr]  # the column index -> the value for that column
@@ -50,7 +50,7 @@ def _per_column(node: Node, index: int, what: str, dtype: str, columns: int, loa
     return lambda j: value
 
 
-@register("QGemm", domain="com.microsoft")
+@register("QGemm", domain=MS_DOMAIN)
 def lower_qgemm(node: Node, ctx: LoweringContext) -> None:
     a, b = required_input(node, 0, "A"), required_input(node, 3, "B")
     y = node.outputs[0]

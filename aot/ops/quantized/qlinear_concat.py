@@ -11,11 +11,11 @@ from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, normalize_axis
 from aot.ops.quantized.arithmetic import dequantize, quantize
-from aot.ops.quantized.tensor_params import QuantParam, eight_bit, scale_param, zero_point_param
+from aot.ops.quantized.tensor_params import MS_DOMAIN, QuantParam, eight_bit, scale_param, zero_point_param
 from aot.ops.registry import register
 
 
-@register("QLinearConcat", domain="com.microsoft")
+@register("QLinearConcat", domain=MS_DOMAIN)
 def lower_qlinear_concat(node: Node, ctx: LoweringContext) -> None:
     y = node.outputs[0]
     assert y is not None

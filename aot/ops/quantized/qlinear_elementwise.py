@@ -13,18 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from aot.ir.graph import Node, Tensor
+from aot.ir.graph import Node, Tensor, qualified_op_type
 from aot.kernel.ir import INDEX, Expr, Stmt, binary, cast
 from aot.lowering.context import LoweringContext
 from aot.lowering.forms import FORMS, Form, FormBuilder, FormContext
 from aot.ops.attrs import fail, required_input
 from aot.ops.elementwise import leaky_relu, lower_elementwise, sigmoid
 from aot.ops.quantized.arithmetic import QUANTIZED_RANGES, dequantize, quantize
-from aot.ops.quantized.tensor_params import EIGHT_BIT, QuantParam, eight_bit, scale_param, zero_point_param
+from aot.ops.quantized.tensor_params import EIGHT_BIT, MS_DOMAIN, QuantParam, eight_bit, scale_param, zero_point_param
 from aot.ops.registry import LowerFn, register
 from aot.ops.scratch import scratch_tensor
-
-MS_DOMAIN = "com.microsoft"
 
 
 class _Operands:
@@ -48,7 +46,7 @@ def _contrib_form(*op_types: str, lowering: LowerFn = lower_elementwise) -> Call
     """Register a form, and `lowering` for the node when it is not fused into another's kernel."""
     def decorate(builder: FormBuilder) -> FormBuilder:
         for op in op_types:
-            FORMS[f"{MS_DOMAIN}::{op}"] = builder
+            FORMS[qualified_op_type(MS_DOMAIN, op)] = builder
         register(*op_types, domain=MS_DOMAIN)(lowering)
         return builder
 

@@ -20,22 +20,21 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Stmt, cast, const, ge, logical_and, lt, unary
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
-from aot.ops.attrs import fail, required_input, spatial_padding, window_output_size, window_steps
+from aot.ops.attrs import fail, spatial_padding, window_output_size, window_steps
 from aot.ops.quantized.arithmetic import dequantize, saturate
-from aot.ops.quantized.tensor_params import QuantParam, eight_bit, scale_param, zero_point_param
+from aot.ops.quantized.tensor_params import (
+    MS_DOMAIN,
+    QuantParam,
+    eight_bit_in_out,
+    scale_param,
+    zero_point_param,
+)
 from aot.ops.registry import register
-
-MS_DOMAIN = "com.microsoft"
 
 
 def _operands(node: Node) -> tuple[Tensor, Tensor, str, list[QuantParam], bool]:
     """X, Y, their dtype, [X_scale, X_zero_point, Y_scale, Y_zero_point] and channels_last."""
-    x = required_input(node, 0, "X")
-    y = node.outputs[0]
-    assert y is not None
-    dtype = eight_bit(node, x, "X")
-    if y.dtype != x.dtype:
-        raise fail(node, f"output {y.name!r} is {y.dtype}, X {x.dtype}")
+    x, y, dtype = eight_bit_in_out(node)
     if x.rank < 3:
         raise fail(node, f"input rank {x.rank}: expected N x C x spatial... (or N x spatial... x C)")
     channels_last = int(node.attr("channels_last", 0))

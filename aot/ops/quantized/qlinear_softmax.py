@@ -25,13 +25,18 @@ from aot.ir.sizes import element_count
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Stmt, cast, const, gt, unary
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
-from aot.ops.attrs import fail, normalize_axis, required_input
+from aot.ops.attrs import fail, normalize_axis
 from aot.ops.quantized.arithmetic import saturate
-from aot.ops.quantized.tensor_params import QuantParam, eight_bit, scale_param, zero_point_param
+from aot.ops.quantized.tensor_params import (
+    MS_DOMAIN,
+    QuantParam,
+    eight_bit_in_out,
+    scale_param,
+    zero_point_param,
+)
 from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
-MS_DOMAIN = "com.microsoft"
 # ai.onnx Softmax changed from "flatten at axis" to "one axis" in opset 13.
 ONE_AXIS_OPSET = 13
 # onnxruntime keeps e^5 of float32 headroom below FLT_MAX / D for the row's sum.
@@ -93,12 +98,7 @@ def _table(node: Node, ctx: LoweringContext, kb: KernelBuilder, x_scale: QuantPa
 
 @register("QLinearSoftmax", domain=MS_DOMAIN)
 def lower_qlinear_softmax(node: Node, ctx: LoweringContext) -> None:
-    x = required_input(node, 0, "X")
-    y = node.outputs[0]
-    assert y is not None
-    dtype = eight_bit(node, x, "X")
-    if y.dtype != x.dtype:
-        raise fail(node, f"output {y.name!r} is {y.dtype}, X {x.dtype}")
+    x, y, dtype = eight_bit_in_out(node)
     outer, length, inner, _ = _softmax_attributes(node, x)
     x_scale, y_scale = scale_param(node, 1, "X_scale"), scale_param(node, 3, "Y_scale")
     zero_point_param(node, 2, "X_zero_point", dtype)  # checked, but it cancels out of max - x

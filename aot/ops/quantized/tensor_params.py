@@ -12,7 +12,10 @@ from dataclasses import dataclass
 
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import Expr, const
-from aot.ops.attrs import fail
+from aot.ops.attrs import fail, required_input
+
+# The domain of onnxruntime's QOperator ops (QLinearAdd, QGemm ...).
+MS_DOMAIN = "com.microsoft"
 
 # The types onnxruntime's QLinear kernels run on.
 EIGHT_BIT = ("int8", "uint8")
@@ -61,6 +64,17 @@ def _scalar(node: Node, t: Tensor, what: str, dtype: str) -> QuantParam:
         assert t.data is not None
         return QuantParam(dtype, t.data.reshape(-1)[0].item())
     return QuantParam(dtype, tensor=t)
+
+
+def eight_bit_in_out(node: Node) -> tuple[Tensor, Tensor, str]:
+    """X (input 0), Y (output 0) and their one 8-bit dtype."""
+    x = required_input(node, 0, "X")
+    y = node.outputs[0]
+    assert y is not None
+    dtype = eight_bit(node, x, "X")
+    if y.dtype != x.dtype:
+        raise fail(node, f"output {y.name!r} is {y.dtype}, X {x.dtype}")
+    return x, y, dtype
 
 
 def eight_bit(node: Node, t: Tensor, what: str) -> str:
