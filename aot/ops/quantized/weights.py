@@ -27,9 +27,10 @@ class QuantizedWeight:
     axis: int | None  # None: per tensor
 
 
-def quantized_weight(t: Tensor | None) -> QuantizedWeight | None:
-    """`t` as a weight kept quantised: made by a DequantizeLinear of constant 8/16-bit values with
-    constant scale and zero point, per tensor or per axis (not in blocks); None otherwise."""
+def _dequantized_constant(t: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None, int | None] | None:
+    """(values, scale, zero point, axis or None per tensor) of the DequantizeLinear of constant
+    8/16-bit values with constant parameters, per tensor or per axis (not in blocks), that makes
+    `t`: the checks alone, without touching the weights' data."""
     node = t.producer if t is not None else None
     if node is None or node.op_type != "DequantizeLinear" or int(node.attr("block_size", 0)):
         return None
@@ -38,8 +39,18 @@ def quantized_weight(t: Tensor | None) -> QuantizedWeight | None:
         return None
     if zero is not None and not zero.is_constant or values.dtype not in QUANTIZED_WEIGHT_TYPES:
         return None
-    assert values.data is not None and scale.data is not None
     axis = None if scale.size == 1 else int(node.attr("axis", 1)) % max(values.rank, 1)
+    return values, scale, zero, axis
+
+
+def quantized_weight(t: Tensor | None) -> QuantizedWeight | None:
+    """`t` as a weight kept quantised (see _dequantized_constant), its integers computed; None
+    otherwise."""
+    found = _dequantized_constant(t)
+    if found is None:
+        return None
+    values, scale, zero, axis = found
+    assert values.data is not None and scale.data is not None
     zero_data = np.zeros(scale.shape, np.int32) if zero is None or zero.data is None else zero.data
     spread = [1] * values.rank
     if axis is not None:
@@ -59,9 +70,10 @@ def column_scales(weight: QuantizedWeight, column_axis: int, columns: int) -> np
 
 def kept_quantized(node: Node) -> bool:
     """Whether this DequantizeLinear's every reader takes its weights quantised (MatMul's and
-    Gemm's B, scaled per tensor or per output column): then it computes nothing itself."""
+    Gemm's B, scaled per tensor or per output column): then it computes nothing itself. Decided
+    from shapes and attributes only (the lowerings ask it for every such node)."""
     out = node.outputs[0] if node.outputs else None
-    if out is None or not out.consumers or quantized_weight(out) is None:
+    if out is None or not out.consumers or _dequantized_constant(out) is None:
         return False
     return all(_reads_quantized(reader, out) for reader in out.consumers)
 
@@ -69,12 +81,14 @@ def kept_quantized(node: Node) -> bool:
 def _reads_quantized(reader: Node, weight: Tensor) -> bool:
     if reader.input(1) is not weight or weight in reader.inputs[:1] or weight in reader.inputs[2:]:
         return False
-    qw = quantized_weight(weight)
-    if qw is None or weight.rank != 2 or reader.inputs[0] is None or reader.inputs[0].dtype != np.float32:
+    found = _dequantized_constant(weight)
+    if found is None or weight.rank != 2 or reader.inputs[0] is None or reader.inputs[0].dtype != np.float32:
         return False
+    _, scale, _, axis = found
     if reader.op_type == "MatMul":
-        return column_scales(qw, 1, weight.shape[1]) is not None
-    if reader.op_type == "Gemm":
-        transposed = int(reader.attr("transB", 0))
-        return column_scales(qw, 0 if transposed else 1, weight.shape[0 if transposed else 1]) is not None
-    return False
+        column_axis = 1
+    elif reader.op_type == "Gemm":
+        column_axis = 0 if int(reader.attr("transB", 0)) else 1
+    else:
+        return False
+    return axis is None or (axis == column_axis and scale.size == weight.shape[column_axis])
