@@ -251,3 +251,71 @@ def test_single_step_with_lens_final_state_only(kind: str) -> None:
     left the reverse/forward time index unused (a -Werror build failure)."""
     check(Rnn(kind, seq=1, batch=2, lens=[1, 0], runtime_lens=True, initial_h=True, initial_c=True,
               peepholes=True, outputs=("", "y_h", "y_c")))
+
+
+# The register-tiled steps (aot/ops/recurrent/recurrence.py): a hidden size of vector width
+# multiples (128: a batch-1 tile spans several gate panels), and ragged ones (20, 33: the last
+# vector of a panel overlaps the one before, or the panel is narrower than a vector); batch 1
+# (one tile row) and 3 (three rows sharing each load of R). The tolerance stays the default
+# 1e-4 of the outputs' scale: our gates are the polynomials of aot/kernel/transcendentals.py
+# (sigmoid within 2.5 ulp, tanh within 1.5 ulp), onnxruntime's are its own approximations of a
+# few ulp, and the dot products over the hidden state round differently (fused multiply-adds,
+# another order), about 1e-7 relative per step; the gates are contractions, so over these
+# sequences the differences stay near 1e-6, far under the tolerance.
+TILED_SIZES = [(128, 1), (128, 3), (20, 1), (33, 3)]
+
+
+@pytest.mark.parametrize("hidden,batch", TILED_SIZES, ids=lambda v: str(v))
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_tiled_steps(kind: str, direction: str, hidden: int, batch: int) -> None:
+    check(Rnn(kind, direction, seq=6, batch=batch, input_size=24, hidden=hidden, initial_h=True, initial_c=True))
+
+
+@pytest.mark.parametrize("hidden,batch", [(128, 3), (33, 3)], ids=lambda v: str(v))
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_tiled_steps_sequence_lens(kind: str, direction: str, hidden: int, batch: int) -> None:
+    check(Rnn(kind, direction, seq=6, batch=batch, input_size=24, hidden=hidden, lens=[6, 2, 4],
+              runtime_lens=True, initial_h=True))
+
+
+@pytest.mark.parametrize("hidden,batch", TILED_SIZES, ids=lambda v: str(v))
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+def test_tiled_gru_linear_before_reset(linear_before_reset: int, hidden: int, batch: int) -> None:
+    check(Rnn("GRU", "bidirectional", seq=6, batch=batch, input_size=24, hidden=hidden, initial_h=True,
+              attrs={"linear_before_reset": linear_before_reset}))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tiled_steps_runtime_weights_clip_peepholes(kind: str) -> None:
+    """Weights given at run time are packed for the tiles by the kernel itself (ragged panels)."""
+    check(Rnn(kind, "bidirectional", seq=5, batch=3, input_size=24, hidden=33, runtime_weights=True,
+              peepholes=kind == "LSTM", initial_h=True, attrs={"clip": 0.8}))
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_recurrence_calls_no_libm(tmp_path, backend: str) -> None:  # noqa: ANN001
+    """LSTM, GRU and RNN with their default activations (Sigmoid, Tanh) and a Relu RNN: the built
+    library leaves no float exp / tanh / log of the C library undefined (`nm -u`): the gates are
+    the polynomials, so the time loop vectorises."""
+    import shutil
+    import subprocess
+
+    from aot.host.run import host_variant
+
+    if shutil.which("nm") is None:
+        pytest.skip("needs nm (binutils)")
+    cases = [Rnn("LSTM", "bidirectional", hidden=20), Rnn("GRU", "forward", hidden=20),
+             Rnn("GRU", "reverse", hidden=20, attrs={"linear_before_reset": 1}), Rnn("RNN", hidden=20),
+             Rnn("RNN", hidden=20, attrs={"activations": ["Relu"]})]
+    for n, case in enumerate(cases):
+        model, feeds = case.build()
+        package = compile_model(model, name=f"rnn{n}", backend=backend)
+        folder = package.write(tmp_path / f"pkg{n}")
+        variant, target = host_variant(package)
+        extra = [f"BACKEND={variant}", f"TARGET={target or ''}"] if backend == "llvm" else []
+        subprocess.run(["make", "-s", "-C", str(folder), *extra, f"librnn{n}.a"], check=True, capture_output=True)
+        undefined = set(subprocess.run(["nm", "-u", str(folder / f"librnn{n}.a")], check=True, capture_output=True,
+                                       text=True).stdout.split())
+        assert not {"expf", "tanhf", "logf", "expm1f", "log1pf", "powf"} & undefined, (case.kind, undefined)
