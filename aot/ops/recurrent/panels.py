@@ -20,6 +20,7 @@ from aot.lowering.builder import KernelBuilder
 from aot.lowering.context import LoweringContext
 from aot.lowering.tiles import TileConfig
 from aot.ops.contraction.register_tiles import Reduction, register_tile
+from aot.ops.contraction.row_updates import blocks
 from aot.ops.gemm import matmul_tile_shape, pack_column_panels
 from aot.ops.scratch import scratch_tensor
 
@@ -61,23 +62,26 @@ def panel_product(kb: KernelBuilder, lanes: int, dtype: str, rows: int, n: int, 
                   panels: Buffer, a_at: Callable[[int, Expr], Expr], out: Buffer, out_at: Callable[[int, Expr], Expr],
                   finish: Callable[[int, Expr, Expr], Expr] | None) -> list[Stmt]:
     """out[out_at(i, j)] = finish(i, j, sum_r a_at(i, r) * B[r, j]) for i < rows, j < n, B in
-    `panels` (column panels shape[1] wide), as register tiles of `shape`. The row and column
-    blocks are written out (rows and panels are few: the batch, the gate rows / panel width), so
-    `i` is always a Python int: a_at and finish may use per-row locals (a row's time step)."""
+    `panels` (column panels shape[1] wide), as register tiles of `shape`: a loop over the full
+    panels, then the narrower last one. The row blocks are written out (rows are few: the
+    batch), so `i` is always a Python int: a_at and finish may use per-row locals (a row's time
+    step)."""
     tile_rows, cols = shape
-    stmts: list[Stmt] = []
-    for j0 in range(0, n, cols):
-        width = min(cols, n - j0)
+
+    def column_block(j0: Expr, width: int) -> list[Stmt]:
+        stmts: list[Stmt] = []
         for i0 in range(0, rows, tile_rows):
             count = min(tile_rows, rows - i0)
             tail = None
             if finish is not None:
-                def tail(i: int, j: Expr, value: Expr, i0: int = i0, j0: int = j0) -> Expr:
-                    return finish(i0 + i, j + j0, value)
+                def tail(i: int, j: Expr, value: Expr, i0: int = i0) -> Expr:
+                    return finish(i0 + i, j0 + j, value)
             stmts += register_tile(
                 kb, dtype, lanes, count, width, Reduction((k,)),
                 a_at=lambda i, r, i0=i0: a_at(i0 + i, r[0]),
-                b_base=lambda r, j0=j0, width=width: (panels, const(j0 * k, INDEX) + r[0] * width),
+                b_base=lambda r: (panels, j0 * k + r[0] * width),
                 init=[const(0.0, dtype)] * count, out=out,
-                out_at=lambda i, j, i0=i0, j0=j0: out_at(i0 + i, j + j0), finish=tail)
-    return stmts
+                out_at=lambda i, j, i0=i0: out_at(i0 + i, j0 + j), finish=tail)
+        return stmts
+
+    return blocks(kb, n, cols, column_block, "j")
