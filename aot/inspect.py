@@ -59,10 +59,12 @@ def inspect_model(path: str | os.PathLike[str],
         progress.start("graph passes")
         run_passes(graph)
         report["precision"] = precision_summary(graph).to_json()
-        planned = lower_and_plan(graph, PipelineOptions(), progress)  # as `aot compile` without options
-        report.update(_plan_entries(planned))
-        if max_arena is not None:
+        if max_arena is None:
+            planned = lower_and_plan(graph, PipelineOptions(), progress)  # as `aot compile` without options
+            report.update(_plan_entries(planned))
+        else:
             budgeted = lower_and_plan_budgeted(graph, PipelineOptions(max_arena=max_arena), progress, str(path))
+            planned = budgeted.default  # the footprint's plans are those without a budget
             report.update(_plan_entries(budgeted.planned))
             report["max_arena"] = budgeted.to_json()
         progress.start("footprint per target")

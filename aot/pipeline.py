@@ -92,22 +92,26 @@ def lower_and_plan(graph: Graph, options: PipelineOptions | None = None,
     """`graph` (after the graph passes, aot/passes/pipeline.py) lowered and planned; with
     options.max_arena, the fastest plan whose arena fits it (`model` names the model in the error
     when none does; default: the graph's name)."""
-    return lower_and_plan_budgeted(graph, options, progress, model).planned
-
-
-def lower_and_plan_budgeted(graph: Graph, options: PipelineOptions | None = None,
-                            progress: Progress | None = None, model: str | None = None) -> BudgetedPlan:
-    """lower_and_plan, with what the search for options.max_arena changed (nothing without it)."""
     options = options or PipelineOptions()
+    if options.max_arena is not None:
+        return lower_and_plan_budgeted(graph, options, progress, model).planned
     progress = progress or SILENT
     progress.start("lowering to kernels")
     program = lower(graph, options)
     progress.start("memory planning")
-    planned = plan(program, options)
-    if options.max_arena is None or planned.memory.arena_bytes <= options.max_arena:
-        return BudgetedPlan.unchanged(planned, options.max_arena)
-    progress.start(f"searching for a plan within --max-arena {options.max_arena}")
+    return plan(program, options)
+
+
+def lower_and_plan_budgeted(graph: Graph, options: PipelineOptions, progress: Progress | None = None,
+                            model: str | None = None) -> BudgetedPlan:
+    """lower_and_plan for options.max_arena, with what the search changed against the plan
+    without a budget (aot/planner/budget.py)."""
+    assert options.max_arena is not None
+    default = lower_and_plan(graph, replace(options, max_arena=None), progress)
+    if default.memory.arena_bytes <= options.max_arena:
+        return BudgetedPlan.unchanged(default, options.max_arena)
+    (progress or SILENT).start(f"searching for a plan within --max-arena {options.max_arena}")
     search = BudgetSearch(graph, options.tiles, options.conv_algorithm, options.alignment,
                           lambda overrides: lower(graph, replace(options, overrides=overrides)),
                           lambda lowered: plan(lowered, options))
-    return search.fit(planned, options.max_arena, model or graph.name)
+    return search.fit(default, options.max_arena, model or graph.name)

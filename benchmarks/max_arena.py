@@ -36,7 +36,7 @@ from aot.ops.conv.algorithm import ConvAlgorithm
 from aot.ops.conv.lowering import conv_key, node_forms
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
-from aot.planner.budget import _factor_key
+from aot.planner.budget import factor_key, layer_class
 from aot.targets import host_preset_name, resolve_targets
 from aot.verify import random_inputs
 from benchmarks.run import light_models
@@ -90,7 +90,7 @@ def _forced(model: onnx.ModelProto, form: ConvAlgorithm) -> HostModel:
 def factors(models: list[Path]) -> None:
     tiles = PipelineOptions(tuple(resolve_targets(host_preset_name()))).tiles
     seen: set[tuple] = set()
-    ratios: dict[tuple[str, bool], list[float]] = defaultdict(list)
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
     for path in models:
         graph, _ = load(path)
         run_passes(graph)
@@ -101,26 +101,28 @@ def factors(models: list[Path]) -> None:
             if key in seen:
                 continue
             seen.add(key)
-            depthwise = node.inputs[1].shape[1] == 1 and int(node.attr("group", 1)) > 1
+            layer = layer_class(node)
             forms = node_forms(node, tiles, "auto")
             times = {}
             for form in forms:
                 built = _forced(model, form)
                 times[form] = _median_ms(built.runner_for(random_inputs(built.package)))
                 built.close()
-            base = next((t for f, t in times.items() if f.kind in ("tiled", "im2col") and f.copy != "none"),
-                        next((t for f, t in times.items() if f.kind in ("tiled", "im2col")), None))
+            # The base: the default form without Winograd (the first register-tile form listed).
+            base = next((t for f, t in times.items() if factor_key(f) == "tiled"), None)
             if base is None:
                 continue
-            row = ", ".join(f"{_factor_key(f)} {t / base:.2f}" for f, t in times.items())
+            row = ", ".join(f"{factor_key(f)} {t / base:.2f}" for f, t in times.items())
             geometry = f"s{list(node.attr('strides', []))} p{list(node.attr('pads', []))} g{node.attr('group', 1)}"
             print(f"{path.stem} x{list(node.inputs[0].shape)} w{list(node.inputs[1].shape)} {geometry}"
                   f" base {base * 1000:.1f} us: {row}", flush=True)
-            for f, t in times.items():
-                ratios[_factor_key(f), depthwise].append(t / base)
+            for f, t in list(times.items())[1:]:  # the default itself is the base or Winograd
+                ratios[factor_key(f), layer].append(t / base)
+            if factor_key(forms[0]) == "winograd":
+                ratios["winograd", layer].append(times[forms[0]] / base)
     print("\nFORM_FACTORS (median, count):")
-    for (label, depthwise), values in sorted(ratios.items()):
-        print(f"    ({label!r}, {depthwise}): {statistics.median(values):.2f},  # {len(values)} convolutions, "
+    for (label, layer), values in sorted(ratios.items()):
+        print(f"    ({label!r}, {layer!r}): {statistics.median(values):.2f},  # {len(values)} convolutions, "
               f"{min(values):.2f}-{max(values):.2f}")
 
 

@@ -38,29 +38,46 @@ from aot.ops.conv.lowering import conv_key, node_forms
 from aot.planner.arena import PlannedProgram
 from aot.planner.memory import align_up
 
-# Time per MAC of each form, relative to the register tiles over a copy of the input (1.0),
-# measured on this project's benchmark machine (AVX-512, one thread) with
-# `python -m aot.planner.budget_factors` (see that module): for each form, the median over the
-# convolutions of the shared models (VWW, ResNet-8, DS-CNN, SqueezeNet), each timed alone in its
-# default form and in that form. Depthwise convolutions (one input channel per group) and the
-# others differ enough to get their own factors. Winograd's below 1 is the multiply-adds it saves.
-FORM_FACTORS: dict[tuple[str, bool], float] = {
-    # (form_label, depthwise) -> factor; filled in by measurement below
+# Time per MAC of each form, relative to the register tiles (tiled or im2col, the default forms
+# without Winograd: 1.0), by the kind of convolution (layer_class). Measured with
+# `python -m benchmarks.max_arena factors` on the 34 distinct convolutions of VWW, ResNet-8,
+# DS-CNN and examples/tiny_cnn.onnx, each alone with its Relu, compiled for the host (AVX-512,
+# x86_64-v4) and timed in every form, one thread: the median of the ratios (their range in
+# the comments). Row updates read the input itself (no copy) and pay for it in unaligned,
+# bounds-split rows, most on dense convolutions with few pixels per row; on strided depthwise
+# ones they beat the tiles over the column-phase copy (which the copy costs). The direct loop
+# nest is scalar. Ratios vary with the shape (rows 1.1-15x on dense ones), so these rank the
+# forms and estimate the whole plan's cost; they do not predict one layer's time.
+FORM_FACTORS: dict[tuple[str, str], float] = {
+    ("winograd", "dense"): 0.78,  # 4 convolutions, 0.75-1.24
+    ("rows", "dense"): 2.87,  # 23 convolutions, 1.12-15.45
+    ("rows", "depthwise"): 2.29,  # 7, 0.84-6.14
+    ("rows", "strided depthwise"): 0.85,  # 4, 0.84-0.87
+    ("direct", "dense"): 45.8,  # 23, 1.04-1716
+    ("direct", "depthwise"): 7.6,  # 7, 2.4-18.4
+    ("direct", "strided depthwise"): 2.23,  # 4, 0.66-2.78
 }
-DEFAULT_FACTOR = 1.0
+DEFAULT_FACTOR = 1.0  # the register tiles (tiled, im2col)
 
 
-def form_factor(algorithm: ConvAlgorithm, depthwise: bool) -> float:
-    """The estimated time per MAC of `algorithm`, relative to the tiled forms (FORM_FACTORS)."""
-    return FORM_FACTORS.get((_factor_key(algorithm), depthwise), DEFAULT_FACTOR)
+def form_factor(algorithm: ConvAlgorithm, layer: str) -> float:
+    """The estimated time per MAC of `algorithm` on a convolution of class `layer`
+    (layer_class), relative to the register tiles (FORM_FACTORS)."""
+    return FORM_FACTORS.get((factor_key(algorithm), layer), DEFAULT_FACTOR)
 
 
-def _factor_key(algorithm: ConvAlgorithm) -> str:
-    if algorithm.kind == "tiled":
-        return "tiled" if algorithm.copy != "none" else "tiled over the input"
-    if algorithm.kind == "rows":
-        return "rows"
-    return algorithm.kind
+def factor_key(algorithm: ConvAlgorithm) -> str:
+    """The form's name in FORM_FACTORS: every tiled mode and im2col count as register tiles."""
+    return "tiled" if algorithm.kind in ("tiled", "im2col") else algorithm.kind
+
+
+def layer_class(node: Node) -> str:
+    """"depthwise" (one input channel per group), "strided depthwise" or "dense" (the rest)."""
+    w = node.input(1)
+    if w is None or w.rank < 3 or w.shape[1] != 1 or int(node.attr("group", 1)) <= 1:
+        return "dense"
+    strides = node.attr("strides", None)
+    return "strided depthwise" if strides is not None and max(strides) > 1 else "depthwise"
 
 
 def parse_arena_bytes(value: int | str) -> int:
@@ -100,16 +117,17 @@ class BudgetedPlan:
     """The plan for a --max-arena budget, and how it differs from today's plan."""
 
     planned: PlannedProgram
-    budget: int | None
+    budget: int
+    default: PlannedProgram  # today's plan, without the budget
     default_arena: int
     default_cost: float  # estimated, in MACs at the tiled forms' speed (FORM_FACTORS)
     cost: float
     changes: tuple[FormChange, ...] = ()
 
     @staticmethod
-    def unchanged(planned: PlannedProgram, budget: int | None) -> BudgetedPlan:
+    def unchanged(planned: PlannedProgram, budget: int) -> BudgetedPlan:
         cost = plan_cost(planned.program)
-        return BudgetedPlan(planned, budget, planned.memory.arena_bytes, cost, cost)
+        return BudgetedPlan(planned, budget, planned, planned.memory.arena_bytes, cost, cost)
 
     def to_json(self) -> dict[str, object]:
         return {"max_arena": self.budget, "arena_bytes": self.planned.memory.arena_bytes,
@@ -133,12 +151,7 @@ def plan_cost(program: Program) -> float:
 
 
 def _node_factor(node: Node, form: object) -> float:
-    return form_factor(form, _depthwise(node)) if isinstance(form, ConvAlgorithm) else 1.0
-
-
-def _depthwise(node: Node) -> bool:
-    w = node.input(1)
-    return w is not None and w.rank >= 2 and w.shape[1] == 1 and int(node.attr("group", 1)) > 1
+    return form_factor(form, layer_class(node)) if isinstance(form, ConvAlgorithm) else 1.0
 
 
 def kernel_scratch(program: Program, alignment: int) -> dict[int, int]:
@@ -183,14 +196,14 @@ class BudgetSearch:
                  lower: Callable[[Overrides], Program], plan: Callable[[Program], PlannedProgram]) -> None:
         self.graph, self.tiles, self.conv_algorithm, self.alignment = graph, tiles, conv_algorithm, alignment
         self.lower, self.plan = lower, plan
-        self.depthwise: dict[str, bool] = {}
+        self.layers: dict[str, str] = {}
 
     def fit(self, default: PlannedProgram, budget: int, model: str) -> BudgetedPlan:
         """The plan for `budget` from today's plan `default`; AotError naming the smallest arena
         reachable when no plan fits."""
         nodes = {key: n for n in default.program.nodes if (key := _formed_key(n, default.program)) is not None}
         forms = {key: node_forms(node, self.tiles, self.conv_algorithm) for key, node in nodes.items()}
-        self.depthwise = {key: _depthwise(node) for key, node in nodes.items()}
+        self.layers = {key: layer_class(node) for key, node in nodes.items()}
         scratch = self._form_scratch(forms)
         chosen: dict[str, ConvAlgorithm] = {}
         rejected: set[tuple[str, ConvAlgorithm]] = set()
@@ -235,7 +248,7 @@ class BudgetSearch:
         scratch than it has now, the fastest that saves `need` bytes, else the one with the
         least scratch (the fastest of those)."""
         have = current_scratch.get(key, 0)
-        node_cost = {f: form_factor(f, self.depthwise[key]) for f in forms[key]}
+        node_cost = {f: form_factor(f, self.layers[key]) for f in forms[key]}
         options = [f for f in forms[key] if scratch[key, f] < have and (key, f) not in rejected]
         if not options:
             return None
@@ -269,10 +282,10 @@ class BudgetSearch:
             if before == after:
                 continue
             assert isinstance(before, ConvAlgorithm) and isinstance(after, ConvAlgorithm)
-            macs, depthwise = node_macs(node), _depthwise(node)
+            macs, layer = node_macs(node), layer_class(node)
             kernel = next(k for k, n in zip(planned.program.kernels, planned.program.nodes) if n is node)
             changes.append(FormChange(node.name, kernel.op, form_label(before), form_label(after),
                                       default_scratch.get(key, 0) - chosen_scratch.get(key, 0), macs,
-                                      macs * form_factor(before, depthwise), macs * form_factor(after, depthwise)))
-        return BudgetedPlan(planned, budget, default.memory.arena_bytes, plan_cost(default.program),
+                                      macs * form_factor(before, layer), macs * form_factor(after, layer)))
+        return BudgetedPlan(planned, budget, default, default.memory.arena_bytes, plan_cost(default.program),
                             plan_cost(planned.program), tuple(changes))
