@@ -140,10 +140,10 @@ SETTLE_SECONDS = 0.2
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
           opt: str = "-O3 -march=native", conv_algorithm: str = "auto",
-          input_values: Mapping[str, InputValue] | None = None) -> BenchResult:
+          input_values: Mapping[str, InputValue] | None = None, max_arena: int | None = None) -> BenchResult:
     # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
     package = compile_model(model_path, input_shapes, target=host_preset_name(), parallel=threads > 1,
-                            conv_algorithm=conv_algorithm, input_values=input_values)
+                            conv_algorithm=conv_algorithm, input_values=input_values, max_arena=max_arena)
     graph, _ = load(model_path, input_shapes, input_values)
     macs = model_stats(graph).macs
     ours = HostModel.build(package, opt=opt, threads=threads)

@@ -139,6 +139,12 @@ ConvAlgorithmOpt = Annotated[str, typer.Option(
     help="auto: 3x3 unit-stride convolutions with 8+ channels and a vector's width of "
     "2x2 output tiles as Winograd F(2x2, 3x3) (2.25x fewer multiply-adds; results within rounding of a "
     "direct sum); direct: every convolution sums its taps directly.")]
+MaxArenaOpt = Annotated[str | None, typer.Option(
+    "--max-arena", metavar="BYTES",
+    help="The largest arena the package may have: bytes, or with a k (x1024) or M (x1048576) suffix, e.g. "
+    "200000 or 200k. aot plans the fastest it finds within it (the convolutions at the arena's peak computed "
+    "in forms with less scratch) and fails, naming the smallest arena it can reach, when none fits. "
+    "Default: the fastest plan, whatever its arena.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show step timings on stderr, and details "
                                                                   "(the exception chain) on errors.")]
@@ -235,6 +241,13 @@ def _check_name(name: str | None) -> None:
         raise AotError(f"--name {name!r}: not valid UTF-8")
 
 
+def _max_arena(value: str | None) -> int | None:
+    """--max-arena in bytes, checked before any work (aot/planner/budget.py parses it)."""
+    from aot.planner.budget import parse_arena_bytes
+
+    return parse_arena_bytes(value) if value is not None else None
+
+
 def _shapes(options: list[str] | None) -> dict[str, tuple[int, ...]]:
     from aot.frontend.input_shapes import parse_input_shapes
 
@@ -317,6 +330,7 @@ def compile_cmd(
     weights_format: WeightsFormatOpt = "auto",
     parallel: ParallelOpt = False,
     conv_algorithm: ConvAlgorithmOpt = "auto",
+    max_arena: MaxArenaOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Replace the output folder if it exists.")] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
@@ -324,11 +338,13 @@ def compile_cmd(
     """Compile MODEL into a C package (header, sources, weights, runtime, Makefile, CMakeLists)."""
     from aot.package.output_dir import check_output_folder
 
+    budget = _max_arena(max_arena)
+
     read = [f for m in model for f in _files_read(m, output, force, target or [])] + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling: a refusal costs nothing
     package = _compile_package(model, name, package_name, shared_arena, input_shape, input_value,
                                backend=backend, target=target or None, weights_format=weights_format,
-                               parallel=parallel, conv_algorithm=conv_algorithm)
+                               parallel=parallel, conv_algorithm=conv_algorithm, max_arena=budget)
     with _progress().step("writing the package"):
         written = package.write(output, force=force, inputs=read)
     m = package.manifest
@@ -374,6 +390,7 @@ def verify_cmd(
                                              "tolerance * max(1, max |expected|).")] = 1e-4,
     seed: Annotated[int, typer.Option("--seed", help="Seed for random inputs.")] = 0,
     conv_algorithm: ConvAlgorithmOpt = "auto",
+    max_arena: MaxArenaOpt = None,
     per_layer: Annotated[bool, typer.Option("--per-layer", help="Compare every node's output with "
                                             "onnxruntime's and name the first node out of tolerance.")] = False,
     as_json: JsonOpt = False,
@@ -386,18 +403,22 @@ def verify_cmd(
 
     _check_tolerance(tolerance)
     _check_seed(seed)
+    budget = _max_arena(max_arena)
     if target and len(target) > 1:
         raise AotError("--target: verify checks one target at a time")
     specs = model_specs(model, [], input_shape or [], input_value or [])
     if len(specs) > 1 and (per_layer or inputs is not None or expected is not None):
         option = "--per-layer" if per_layer else "--inputs" if inputs is not None else "--expected"
         raise AotError(f"{option}: the package has {len(specs)} models; give one model (and one shape) with it")
+    if per_layer and budget is not None:
+        raise AotError("--max-arena: --per-layer exposes every node's output, which changes the arena; "
+                       "verify the budgeted package without --per-layer")
     if per_layer:
         _verify_per_layer(model[0], _shapes(input_shape), backend, target[0] if target else None, inputs,
                           tolerance, seed, as_json, conv_algorithm, _values(input_value))
         return
     package = _compile_package(model, None, None, shared_arena, input_shape, input_value, backend=backend,
-                               target=target or None, conv_algorithm=conv_algorithm)
+                               target=target or None, conv_algorithm=conv_algorithm, max_arena=budget)
     from aot.npz import load_npz
 
     built = None  # the package is built once; each model runs from that build
@@ -569,6 +590,7 @@ def build_cmd(
     weights_format: WeightsFormatOpt = "auto",
     parallel: ParallelOpt = False,
     conv_algorithm: ConvAlgorithmOpt = "auto",
+    max_arena: MaxArenaOpt = None,
     toolchain: Annotated[str, typer.Option("--toolchain", metavar="auto|gcc|zig|clang",
                                            help="auto, gcc (cross GCC), zig (pip install "
                                            "ziglang) or clang (bare metal).")] = "auto",
@@ -590,13 +612,14 @@ def build_cmd(
 
     if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
         raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
+    budget = _max_arena(max_arena)
     read = [f for m in model for f in _files_read(m, output, force, [target])] + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling and building: a refusal costs nothing
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
     package = _compile_package(model, name, package_name, shared_arena, input_shape, input_value,
                                backend=backend, target=target, weights_format=weights_format,
-                               parallel=parallel, conv_algorithm=conv_algorithm)
+                               parallel=parallel, conv_algorithm=conv_algorithm, max_arena=budget)
     # Build in a staging copy, then publish package and artefacts together: no half-built folder,
     # and nothing made next to -o (not even its parent folders) if the build fails.
     with tempfile.TemporaryDirectory(prefix="aot-build-") as tmp:
@@ -636,6 +659,7 @@ def bench_cmd(
     threads: Annotated[int, typer.Option("--threads", help="Threads for aot and onnxruntime.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", help="Interleaved rounds of each side.")] = 15,
     conv_algorithm: ConvAlgorithmOpt = "auto",
+    max_arena: MaxArenaOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -646,9 +670,10 @@ def bench_cmd(
         raise AotError("--threads and --rounds must be at least 1")
     if threads > 1024:
         raise AotError(f"--threads {threads}: give at most 1024, as the runner's -t")
+    budget = _max_arena(max_arena)
     with _progress().step(f"bench ({rounds} rounds)"):
         result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds,
-                       conv_algorithm=conv_algorithm, input_values=_values(input_value))
+                       conv_algorithm=conv_algorithm, input_values=_values(input_value), max_arena=budget)
     if as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
         return
@@ -690,13 +715,16 @@ def inspect_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
     input_value: InputValueOpt = None,
+    max_arena: MaxArenaOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show MODEL's ops (and which are unsupported), parameters, MACs and memory plan."""
     from aot.inspect import inspect_model, show
 
-    report = inspect_model(model, _shapes(input_shape), progress=_progress(), input_values=_values(input_value))
+    budget = _max_arena(max_arena)
+    report = inspect_model(model, _shapes(input_shape), progress=_progress(), input_values=_values(input_value),
+                           max_arena=budget)
     if as_json:
         print(json.dumps(report, sort_keys=True))
     else:

@@ -27,6 +27,7 @@ from aot.package.package import MANIFEST, Package, finalize_manifest
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
 from aot.planner.arena import PlannedProgram
+from aot.planner.budget import parse_arena_bytes
 from aot.planner.weights import layout_shared_weights
 from aot.progress import SILENT, Progress
 from aot.resources import resource_dir
@@ -89,6 +90,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     parallel: bool = False,
     conv_algorithm: str = "auto",
     input_values: Mapping[str, InputValue] | None = None,
+    max_arena: int | str | None = None,
 ) -> HostPackage:
     """Compile an ONNX model (path or ModelProto) into an in-memory Package (a HostPackage, whose
     run() builds and runs it on this machine).
@@ -112,10 +114,16 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     input_values={"name": value} binds graph inputs at compile time (--input-value): each is a constant
     before shape inference and folding, so the shapes it decides are static, and is no package input.
     A value (array, list, number or the option's text) fits the input's declared type.
+
+    max_arena (--max-arena): the largest arena the package may have, in bytes (an int, or text with
+    a k or M suffix: "200k"); aot then plans the fastest it finds within it, computing the
+    convolutions at the arena's peak in forms with less scratch (aot/planner/budget.py), and
+    raises AotError naming the smallest arena it can reach when none fits. None (default): the
+    fastest plan, whatever its arena.
     """
     return compile_models([ModelSpec(model, input_shapes, name, input_values)], backend=backend, target=target,
                           weights_format=weights_format, progress=progress, parallel=parallel,
-                          conv_algorithm=conv_algorithm)
+                          conv_algorithm=conv_algorithm, max_arena=max_arena)
 
 
 @_without_cyclic_gc
@@ -129,13 +137,15 @@ def compile_models(
     progress: Progress | None = None,
     parallel: bool = False,
     conv_algorithm: str = "auto",
+    max_arena: int | str | None = None,
 ) -> HostPackage:
     """Compile several models (or one model at several input shapes, as several ModelSpecs) into
     one package: one header and set of entry points per model, one library, one weights struct in
     which a weight several models have is stored once. `package_name` names the library (default:
     the one model's name; for several, the models' names joined by "_"). `shared_arena`: the
     models never run at the same time, and the package's header declares one arena for them all,
-    of the largest model's size. The other options are compile()'s, the same for every model."""
+    of the largest model's size. The other options are compile()'s, the same for every model
+    (max_arena bounds each model's arena)."""
     progress = progress or SILENT
     if not models:
         raise AotError("no model to compile")
@@ -148,7 +158,8 @@ def compile_models(
     if shared_arena and len(models) < 2:
         raise AotError("--shared-arena: the package has one model (it shares an arena among several)")
     _check_distinct([_package_name(spec.name) for spec in models if spec.name is not None])
-    options = PipelineOptions(tuple(targets), parallel, conv_algorithm)
+    budget = parse_arena_bytes(max_arena) if max_arena is not None else None
+    options = PipelineOptions(tuple(targets), parallel, conv_algorithm, max_arena=budget)
     objects = _llvm_objects(targets) if backend == "llvm" else []
     planned = _plan_models(models, targets, options, progress)
     package = _bundle_name([p.ident for p in planned], package_name)
@@ -216,7 +227,7 @@ def _plan_model(spec: ModelSpec, targets: list[Target], options: PipelineOptions
     ident = _package_name(graph.name if spec.name is None else spec.name)
     progress.start("graph passes")
     run_passes(graph)
-    planned = lower_and_plan(graph, options, progress)
+    planned = lower_and_plan(graph, options, progress, model=source)
     check_address_space(targets, [("the arena", planned.memory.arena_bytes),
                                   ("the weights", sum(t.nbytes for t in planned.program.weights))])
     return _PlannedModel(ident, source, graph, planned)

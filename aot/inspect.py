@@ -15,7 +15,7 @@ from aot.frontend.importer import load_graph
 from aot.frontend.input_values import InputValue
 from aot.ir.graph import Graph
 from aot.passes.pipeline import run_passes
-from aot.pipeline import PipelineOptions, lower, lower_and_plan, plan
+from aot.pipeline import PipelineOptions, lower, lower_and_plan, lower_and_plan_budgeted, plan
 from aot.planner.arena import PlannedProgram
 from aot.planner.weights import layout_weights
 from aot.precision import precision_summary
@@ -31,7 +31,11 @@ if TYPE_CHECKING:
 def inspect_model(path: str | os.PathLike[str],
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                   progress: Progress | None = None,
-                  input_values: Mapping[str, InputValue] | None = None) -> dict[str, Any]:
+                  input_values: Mapping[str, InputValue] | None = None,
+                  max_arena: int | None = None) -> dict[str, Any]:
+    """The inspection of the model at `path` as a JSON-able dict. `max_arena`: the memory plan is
+    the one `aot compile --max-arena` makes (the "max_arena" entry says what it changed); the
+    footprint per target stays that of the plans without a budget."""
     progress = progress or SILENT
     progress.start("import")
     graph = load_graph(path, input_shapes, allow_unsupported=True, input_values=input_values)
@@ -55,8 +59,14 @@ def inspect_model(path: str | os.PathLike[str],
         progress.start("graph passes")
         run_passes(graph)
         report["precision"] = precision_summary(graph).to_json()
-        planned = lower_and_plan(graph, PipelineOptions(), progress)  # as `aot compile` without options
-        report.update(_plan_entries(planned))
+        if max_arena is None:
+            planned = lower_and_plan(graph, PipelineOptions(), progress)  # as `aot compile` without options
+            report.update(_plan_entries(planned))
+        else:
+            budgeted = lower_and_plan_budgeted(graph, PipelineOptions(max_arena=max_arena), progress, str(path))
+            planned = budgeted.default  # the footprint's plans are those without a budget
+            report.update(_plan_entries(budgeted.planned))
+            report["max_arena"] = budgeted.to_json()
         progress.start("footprint per target")
         report["footprint"] = footprint_per_target(graph, planned)
     progress.finish()
@@ -178,6 +188,7 @@ def render(r: dict[str, Any], console: Console) -> None:
     if r["supported"]:
         _render_precision(page, r)
         _render_memory(page, r)
+        _render_budget(page, r)
         _render_footprint(page, r)
 
 
@@ -254,6 +265,28 @@ def _render_memory(page: _Page, r: dict[str, Any]) -> None:
         page.say(f"largest live set at kernel {peak['kernel']} ({', '.join(peak['kernel_sources'])}): "
                  + ", ".join(peak["tensors"]))
         page.console.print()
+
+
+def _render_budget(page: _Page, r: dict[str, Any]) -> None:
+    """With --max-arena: the plan chosen for it, against the default plan."""
+    b = r.get("max_arena")
+    if b is None:
+        return
+    cost, default = b["estimated_cost_macs"], b["default_estimated_cost_macs"]
+    change = f"{100 * (cost - default) / default:+.1f}%" if default else "+0.0%"
+    page.say(f"plan within --max-arena {b['max_arena']}: arena {b['arena_bytes']} bytes (default plan "
+             f"{b['default_arena_bytes']}); estimated cost {cost} MACs ({_count(cost)}) against {default} "
+             f"({_count(default)}) for the default plan, {change} (MACs times a measured factor per form)")
+    page.console.print()
+    if not b["changed_forms"]:
+        page.say("the default plan fits: no node changes form")
+        page.console.print()
+        return
+    table = page.table("Forms changed to fit the budget", "node", "op", "default form", "form", "scratch saved",
+                       "MACs", right=("scratch saved", "MACs"))
+    for c in b["changed_forms"]:
+        table.add_row(c["node"], c["op"], c["default_form"], c["form"], str(c["scratch_saved_bytes"]), str(c["macs"]))
+    page.show(table)
 
 
 def _render_footprint(page: _Page, r: dict[str, Any]) -> None:

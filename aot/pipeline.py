@@ -10,13 +10,14 @@ tiles; planning returns its result and leaves the lowered Program as it is.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aot.errors import AotError
 from aot.ir.graph import Graph
 from aot.lowering.program import Program, lower_graph
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 from aot.planner.arena import PlannedProgram, plan_program
+from aot.planner.budget import BudgetedPlan, BudgetSearch, parse_arena_bytes
 from aot.progress import SILENT, Progress
 from aot.targets import Target
 
@@ -38,10 +39,18 @@ class PipelineOptions:
     # Another shape's choices (Program.choices), adopted where they fit: shape variants of one
     # model then pack their weights alike, and the package stores them once.
     preferred: tuple[tuple[Hashable, object], ...] = ()
+    # --max-arena: the largest arena, in bytes, the plan may have (aot/planner/budget.py finds the
+    # fastest plan that fits); None: today's fastest plan, whatever its arena.
+    max_arena: int | None = None
+    # Forms imposed on some nodes, by node key (LoweringContext.overrides): what a --max-arena
+    # plan chose; they win over `preferred` and over the lowerings' own choices.
+    overrides: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         if self.conv_algorithm not in CONV_ALGORITHMS:
             raise AotError(f"--conv-algorithm {self.conv_algorithm!r}: use {' or '.join(CONV_ALGORITHMS)}")
+        if self.max_arena is not None:
+            object.__setattr__(self, "max_arena", parse_arena_bytes(self.max_arena))
 
     @property
     def tiles(self) -> TileConfig:
@@ -70,7 +79,7 @@ def tiles_for(targets: tuple[Target, ...] | list[Target]) -> TileConfig:
 def lower(graph: Graph, options: PipelineOptions) -> Program:
     """`graph`'s kernels for the options' tiles, threads and convolution algorithm."""
     return lower_graph(graph, tiles=options.tiles, parallel=options.threads, conv_algorithm=options.conv_algorithm,
-                       preferred=dict(options.preferred))
+                       preferred=dict(options.preferred), overrides=dict(options.overrides))
 
 
 def plan(program: Program, options: PipelineOptions) -> PlannedProgram:
@@ -79,11 +88,30 @@ def plan(program: Program, options: PipelineOptions) -> PlannedProgram:
 
 
 def lower_and_plan(graph: Graph, options: PipelineOptions | None = None,
-                   progress: Progress | None = None) -> PlannedProgram:
-    """`graph` (after the graph passes, aot/passes/pipeline.py) lowered and planned."""
+                   progress: Progress | None = None, model: str | None = None) -> PlannedProgram:
+    """`graph` (after the graph passes, aot/passes/pipeline.py) lowered and planned; with
+    options.max_arena, the fastest plan whose arena fits it (`model` names the model in the error
+    when none does; default: the graph's name)."""
     options = options or PipelineOptions()
+    if options.max_arena is not None:
+        return lower_and_plan_budgeted(graph, options, progress, model).planned
     progress = progress or SILENT
     progress.start("lowering to kernels")
     program = lower(graph, options)
     progress.start("memory planning")
     return plan(program, options)
+
+
+def lower_and_plan_budgeted(graph: Graph, options: PipelineOptions, progress: Progress | None = None,
+                            model: str | None = None) -> BudgetedPlan:
+    """lower_and_plan for options.max_arena, with what the search changed against the plan
+    without a budget (aot/planner/budget.py)."""
+    assert options.max_arena is not None
+    default = lower_and_plan(graph, replace(options, max_arena=None), progress)
+    if default.memory.arena_bytes <= options.max_arena:
+        return BudgetedPlan.unchanged(default, options.max_arena)
+    (progress or SILENT).start(f"searching for a plan within --max-arena {options.max_arena}")
+    search = BudgetSearch(graph, options.tiles, options.conv_algorithm, options.alignment,
+                          lambda overrides: lower(graph, replace(options, overrides=overrides)),
+                          lambda lowered: plan(lowered, options))
+    return search.fit(default, options.max_arena, model or graph.name)

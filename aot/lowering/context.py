@@ -62,13 +62,18 @@ class Epilogue:
 
 class LoweringContext:
     def __init__(self, graph: Graph, tiles: TileConfig = DEFAULT_TILES, parallel: bool = False,
-                 conv_algorithm: str = "auto", preferred: Mapping[Hashable, object] | None = None) -> None:
+                 conv_algorithm: str = "auto", preferred: Mapping[Hashable, object] | None = None,
+                 overrides: Mapping[str, object] | None = None) -> None:
         self.graph = graph
         # Choices lowerings make for speed (a Conv's algorithm), by node key (see choice_key): those
         # of this lowering, and those another shape of the same model made, which its variants
         # adopt where they fit (aot/compiler.py), so that they pack the weights alike.
         self.choices: list[tuple[Hashable, object]] = []
         self.preferred: Mapping[Hashable, object] = preferred or {}
+        # Forms a --max-arena plan imposes (aot/planner/budget.py), by node key (a Conv's: its
+        # output's name, aot/ops/conv/lowering.py conv_key): they win over every other choice.
+        self.overrides: Mapping[str, object] = overrides or {}
+        self.forms: dict[str, object] = {}  # the form each of those nodes took, overridden or not
         # "auto": Winograd for the 3x3 convolutions where it pays (aot/ops/conv/winograd.py);
         # "direct": every convolution sums its taps directly.
         self.conv_algorithm = conv_algorithm
@@ -76,6 +81,7 @@ class LoweringContext:
         self.parallel = parallel  # whether lowerings may mark parallel loops (threads exist)
         self.kernels: list[Kernel] = []
         self.kernel_bindings: list[list[Tensor]] = []
+        self.kernel_nodes: list[Node] = []  # the node each kernel was lowered for (lower_graph)
         self._alias: dict[Tensor, tuple[Tensor, int]] = {}  # view -> (tensor it lives in, element offset)
         self.kernel_offsets: list[list[int]] = []  # element offset into the root, per kernel param
         self._new_constants = 0

@@ -48,12 +48,18 @@ class Program:
     # The choices the lowerings made for speed, by node key (LoweringContext.choices): what a
     # shape variant of the model adopts.
     choices: tuple[tuple[Hashable, object], ...] = ()
+    # For each kernel, the node whose lowering emitted it (None: a copy into a graph output), so
+    # a --max-arena plan knows which node's form to change for a kernel at the peak.
+    nodes: list[Node | None] = field(default_factory=list)
+    # The form each node that has several was lowered in, by node key (LoweringContext.forms).
+    forms: dict[str, object] = field(default_factory=dict)
 
     def reordered(self, order: list[int]) -> Program:
         """The same kernels run in `order` (a permutation of kernel indices)."""
         return Program(self.graph, [self.kernels[i] for i in order], [self.bindings[i] for i in order],
                        [self.offsets[i] for i in order], self.storage, self.weights, self.arena_tensors,
-                       choices=self.choices)
+                       choices=self.choices, nodes=[self.nodes[i] for i in order] if self.nodes else [],
+                       forms=self.forms)
 
     def overlapping_params(self, kernel_index: int) -> set[int]:
         """Params of one kernel whose element ranges in the same storage overlap another param's
@@ -92,11 +98,13 @@ class Program:
 
 def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TILES,
                 parallel: bool = False, conv_algorithm: str = "auto",
-                preferred: Mapping[Hashable, object] | None = None) -> Program:
+                preferred: Mapping[Hashable, object] | None = None,
+                overrides: Mapping[str, object] | None = None) -> Program:
     """`parallel`: lowerings may mark loops that pay for splitting over threads (aot/lowering/
     parallel.py); False (the default, as `aot compile` without --parallel) for packages without
-    threads, whose kernels then have none. aot/pipeline.py chooses these from the options."""
-    ctx = LoweringContext(graph, tiles, parallel, conv_algorithm, preferred)
+    threads, whose kernels then have none. aot/pipeline.py chooses these from the options.
+    `overrides`: the forms a --max-arena plan imposes on some nodes (aot/planner/budget.py)."""
+    ctx = LoweringContext(graph, tiles, parallel, conv_algorithm, preferred, overrides)
     ctx.fusion = plan_fusion(graph) if fuse else FusionPlan()
     if fuse:
         for part, whole, offset in plan_concat_in_place(graph):
@@ -111,14 +119,18 @@ def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TIL
             continue  # lowered when its chain ends
         _lower_node(node, ctx)
     output_roots = _route_outputs(ctx)
-    program = Program(graph, ctx.kernels, ctx.kernel_bindings, ctx.kernel_offsets, choices=tuple(ctx.choices))
+    nodes: list[Node | None] = [*ctx.kernel_nodes, *[None] * (len(ctx.kernels) - len(ctx.kernel_nodes))]  # copies
+    program = Program(graph, ctx.kernels, ctx.kernel_bindings, ctx.kernel_offsets, choices=tuple(ctx.choices),
+                      nodes=nodes, forms=dict(ctx.forms))
     _assign_storage(program, output_roots)
     return program
 
 
 def _lower_node(node: Node, ctx: LoweringContext) -> None:
+    before = len(ctx.kernels)
     try:
         lowering_for(node.op_type, node.domain)(node, ctx)
+        ctx.kernel_nodes += [node] * (len(ctx.kernels) - before)
     except BroadcastError as e:
         chain = ctx.fusion.chain(node)
         where = f" (with the fused {', '.join(repr(n.name) for n in chain)})" if chain else ""

@@ -37,6 +37,7 @@ class ConvAlgorithm:
     channel_tiles: bool = False  # vectors over output channels, not pixels (see channel_tiles_pay)
     rows_first: bool = False  # whether the copy is row-interleaved (see interleave_rows)
     pointwise: bool = False  # rows: a 1x1 unit-stride convolution, a matrix product per image
+    lean: bool = False  # flat mode: one channel's shifted copies at a time (least scratch, --max-arena)
 
 
 def choose_algorithm(geometry: ConvGeometry, weights: np.ndarray | None, dtype: str, tiles: TileConfig,
@@ -103,6 +104,43 @@ def _tiled_with_copy(planar: ConvGeometry, spec: ConvSpec, mode: TileMode, chann
         return ConvAlgorithm("tiled", mode=mode, channel_tiles=channel_tiles)
     return ConvAlgorithm("tiled", copy=copy, mode=mode, channel_tiles=channel_tiles,
                          rows_first=interleave_rows(spec, mode))
+
+
+def conv_forms(geometry: ConvGeometry, weights: np.ndarray | None, dtype: str, tiles: TileConfig,
+               allow_winograd: bool) -> list[ConvAlgorithm]:
+    """Every algorithm a --max-arena plan may give this convolution (aot/planner/budget.py), the
+    one choose_algorithm picks first, then forms that need less scratch: without Winograd (its
+    transforms), register tiles instead of im2col (a copy of the input, not the larger column
+    matrix), register tiles over the input itself where they need no copy of it (rows mode: no
+    grid scratch), row updates over the input (the padding skipped by compile-time bounds, no
+    copy) and the direct loop nest (no scratch at all, every geometry)."""
+    forms = [choose_algorithm(geometry, weights, dtype, tiles, allow_winograd)]
+    if forms[0].mode == "flat":
+        forms.append(ConvAlgorithm("tiled", mode="flat", lean=True))
+    if geometry.nd <= 2 and min(geometry.pad_begin + geometry.pad_end) >= 0:
+        planar = geometry.planar()
+        spec = planar.spec(over_padded_copy=False)
+        pointwise = spec.k_h == spec.k_w == 1 and spec.s_h == spec.s_w == 1 and not planar.padded
+        forms.append(choose_algorithm(geometry, weights, dtype, tiles, allow_winograd=False))
+        if forms[-1].kind == "im2col":
+            forms.append(_tiled_algorithm(planar, tiles, dtype))
+        if (weights is not None and np.dtype(dtype).kind == "f" and not planar.padded and spec.s_w == 1
+                and not flat_depthwise_fits(spec, tiles, dtype)):  # (that geometry has only the flat mode)
+            forms.append(ConvAlgorithm("tiled", mode="pointwise" if pointwise else "rows"))
+        forms.append(ConvAlgorithm("rows", pointwise=pointwise))
+    forms.append(ConvAlgorithm("direct"))
+    return list(dict.fromkeys(forms))  # in order, each once
+
+
+def form_label(algorithm: ConvAlgorithm) -> str:
+    """How `aot inspect --max-arena` names a convolution's form."""
+    if algorithm.kind == "tiled":
+        over = {"none": "the input", "padded": "a padded copy", "strided": "a column-phase copy"}[algorithm.copy]
+        lean = ", a channel at a time" if algorithm.lean else ""
+        return f"tiled {algorithm.mode or 'rows'} over {over}{lean}"
+    if algorithm.kind == "rows":
+        return "row updates over a padded copy" if algorithm.copy == "padded" else "row updates over the input"
+    return algorithm.kind
 
 
 def adopt_algorithm(geometry: ConvGeometry, weights: np.ndarray | None, dtype: str, tiles: TileConfig,

@@ -23,6 +23,8 @@ FLAT_BLOCK_BYTES = 16 * 1024
 
 
 class FlatDepthwise(TiledConv):
+    block_bytes = FLAT_BLOCK_BYTES  # the scratch of one block of channels' shifted copies, at most
+
     def _prepare(self, ctx: LoweringContext, node: Node, w: Tensor) -> None:
         self._init_flat(ctx, node, self.s.out_h * self.s.out_w)
         self._pack(ctx, w, self.width)
@@ -48,7 +50,7 @@ class FlatDepthwise(TiledConv):
         self.margin = s.p_h * s.in_w + s.p_w
         self.copy_size = self.margin + pixels + (s.k_h - 1 - s.p_h) * s.in_w + (s.k_w - 1 - s.p_w)
         per_channel = s.k_w * self.copy_size
-        self.block = max(1, min(s.groups, FLAT_BLOCK_BYTES // (per_channel * np.dtype(self.dt).itemsize)))
+        self.block = max(1, min(s.groups, self.block_bytes // (per_channel * np.dtype(self.dt).itemsize)))
         # Threads (one image): blocks of channels split over scratch slots (slot_blocks).
         self.slots = min(SCRATCH_SLOTS, -(-s.groups // self.block)) \
             if s.batch == 1 and pays(ctx, s.groups * pixels * s.k_h * s.k_w) else 1
@@ -115,3 +117,11 @@ class FlatDepthwise(TiledConv):
         if self.slots > 1:
             return stmts + slot_blocks(kb, s.groups, self.block, block, "c", self.slots)
         return stmts + blocks(kb, s.groups, self.block, lambda c0, count: block(c0, count, const(0, INDEX)), "c")
+
+
+class LeanFlatDepthwise(FlatDepthwise):
+    """The flat mode with one channel's shifted copies at a time: the least scratch it can have,
+    for a --max-arena plan (aot/planner/budget.py), at the cost of the loads that wait on the
+    copies' stores (see _init_flat)."""
+
+    block_bytes = 0

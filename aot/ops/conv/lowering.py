@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from aot.ir.graph import Node, Tensor
 from aot.lowering.context import LoweringContext
+from aot.lowering.tiles import TileConfig
 from aot.ops.attrs import conv_operands, fail, spatial_padding, window_output_size, window_steps
-from aot.ops.conv.algorithm import ConvAlgorithm, adopt_algorithm, choose_algorithm
+from aot.ops.conv.algorithm import ConvAlgorithm, adopt_algorithm, choose_algorithm, conv_forms
 from aot.ops.conv.direct import lower_conv_direct
 from aot.ops.conv.geometry import ConvGeometry
 from aot.ops.conv.rows import lower_conv_rows
@@ -25,7 +28,9 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
     preferred = ctx.preferred.get(key)
     if isinstance(preferred, ConvAlgorithm) and preferred != algorithm:
         algorithm = adopt_algorithm(geometry, weights, y.dtype.name, ctx.tiles, allow_winograd, preferred) or algorithm
+    algorithm = _overridden(node, ctx, geometry, weights, y.dtype.name, allow_winograd) or algorithm
     ctx.choices.append((key, algorithm))
+    ctx.forms[conv_key(node)] = algorithm
     if algorithm.kind == "winograd":
         lower_conv_winograd(node, ctx, geometry)
     elif algorithm.kind == "im2col":
@@ -36,6 +41,35 @@ def lower_conv(node: Node, ctx: LoweringContext) -> None:
         lower_conv_rows(node, ctx, geometry.planar(), algorithm)
     else:
         lower_conv_direct(node, ctx, geometry)
+
+
+def _overridden(node: Node, ctx: LoweringContext, geometry: ConvGeometry, weights: np.ndarray | None, dtype: str,
+                allow_winograd: bool) -> ConvAlgorithm | None:
+    """The form a --max-arena plan gives this convolution (aot/planner/budget.py), keyed by the
+    node's output: one of its conv_forms, or None when the plan leaves it as chosen."""
+    override = ctx.overrides.get(conv_key(node))
+    if override is None:
+        return None
+    forms = conv_forms(geometry, weights, dtype, ctx.tiles, allow_winograd)
+    if override not in forms:
+        raise ValueError(f"{node.describe()}: {override} is not one of its forms {forms}")
+    assert isinstance(override, ConvAlgorithm)
+    return override
+
+
+def node_forms(node: Node, tiles: TileConfig, conv_algorithm: str) -> list[ConvAlgorithm]:
+    """The forms (algorithm.conv_forms) the Conv `node` can take, the one lowering picks first."""
+    _, w, _, y, _ = conv_operands(node, "convolution")
+    return conv_forms(conv_geometry(node), w.data if w.is_constant else None, y.dtype.name, tiles,
+                      conv_algorithm != "direct")
+
+
+def conv_key(node: Node) -> str:
+    """What names a Conv in LoweringContext.overrides: its output tensor (node names need not be
+    unique)."""
+    out = node.outputs[0]
+    assert out is not None
+    return out.name
 
 
 def conv_geometry(node: Node) -> ConvGeometry:

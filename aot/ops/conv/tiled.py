@@ -19,7 +19,7 @@ from aot.ops.contraction.register_tiles import TileConfig
 from aot.ops.conv.algorithm import ConvAlgorithm, TileMode, im2col_spec
 from aot.ops.conv.channel_tiles import ChannelTiles
 from aot.ops.conv.copies import im2col, padded_copy, strided_copy
-from aot.ops.conv.flat_depthwise import FlatDepthwise
+from aot.ops.conv.flat_depthwise import FlatDepthwise, LeanFlatDepthwise
 from aot.ops.conv.geometry import ConvGeometry, ConvSpec
 from aot.ops.conv.pixel_tiles import TiledConv
 
@@ -44,7 +44,7 @@ def lower_conv_tiled(node: Node, ctx: LoweringContext, planar: ConvGeometry, alg
     bv = kb.input(bias) if bias is not None else None
     parallel, split_blocks = _threads(ctx, planar)
     tiled = tiled_conv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, final.dtype.name, ctx.tiles, algorithm.mode,
-                      parallel=split_blocks, rows_first=algorithm.rows_first)
+                      parallel=split_blocks, rows_first=algorithm.rows_first, lean=algorithm.lean)
     body = kb.loops([planar.batch], lambda idx: tiled.emit_image(idx[0]))
     ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and tiled.shares_nothing else body))
 
@@ -79,7 +79,7 @@ def _threads(ctx: LoweringContext, planar: ConvGeometry) -> tuple[bool, bool]:
 
 def tiled_conv(kb: KernelBuilder, ctx: LoweringContext, node: Node, spec: ConvSpec, x: View, w: Tensor, y: View,
                bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig, mode: TileMode,
-               parallel: bool = False, rows_first: bool = False) -> TiledConv:
-    """The emitter of `mode` (see TiledConv)."""
-    kind = {"channels": ChannelTiles, "flat": FlatDepthwise}.get(mode, TiledConv)
+               parallel: bool = False, rows_first: bool = False, lean: bool = False) -> TiledConv:
+    """The emitter of `mode` (see TiledConv); `lean`: the flat mode with the least scratch."""
+    kind = {"channels": ChannelTiles, "flat": LeanFlatDepthwise if lean else FlatDepthwise}.get(mode, TiledConv)
     return kind(kb, ctx, node, spec, x, w, y, bias, epilogue, dtype, tile, mode, parallel, rows_first)
