@@ -32,7 +32,12 @@ def _aot_op_type(onnxruntime_op: str) -> str:
 
 
 def onnxruntime_nodes(model: str, runs: int) -> list[tuple[str, str, float, int]]:
-    """(name, op, median us, MACs) per node, in execution order."""
+    """(name, op, median us, MACs) per node, in execution order. A node that is still the model's
+    own (same name and op) is counted from the model's graph: onnxruntime's profiler leaves out
+    the shapes of weights it has prepacked (a ConvTranspose's), so only a node it made (FusedConv
+    ...) is counted from the shapes it reports."""
+    graph, _ = load(model)
+    own = {n.name: (n.op_type, node_macs(n)) for n in graph.nodes}
     events = profiled_events(model, runs)
     times: dict[str, list[float]] = collections.defaultdict(list)
     info: dict[str, tuple[str, int, int]] = {}
@@ -46,7 +51,11 @@ def onnxruntime_nodes(model: str, runs: int) -> list[tuple[str, str, float, int]
             shapes = [next(iter(s.values())) for s in args.get("input_type_shape", [])]
             outs = [next(iter(s.values())) for s in args.get("output_type_shape", [])]
             op = args.get("op_name", "")
-            macs = op_macs(_aot_op_type(op), shapes, outs[0] if outs else None)
+            op_type = _aot_op_type(op)
+            if own.get(name, ("", 0))[0] == op_type:
+                macs = own[name][1]
+            else:
+                macs = op_macs(op_type, shapes, outs[0] if outs else None)
             info[name] = (op, macs, e["ts"])
     order = sorted(info, key=lambda n: info[n][2])
     return [(n, info[n][0], statistics.median(times[n]), info[n][1]) for n in order]
