@@ -3,43 +3,44 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aot.ir.graph import Graph, Node
 from aot.ir.sizes import element_count
 
+Shape = Sequence[int]
+
+
+def op_macs(op_type: str, inputs: Sequence[Shape | None], output: Shape | None, trans_a: bool = False) -> int:
+    """Multiply-accumulates of the ops that dominate compute, from their operands' shapes alone
+    (also what onnxruntime's profiler reports of its nodes: benchmarks/layers.py); 0 for the rest.
+    `trans_a`: Gemm's (or QGemm's) transA."""
+    if output is None:
+        return 0
+
+    def shape(i: int) -> Shape | None:
+        return inputs[i] if i < len(inputs) else None
+
+    out = element_count(output)
+    if op_type in ("QLinearConv", "ConvInteger", "Conv"):  # the weights are input 3 (QLinearConv) or 1
+        w = shape(3 if op_type == "QLinearConv" else 1)
+        return out * element_count(w[1:]) if w is not None else 0
+    if op_type == "ConvTranspose":
+        x, w = shape(0), shape(1)
+        # Every input element meets each of its group's output channels through every tap.
+        return element_count(x) * element_count(w[1:]) if x is not None and w is not None else 0
+    if op_type in ("QLinearMatMul", "MatMulInteger", "QGemm", "Gemm", "MatMul"):
+        a = shape(0)
+        return out * (a[0] if trans_a else a[-1]) if a is not None else 0
+    return 0
+
 
 def node_macs(node: Node) -> int:
     """Multiply-accumulates of the ops that dominate compute; 0 for the rest."""
     out = node.outputs[0] if node.outputs else None
-    if out is None:
-        return 0
-    if node.op_type in ("QLinearConv", "ConvInteger"):  # the weights are input 3 (QLinearConv) or 1
-        w = node.input(3 if node.op_type == "QLinearConv" else 1)
-        return out.size * element_count(w.shape[1:]) if w is not None else 0
-    if node.op_type in ("QLinearMatMul", "MatMulInteger", "QGemm"):
-        a = node.input(0)
-        k = (a.shape[0] if node.attr("transA", 0) else a.shape[-1]) if a is not None else 0
-        return out.size * k
-    if node.op_type == "Conv" and node.input(1) is not None:
-        w = node.inputs[1]
-        assert w is not None
-        return out.size * element_count(w.shape[1:])
-    if node.op_type == "ConvTranspose" and node.input(0) is not None and node.input(1) is not None:
-        x, w = node.inputs[0], node.inputs[1]
-        assert x is not None and w is not None
-        # Every input element meets each of its group's output channels through every tap.
-        return x.size * element_count(w.shape[1:])
-    if node.op_type == "Gemm" and node.input(0) is not None:
-        a = node.inputs[0]
-        assert a is not None
-        k = a.shape[0] if node.attr("transA", 0) else a.shape[-1]
-        return out.size * k
-    if node.op_type == "MatMul" and node.input(0) is not None:
-        a = node.inputs[0]
-        assert a is not None
-        return out.size * a.shape[-1]
-    return 0
+    return op_macs(node.op_type, [t.shape if t is not None else None for t in node.inputs],
+                   out.shape if out is not None else None, bool(node.attr("transA", 0)))
 
 
 @dataclass

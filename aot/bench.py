@@ -27,7 +27,7 @@ from aot.errors import AotError
 from aot.frontend.input_values import InputValue
 from aot.host.peak import peak_gflops
 from aot.host.run import HostModel, aligned_array
-from aot.targets import host_preset_name
+from aot.targets import Target, host_preset_name, load_target
 from aot.verify import random_inputs
 
 
@@ -50,6 +50,7 @@ class BenchResult:
     onnxruntime_peak_rss_delta_bytes: int
     peak_gflops: float  # this core's measured fp32 peak (aot/host/peak.py), times the threads
     ours_percent_of_peak: float
+    target: str = ""  # the preset aot's code was compiled and built for
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,21 +134,45 @@ def _onnxruntime_peak_memory(model_path: str, feeds: Mapping[str, np.ndarray], t
     return int(result.stdout.split()[-1])
 
 
+def native_target(name: str) -> Target:
+    """The preset (or .toml) `--target` names, if this machine runs its code natively: timing
+    code under an emulator says nothing about the target, so bench refuses it."""
+    from aot.backends.llvm.target import runs_on_host
+
+    target = load_target(name)
+    if not runs_on_host(target.triple, target.cpu, target.features):
+        raise AotError(f"--target {name}: this machine ({host_preset_name()}) cannot run {target.name}'s code "
+                       "natively, and timings under an emulator say nothing about the target: bench it on "
+                       "such a machine (or count instructions under qemu: python -m benchmarks.arm)")
+    return target
+
+
 # Pause before each round of a multi-threaded comparison (see bench).
 SETTLE_SECONDS = 0.2
 
 
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
-          opt: str = "-O3 -march=native", conv_algorithm: str = "auto",
-          input_values: Mapping[str, InputValue] | None = None, max_arena: int | None = None) -> BenchResult:
+          opt: str | None = None, conv_algorithm: str = "auto",
+          input_values: Mapping[str, InputValue] | None = None, target: str | None = None,
+          inputs: Mapping[str, np.ndarray] | None = None, max_arena: int | None = None) -> BenchResult:
+    """`target`: a preset this machine runs (native_target), compiled with its register tiles and
+    built with its own flags (x86_64-v3: AVX2 code, -march=x86-64-v3, on an AVX-512 machine). By
+    default the host's preset, built with -march=native. `inputs`: the arrays both sides run on
+    (default: aot verify's seeded random ones; a model whose inputs have a meaning, an attention
+    mask of 0s and 1s, token ids, needs its own: random ones can make every output NaN)."""
+    preset = native_target(target) if target else None
     # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
-    package = compile_model(model_path, input_shapes, target=host_preset_name(), parallel=threads > 1,
-                            conv_algorithm=conv_algorithm, input_values=input_values, max_arena=max_arena)
+    package = compile_model(model_path, input_shapes, target=target or host_preset_name(),
+                            parallel=threads > 1, conv_algorithm=conv_algorithm, input_values=input_values,
+                            max_arena=max_arena)
     graph, _ = load(model_path, input_shapes, input_values)
     macs = model_stats(graph).macs
-    ours = HostModel.build(package, opt=opt, threads=threads)
-    inputs = random_inputs(package, seed)
+    if preset is None:
+        ours = HostModel.build(package, opt=opt or "-O3 -march=native", threads=threads)
+    else:
+        ours = HostModel.build(package, opt=opt or "-O3", threads=threads, target_cflags=" ".join(preset.cflags))
+    inputs = dict(inputs) if inputs is not None else random_inputs(package, seed)
     # Both sides get the same cache-line-aligned arrays (see HostModel.runner_for).
     feeds = {k: aligned_array(np.asarray(v)) for k, v in inputs.items()}
     feeds.update(package.bound_inputs)  # onnxruntime runs the original model: it is fed what aot bound
@@ -190,7 +215,7 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
                 fn()
                 samples[label].append((time.perf_counter_ns() - t0) / 1e6)
     # Measured after the timing, so that its busy loop does not warm the core for one side only.
-    peak = peak_gflops() * threads
+    peak = peak_gflops(preset=target) * threads
     ours_ms = statistics.median(samples["ours"])
     ort_ms = statistics.median(samples["ort"])
     ours.close()
@@ -204,4 +229,5 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
         ours_memory_bytes=package.arena_bytes + int(package.manifest["weights_bytes"]) + io_bytes,
         onnxruntime_peak_rss_delta_bytes=ort_rss,
         peak_gflops=peak, ours_percent_of_peak=100 * (2 * macs / (ours_ms * 1e6)) / peak,
+        target=preset.name if preset else host_preset_name(),
     )

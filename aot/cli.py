@@ -660,6 +660,11 @@ def bench_cmd(
     rounds: Annotated[int, typer.Option("--rounds", help="Interleaved rounds of each side.")] = 15,
     conv_algorithm: ConvAlgorithmOpt = "auto",
     max_arena: MaxArenaOpt = None,
+    target: Annotated[str | None, typer.Option(
+        "--target", metavar="NAME|FILE.toml",
+        help="Time the code for this preset, built with its own flags (e.g. x86_64-v3: AVX2 code on an "
+             "AVX-512 machine); it must run natively here. Default: this machine's preset, -march=native.",
+        show_default=False)] = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -673,11 +678,13 @@ def bench_cmd(
     budget = _max_arena(max_arena)
     with _progress().step(f"bench ({rounds} rounds)"):
         result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds,
-                       conv_algorithm=conv_algorithm, input_values=_values(input_value), max_arena=budget)
+                       conv_algorithm=conv_algorithm, input_values=_values(input_value), target=target,
+                       max_arena=budget)
     if as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
         return
-    print(f"bench {printable(model)}: {result.runs} runs each, {threads} thread(s) each, medians")
+    print(f"bench {printable(model)}: {result.runs} runs each, {threads} thread(s) each, medians, "
+          f"aot built for {printable(result.target)}")
     print(f"  aot          {result.ours_ms:9.4f} ms  {result.ours_gflops:7.2f} GFLOP/s  "
           f"memory {result.ours_memory_bytes / 1024:.1f} KiB (arena {result.arena_bytes / 1024:.1f} KiB)")
     print(f"  onnxruntime  {result.onnxruntime_ms:9.4f} ms  {result.onnxruntime_gflops:7.2f} GFLOP/s  "

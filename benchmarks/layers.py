@@ -17,15 +17,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from aot.analysis import node_macs
+from aot.analysis import node_macs, op_macs
 from aot.compiler import load
 from benchmarks.ort_profile import profiled_events
 
+# onnxruntime's fused and layout-transformed kernels under the op whose multiply-adds they do
+# (FusedConv, NchwcConv: Conv), most specific first (ConvTranspose is not a Conv).
+_ORT_OPS = ("ConvTranspose", "QLinearConv", "ConvInteger", "Conv", "QLinearMatMul", "MatMulInteger", "MatMul",
+            "QGemm", "Gemm")
+
+
+def _aot_op_type(onnxruntime_op: str) -> str:
+    return next((op for op in _ORT_OPS if op in onnxruntime_op), onnxruntime_op)
+
 
 def onnxruntime_nodes(model: str, runs: int) -> list[tuple[str, str, float, int]]:
-    """(name, op, median us, MACs) per node, in execution order."""
+    """(name, op, median us, MACs) per node, in execution order. A node that is still the model's
+    own (same name and op) is counted from the model's graph: onnxruntime's profiler leaves out
+    the shapes of weights it has prepacked (a ConvTranspose's), so only a node it made (FusedConv
+    ...) is counted from the shapes it reports."""
+    graph, _ = load(model)
+    own = {n.name: (n.op_type, node_macs(n)) for n in graph.nodes}
     events = profiled_events(model, runs)
     times: dict[str, list[float]] = collections.defaultdict(list)
     info: dict[str, tuple[str, int, int]] = {}
@@ -39,11 +51,11 @@ def onnxruntime_nodes(model: str, runs: int) -> list[tuple[str, str, float, int]
             shapes = [next(iter(s.values())) for s in args.get("input_type_shape", [])]
             outs = [next(iter(s.values())) for s in args.get("output_type_shape", [])]
             op = args.get("op_name", "")
-            macs = 0
-            if ("Conv" in op or "Gemm" in op or "MatMul" in op) and len(shapes) > 1 and outs:
-                out = int(np.prod(outs[0]))
-                macs = out * (int(np.prod(shapes[1][1:])) if "Conv" in op else
-                              (shapes[0][-1] if "MatMul" in op else int(np.prod(shapes[1])) // max(1, outs[0][-1])))
+            op_type = _aot_op_type(op)
+            if own.get(name, ("", 0))[0] == op_type:
+                macs = own[name][1]
+            else:
+                macs = op_macs(op_type, shapes, outs[0] if outs else None)
             info[name] = (op, macs, e["ts"])
     order = sorted(info, key=lambda n: info[n][2])
     return [(n, info[n][0], statistics.median(times[n]), info[n][1]) for n in order]

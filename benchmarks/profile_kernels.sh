@@ -5,15 +5,23 @@
 # with the ONNX nodes it implements. Needs `aot` on PATH, make, a C compiler and perf.
 #     bash benchmarks/profile_kernels.sh MODEL.onnx [REPEAT] [TOP]
 # Compare with onnxruntime's own per-node times: python -m benchmarks.ort_profile MODEL.onnx
+# PROFILE_TARGET=x86_64-v3: that preset's code, built with its own flags (-march=x86-64-v3).
 set -euo pipefail
 model=$1; repeat=${2:-1000}; top=${3:-25}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-aot compile "$model" -o "$dir/pkg" --target "$(python -c 'from aot.targets import host_preset_name as h; print(h())')" >/dev/null
+if [ -n "${PROFILE_TARGET:-}" ]; then
+  target=$PROFILE_TARGET  # refused (AotError) if this machine cannot run it
+  march=$(python -c "import sys; from aot.bench import native_target as n; print(' '.join(n(sys.argv[1]).cflags))" \
+    "$target")
+else
+  target=$(python -c 'from aot.targets import host_preset_name as h; print(h())'); march=-march=native
+fi
+aot compile "$model" -o "$dir/pkg" --target "$target" >/dev/null
 cd "$dir/pkg"
 src=$(ls ./*.c | grep -v -e _runner -e _weights)
 sed -i -E 's/^((AOT_[A-Z_]+ )*)static void /\1__attribute__((noinline)) static void /' "$src"
-make -s OPT="-O3 -march=native -fno-ipa-icf" TARGET_CFLAGS= "$(basename "${src%.c}")_runner" >/dev/null
+make -s OPT="-O3 $march -fno-ipa-icf" TARGET_CFLAGS= "$(basename "${src%.c}")_runner" >/dev/null
 python - <<'PY'
 import json
 import numpy as np

@@ -32,16 +32,18 @@ def host_target_cflags() -> str:
 
 
 def run_make(package_dir: Path, targets: list[str], opt: str = "-O3", extra_cflags: str = "",
-             variables: Mapping[str, str] | None = None) -> None:
-    """`variables` are extra make variables, e.g. BACKEND=llvm TARGET=x86_64 for an LLVM package."""
+             variables: Mapping[str, str] | None = None, target_cflags: str | None = None) -> None:
+    """`variables` are extra make variables, e.g. BACKEND=llvm TARGET=x86_64 for an LLVM package.
+    `target_cflags` replaces host_target_cflags() (e.g. a preset's own -march, to time its code here)."""
     if not shutil.which("make"):
         raise BuildError("`make` not found: install it (Debian: apt-get install make)")
     cflags = f"{opt} {STRICT_CFLAGS} {extra_cflags}".strip()
     extra = [f"{k}={v}" for k, v in (variables or {}).items()]
     # CC, AR and TARGET_CFLAGS are set explicitly: a package compiled for a --target defaults to
     # that target's cross compiler and flags, and this builds it to run here, with this CPU's.
+    machine_flags = host_target_cflags() if target_cflags is None else target_cflags
     cmd = ["make", "-s", "-C", str(package_dir), f"CC={host_cc()}", "AR=ar",
-           f"TARGET_CFLAGS={host_target_cflags()}", f"CFLAGS={cflags}", *extra, *targets]
+           f"TARGET_CFLAGS={machine_flags}", f"CFLAGS={cflags}", *extra, *targets]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()

@@ -43,9 +43,10 @@ _SOURCE = (_SOURCE.replace("DECLARATIONS", ", ".join(f"a{i} = y * {i + 1}.0f" fo
            .replace("SUM", " + ".join(f"a{i}" for i in range(_CHAINS))))
 
 
-def peak_gflops(cc: str | None = None) -> float:
-    """Best of 7 rounds of 20M iterations of 12 independent vector FMAs."""
-    bits = load_target(host_preset_name()).vector_bits or 128
+def peak_gflops(cc: str | None = None, preset: str | None = None) -> float:
+    """Best of 7 rounds of 20M iterations of 12 independent vector FMAs, in the registers of
+    `preset` (default: the host's; one this machine runs, e.g. x86_64-v3's ymm on an AVX-512 CPU)."""
+    bits = load_target(preset or host_preset_name()).vector_bits or 128
     cc = cc or host_cc()
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "peak.c", Path(tmp) / "peak"

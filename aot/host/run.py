@@ -97,7 +97,8 @@ class HostModel:
 
     @classmethod
     def build(cls, package: Package, build_dir: str | os.PathLike[str] | None = None,
-              opt: str = "-O3", extra_cflags: str = "", threads: int = 1) -> HostModel:
+              opt: str = "-O3", extra_cflags: str = "", threads: int = 1,
+              target_cflags: str | None = None) -> HostModel:
         keep = None
         if build_dir is None:
             keep = tempfile.TemporaryDirectory(prefix=f"aot-{package.name}-")
@@ -108,7 +109,8 @@ class HostModel:
             package.write(directory, force=True)
         backend, target = host_variant(package)
         variables = {"BACKEND": backend, "TARGET": target or ""} if package.manifest.get("targets") else None
-        run_make(directory, ["shared"], opt=opt, extra_cflags=extra_cflags, variables=variables)
+        run_make(directory, ["shared"], opt=opt, extra_cflags=extra_cflags, variables=variables,
+                 target_cflags=target_cflags)
         return cls(package, directory, keep, threads=threads)
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
