@@ -114,6 +114,11 @@ def compare(name: str, ours: np.ndarray, expected: np.ndarray, tolerance: float,
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
     passed = max_abs <= tolerance * max(1.0, scale) and not nan_mismatch and not inf_mismatch
     detail = "NaN positions differ" if nan_mismatch else ("infinities differ" if inf_mismatch else "")
+    if passed and e.size and not finite.any():
+        # Agreeing on NaNs is agreement, but it checks no arithmetic: say so rather than a bare "ok"
+        # (random inputs outside a model's domain, e.g. an attention mask of 0..3, do this).
+        detail = ("every value is NaN or infinite on both sides, so nothing was compared: "
+                  "give --inputs the model expects")
     return OutputComparison(name, max_abs, max_rel, scale, passed, detail)
 
 

@@ -336,3 +336,20 @@ def test_python_api_compile_and_run() -> None:
     package = aot_api.compile(model, name="api model")
     assert package.name == "api_model"
     np.testing.assert_allclose(package.run({"x": x})["y"], 1 / (1 + np.exp(-x)), rtol=1e-6)
+
+
+def test_verify_says_when_every_output_value_is_nan(tmp_path: Path) -> None:
+    """Both sides agreeing on NaN everywhere checks no arithmetic: verify says so, and what to do."""
+    from tests.helpers import make_model
+
+    x = rand(1, 16, seed=1)
+    nodes = [onnx.helper.make_node("Abs", ["x"], ["a"]), onnx.helper.make_node("Neg", ["a"], ["n"]),
+             onnx.helper.make_node("Add", ["n", "one"], ["m"]), onnx.helper.make_node("Sqrt", ["m"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["y"], {"one": np.array(-1.0, np.float32)})
+    path = tmp_path / "all_nan.onnx"
+    onnx.save(model, path)
+    result = aot("verify", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "nothing was compared: give --inputs" in result.stdout
+    report = json.loads(aot("verify", str(path), "--json").stdout)
+    assert "NaN or infinite on both sides" in report["outputs"][0]["detail"]
