@@ -249,6 +249,26 @@ class VecSelect(OperandDtype):
     y: Expr
 
 
+VECTOR_REDUCTIONS = ("add", "max")
+
+
+@dataclass(frozen=True, eq=True)
+class VecReduce(Expr):
+    """The lanes of vector `a` combined into one scalar, op one of VECTOR_REDUCTIONS ("max" as
+    VecMax: NaN-propagating), always in the same order, a halving tree: lane i is combined with
+    lane i + lanes/2, then the lower half with itself again, down to one lane (for 8 lanes:
+    ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7))). Both backends print that tree (C: lane
+    expressions, LLVM: shuffles), so a sum is the same in both and on every target; it is not the
+    sequential sum of the lanes (Softmax's row sums: see aot/ops/softmax.py)."""
+
+    op: str
+    a: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return VECTOR_DTYPES[self.a.dtype][0]
+
+
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
 # ThresholdedRelu: x > a ? x : 0 ...) is as long as the model's chain, so it is followed by a loop.
 _DTYPE_OPERAND = {Select: "a", MulAdd: "acc", VecMax: "a", VecMin: "a", VecArith: "a", VecSelect: "x"}
