@@ -107,7 +107,11 @@ typedef float32x4_t aot_f32x4;
 #define AOT_F32X4_SELECT_LE(a, b, x, y) vbslq_f32(vcleq_f32((a), (b)), (x), (y))
 #define AOT_F32X4_SELECT_GT(a, b, x, y) vbslq_f32(vcgtq_f32((a), (b)), (x), (y))
 #define AOT_F32X4_SELECT_GE(a, b, x, y) vbslq_f32(vcgeq_f32((a), (b)), (x), (y))
-    ((vgetq_lane_f32(aot_r_, 0) + vgetq_lane_f32(aot_r_, 2)) + (vgetq_lane_f32(aot_r_, 1) + vgetq_lane_f32(aot_r_, 3))); }))
+/* Four lanes as scalars: armv7 has no IEEE vector floats to gain from. */
+#define AOT_F32X4_REDUCE_ADD(v) (__extension__ ({ aot_f32x4 aot_r_ = (v); \
+    (vgetq_lane_f32(aot_r_, 0) + vgetq_lane_f32(aot_r_, 2)) + (vgetq_lane_f32(aot_r_, 1) + vgetq_lane_f32(aot_r_, 3)); }))
+#define AOT_F32X4_REDUCE_MAX(v) (__extension__ ({ aot_f32x4 aot_r_ = (v); \
+    aot_max_float32(aot_max_float32(vgetq_lane_f32(aot_r_, 0), vgetq_lane_f32(aot_r_, 2)), aot_max_float32(vgetq_lane_f32(aot_r_, 1), vgetq_lane_f32(aot_r_, 3))); }))
 #elif defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
 typedef float aot_f32x4 __attribute__((vector_size(16)));
 typedef float aot_f32x4_unaligned __attribute__((vector_size(16), aligned(4), may_alias));
