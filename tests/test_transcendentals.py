@@ -192,7 +192,8 @@ ACTIVATIONS = {
 def activation_inputs() -> np.ndarray:
     rng = np.random.default_rng(5)
     x = np.concatenate([rng.standard_normal(4000) * 4, rng.uniform(-100, 100, 2000), rng.uniform(-1e-3, 1e-3, 500),
-                        [0.0, -0.0, np.inf, -np.inf, 1e-30, -1e-30, 88.0, -88.0, 100.0, -100.0, 20.0, -17.5, 1e30, np.nan]])
+                        [0.0, -0.0, np.inf, -np.inf, 1e-30, -1e-30, 88.0, -88.0, 100.0, -100.0, 20.0, -17.5, 1e30,
+                         np.nan]])
     return x.astype(np.float32)
 
 

@@ -8,9 +8,10 @@ which is what lets the C compiler and LLVM unroll and vectorise.
 dtypes are numpy dtype names ("float32", "int64", "bool", ...) plus INDEX for loop counters and
 element offsets (32-bit signed in generated code; the IR verifier caps tensors at 2**31-1 elements).
 
-Short vectors ("float32x4/x8/x16", as wide as the target's vector registers) exist only for
-register tiles (aot/ops/contraction/register_tiles.py): loads and stores of contiguous elements, a
-broadcast, and a multiply-add. They make a tile's
+Short vectors ("float32x4/x8/x16", as wide as the target's vector registers) exist for register
+tiles (aot/ops/contraction/register_tiles.py): loads and stores of contiguous elements, a
+broadcast, and a multiply-add; and for the running max and sum of Softmax (aot/ops/softmax.py),
+whose lanes VecReduce combines. They make a tile's
 accumulators explicit vector registers instead of leaving that to the compilers' SLP vectorisers,
 which give up on some loop nests (gcc 12 kept whole tiles in scalar registers and on the stack).
 A package for no particular target uses 8 lanes, which 128-bit targets split into two registers.
