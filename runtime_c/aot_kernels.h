@@ -64,7 +64,11 @@ static inline float aot_select_float32(int cond, float a, float b)
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
  * AOT_F32X<lanes>_LOAD, _WIDEN (lanes int8_t or int16_t converted to float: weights kept
  * quantised), _STORE, _SPLAT, _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and
- * _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where a < b ..., else y).
+ * _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
+ * (the lanes of v combined into one float in the kernel IR's VecReduce order, a halving tree;
+ * max as aot_max_float32: a NaN wins). With GNU C those are statement expressions (which
+ * __extension__ keeps quiet under -pedantic) of whole-vector steps, the upper half moved down
+ * by a lane shuffle: combining the lanes as scalars made gcc branch on each NaN test.
  *
  * GNU C (gcc, clang, zig cc) gets real vector types, which each target lowers to its registers
  * (split in two or four where they are narrower); other C99 compilers get a struct and loops.
@@ -103,6 +107,11 @@ typedef float32x4_t aot_f32x4;
 #define AOT_F32X4_SELECT_LE(a, b, x, y) vbslq_f32(vcleq_f32((a), (b)), (x), (y))
 #define AOT_F32X4_SELECT_GT(a, b, x, y) vbslq_f32(vcgtq_f32((a), (b)), (x), (y))
 #define AOT_F32X4_SELECT_GE(a, b, x, y) vbslq_f32(vcgeq_f32((a), (b)), (x), (y))
+/* Four lanes as scalars: armv7 has no IEEE vector floats to gain from. */
+#define AOT_F32X4_REDUCE_ADD(v) (__extension__ ({ aot_f32x4 aot_r_ = (v); \
+    (vgetq_lane_f32(aot_r_, 0) + vgetq_lane_f32(aot_r_, 2)) + (vgetq_lane_f32(aot_r_, 1) + vgetq_lane_f32(aot_r_, 3)); }))
+#define AOT_F32X4_REDUCE_MAX(v) (__extension__ ({ aot_f32x4 aot_r_ = (v); \
+    aot_max_float32(aot_max_float32(vgetq_lane_f32(aot_r_, 0), vgetq_lane_f32(aot_r_, 2)), aot_max_float32(vgetq_lane_f32(aot_r_, 1), vgetq_lane_f32(aot_r_, 3))); }))
 #elif defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
 typedef float aot_f32x4 __attribute__((vector_size(16)));
 typedef float aot_f32x4_unaligned __attribute__((vector_size(16), aligned(4), may_alias));
@@ -123,6 +132,14 @@ typedef int32_t aot_f32x4_mask __attribute__((vector_size(16)));
 #define AOT_F32X4_SELECT_LE(a, b, x, y) AOT_F32X4_PICK((a) <= (b), (x), (y))
 #define AOT_F32X4_SELECT_GT(a, b, x, y) AOT_F32X4_PICK((a) > (b), (x), (y))
 #define AOT_F32X4_SELECT_GE(a, b, x, y) AOT_F32X4_PICK((a) >= (b), (x), (y))
+#define AOT_F32X4_REDUCE_ADD(v) (__extension__ ({ aot_f32x4 aot_r_ = (v); \
+    aot_r_ = aot_r_ + (aot_f32x4){ aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3] }; \
+    aot_r_ = aot_r_ + (aot_f32x4){ aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1] }; \
+    aot_r_[0]; }))
+#define AOT_F32X4_REDUCE_MAX(v) (__extension__ ({ aot_f32x4 aot_r_ = (v), aot_h_; \
+    aot_h_ = (aot_f32x4){ aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3] }; aot_r_ = AOT_F32X4_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_h_ = (aot_f32x4){ aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1] }; aot_r_ = AOT_F32X4_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_r_[0]; }))
 #else
 typedef struct { float lane[4]; } aot_f32x4;
 static inline aot_f32x4 aot_f32x4_load(const float *p)
@@ -179,6 +196,14 @@ static inline aot_f32x4 aot_f32x4_select_ge(aot_f32x4 a, aot_f32x4 b, aot_f32x4 
 { int i; for (i = 0; i < 4; ++i) if (!(a.lane[i] >= b.lane[i])) x.lane[i] = y.lane[i];
   return x; }
 #define AOT_F32X4_SELECT_GE(a, b, x, y) aot_f32x4_select_ge((a), (b), (x), (y))
+static inline float aot_f32x4_reduce_add(aot_f32x4 v)
+{ int w, i; for (w = 4 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = v.lane[i] + v.lane[i + w];
+  return v.lane[0]; }
+#define AOT_F32X4_REDUCE_ADD(v) aot_f32x4_reduce_add(v)
+static inline float aot_f32x4_reduce_max(aot_f32x4 v)
+{ int w, i; for (w = 4 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = aot_max_float32(v.lane[i], v.lane[i + w]);
+  return v.lane[0]; }
+#define AOT_F32X4_REDUCE_MAX(v) aot_f32x4_reduce_max(v)
 #endif
 #endif /* AOT_WANT_F32X4 */
 
@@ -204,6 +229,16 @@ typedef int32_t aot_f32x8_mask __attribute__((vector_size(32)));
 #define AOT_F32X8_SELECT_LE(a, b, x, y) AOT_F32X8_PICK((a) <= (b), (x), (y))
 #define AOT_F32X8_SELECT_GT(a, b, x, y) AOT_F32X8_PICK((a) > (b), (x), (y))
 #define AOT_F32X8_SELECT_GE(a, b, x, y) AOT_F32X8_PICK((a) >= (b), (x), (y))
+#define AOT_F32X8_REDUCE_ADD(v) (__extension__ ({ aot_f32x8 aot_r_ = (v); \
+    aot_r_ = aot_r_ + (aot_f32x8){ aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7], aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7] }; \
+    aot_r_ = aot_r_ + (aot_f32x8){ aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3] }; \
+    aot_r_ = aot_r_ + (aot_f32x8){ aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1] }; \
+    aot_r_[0]; }))
+#define AOT_F32X8_REDUCE_MAX(v) (__extension__ ({ aot_f32x8 aot_r_ = (v), aot_h_; \
+    aot_h_ = (aot_f32x8){ aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7], aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7] }; aot_r_ = AOT_F32X8_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_h_ = (aot_f32x8){ aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3] }; aot_r_ = AOT_F32X8_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_h_ = (aot_f32x8){ aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1] }; aot_r_ = AOT_F32X8_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_r_[0]; }))
 #else
 typedef struct { float lane[8]; } aot_f32x8;
 static inline aot_f32x8 aot_f32x8_load(const float *p)
@@ -260,6 +295,14 @@ static inline aot_f32x8 aot_f32x8_select_ge(aot_f32x8 a, aot_f32x8 b, aot_f32x8 
 { int i; for (i = 0; i < 8; ++i) if (!(a.lane[i] >= b.lane[i])) x.lane[i] = y.lane[i];
   return x; }
 #define AOT_F32X8_SELECT_GE(a, b, x, y) aot_f32x8_select_ge((a), (b), (x), (y))
+static inline float aot_f32x8_reduce_add(aot_f32x8 v)
+{ int w, i; for (w = 8 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = v.lane[i] + v.lane[i + w];
+  return v.lane[0]; }
+#define AOT_F32X8_REDUCE_ADD(v) aot_f32x8_reduce_add(v)
+static inline float aot_f32x8_reduce_max(aot_f32x8 v)
+{ int w, i; for (w = 8 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = aot_max_float32(v.lane[i], v.lane[i + w]);
+  return v.lane[0]; }
+#define AOT_F32X8_REDUCE_MAX(v) aot_f32x8_reduce_max(v)
 #endif
 #endif /* AOT_WANT_F32X8 */
 
@@ -286,6 +329,18 @@ typedef int32_t aot_f32x16_mask __attribute__((vector_size(64)));
 #define AOT_F32X16_SELECT_LE(a, b, x, y) AOT_F32X16_PICK((a) <= (b), (x), (y))
 #define AOT_F32X16_SELECT_GT(a, b, x, y) AOT_F32X16_PICK((a) > (b), (x), (y))
 #define AOT_F32X16_SELECT_GE(a, b, x, y) AOT_F32X16_PICK((a) >= (b), (x), (y))
+#define AOT_F32X16_REDUCE_ADD(v) (__extension__ ({ aot_f32x16 aot_r_ = (v); \
+    aot_r_ = aot_r_ + (aot_f32x16){ aot_r_[8], aot_r_[9], aot_r_[10], aot_r_[11], aot_r_[12], aot_r_[13], aot_r_[14], aot_r_[15], aot_r_[8], aot_r_[9], aot_r_[10], aot_r_[11], aot_r_[12], aot_r_[13], aot_r_[14], aot_r_[15] }; \
+    aot_r_ = aot_r_ + (aot_f32x16){ aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7], aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7], aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7], aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7] }; \
+    aot_r_ = aot_r_ + (aot_f32x16){ aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3] }; \
+    aot_r_ = aot_r_ + (aot_f32x16){ aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1] }; \
+    aot_r_[0]; }))
+#define AOT_F32X16_REDUCE_MAX(v) (__extension__ ({ aot_f32x16 aot_r_ = (v), aot_h_; \
+    aot_h_ = (aot_f32x16){ aot_r_[8], aot_r_[9], aot_r_[10], aot_r_[11], aot_r_[12], aot_r_[13], aot_r_[14], aot_r_[15], aot_r_[8], aot_r_[9], aot_r_[10], aot_r_[11], aot_r_[12], aot_r_[13], aot_r_[14], aot_r_[15] }; aot_r_ = AOT_F32X16_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_h_ = (aot_f32x16){ aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7], aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7], aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7], aot_r_[4], aot_r_[5], aot_r_[6], aot_r_[7] }; aot_r_ = AOT_F32X16_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_h_ = (aot_f32x16){ aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3], aot_r_[2], aot_r_[3] }; aot_r_ = AOT_F32X16_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_h_ = (aot_f32x16){ aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1], aot_r_[1] }; aot_r_ = AOT_F32X16_PICK((aot_r_ > aot_h_) | (aot_r_ != aot_r_), aot_r_, aot_h_); \
+    aot_r_[0]; }))
 #else
 typedef struct { float lane[16]; } aot_f32x16;
 static inline aot_f32x16 aot_f32x16_load(const float *p)
@@ -342,6 +397,14 @@ static inline aot_f32x16 aot_f32x16_select_ge(aot_f32x16 a, aot_f32x16 b, aot_f3
 { int i; for (i = 0; i < 16; ++i) if (!(a.lane[i] >= b.lane[i])) x.lane[i] = y.lane[i];
   return x; }
 #define AOT_F32X16_SELECT_GE(a, b, x, y) aot_f32x16_select_ge((a), (b), (x), (y))
+static inline float aot_f32x16_reduce_add(aot_f32x16 v)
+{ int w, i; for (w = 16 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = v.lane[i] + v.lane[i + w];
+  return v.lane[0]; }
+#define AOT_F32X16_REDUCE_ADD(v) aot_f32x16_reduce_add(v)
+static inline float aot_f32x16_reduce_max(aot_f32x16 v)
+{ int w, i; for (w = 16 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = aot_max_float32(v.lane[i], v.lane[i + w]);
+  return v.lane[0]; }
+#define AOT_F32X16_REDUCE_MAX(v) aot_f32x16_reduce_max(v)
 #endif
 #endif /* AOT_WANT_F32X16 */
 

@@ -143,7 +143,9 @@ def test_5000_fused_ops_compile_in_bounded_time_and_memory(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert seconds < 30 and peak < GB, (seconds, peak)
     assert json.loads(result.stdout)["kernels"] == 1
-    assert (tmp_path / "pkg" / "chain5000.c").stat().st_size < 5000 * 400  # a few hundred bytes per op
+    # A few hundred bytes per op: Softplus and Elu (a fifth of MIXED) inline their exp, log1p and
+    # expm1 polynomials (about 60 and 25 steps) instead of calling libm: 2.4 MB in all.
+    assert (tmp_path / "pkg" / "chain5000.c").stat().st_size < 5000 * 600
 
 
 def test_generated_c_grows_linearly_with_the_chain(tmp_path: Path) -> None:

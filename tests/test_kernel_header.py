@@ -20,7 +20,8 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "tiny_cnn.onnx"
 LANES = (4, 8, 16)
 
 # One check per lane width: every macro, lane by lane against the scalar expression. NaN in a
-# propagates through MAX and MIN (onnxruntime's rule), as does the NaN b holds in lane 1.
+# propagates through MAX and MIN (onnxruntime's rule), as does the NaN b holds in lane 1. The
+# reductions must give exactly the halving tree's float (the order is part of their meaning).
 _CHECK = """
 static int check_f32x{n}(void)
 {{
@@ -58,6 +59,27 @@ static int check_f32x{n}(void)
         LANES_EQUAL(AOT_F32X{n}_SELECT_LE(va, vb, vc, va), a[i] <= b[i] ? c[i] : a[i])
         LANES_EQUAL(AOT_F32X{n}_SELECT_GT(va, vb, vc, va), a[i] > b[i] ? c[i] : a[i])
         LANES_EQUAL(AOT_F32X{n}_SELECT_GE(va, vb, vc, va), a[i] >= b[i] ? c[i] : a[i])
+        {{  /* the reductions: VecReduce's halving tree, recomputed lane by lane (c: no NaN; a: one) */
+            float tree[{n}], want_sum, want_max, want_nan, got_sum, got_max, got_nan;
+            int w;
+            for (i = 0; i < {n}; ++i) tree[i] = c[i] * 1.1f + 1e-7f * (float)i;
+            for (w = {n} / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) tree[i] = tree[i] + tree[i + w];
+            want_sum = tree[0];
+            for (i = 0; i < {n}; ++i) tree[i] = b[(i * 5) % {n}] == b[(i * 5) % {n}] ? b[(i * 5) % {n}] : 0.0f;
+            for (w = {n} / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) tree[i] = aot_max_float32(tree[i], tree[i + w]);
+            want_max = tree[0];
+            want_nan = NAN;
+            for (i = 0; i < {n}; ++i) {{ out[i] = c[i] * 1.1f + 1e-7f * (float)i; }}
+            got_sum = AOT_F32X{n}_REDUCE_ADD(AOT_F32X{n}_LOAD(out));
+            for (i = 0; i < {n}; ++i) out[i] = b[(i * 5) % {n}] == b[(i * 5) % {n}] ? b[(i * 5) % {n}] : 0.0f;
+            got_max = AOT_F32X{n}_REDUCE_MAX(AOT_F32X{n}_LOAD(out));
+            got_nan = AOT_F32X{n}_REDUCE_MAX(va);
+            if (got_sum != want_sum || got_max != want_max || got_nan == got_nan || want_nan == want_nan) {{
+                bad = 1;
+                printf("f32x{n} REDUCE: sum %g want %g, max %g want %g, max with NaN %g\\n", (double)got_sum,
+                       (double)want_sum, (double)got_max, (double)want_max, (double)got_nan);
+            }}
+        }}
     }}
 #undef LANES_EQUAL
     return bad;

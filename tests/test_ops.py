@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.helpers import assert_matches_onnxruntime, make_model, rand
+from aot.targets import host_preset_name
+from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime, selected_backend
 
 
 def node(op: str, inputs: list[str], outputs: list[str] | None = None, **attrs: object):
@@ -213,6 +214,47 @@ def test_softmax(op: str, opset: int, axis: int) -> None:
     x = rand(2, 3, 4) * 5
     model = make_model([node(op, ["x"], axis=axis)], {"x": x}, ["y"], opset=opset)
     assert_matches_onnxruntime(model, {"x": x})
+
+
+# Softmax's vector row sums add in another order than onnxruntime's (lanes, then a halving tree of
+# the lanes, then the tail: see aot/ops/softmax.py) and exp differs by an ulp or two: outputs agree
+# within a few ulp, far inside this relative tolerance.
+SOFTMAX_RTOL = 1e-5
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("target", [None, "x86_64-v3", "host", "cortex-m4f"], ids=["generic", "avx2", "host", "scalar"])
+@pytest.mark.parametrize("shape,opset,axis", [
+    ((3, 37), 13, -1),          # ragged: 37 is no multiple of 8 or 16 lanes
+    ((2, 5, 19), 13, 0), ((2, 5, 19), 13, 1), ((2, 5, 19), 13, 2),  # every axis, ragged inner rows
+    ((2, 8, 4, 40), 13, 1), ((2, 8, 4, 40), 13, -1), ((2, 8, 4, 40), 13, 2),
+    ((2, 3), 13, -1), ((5, 2, 3), 13, 1),  # rows and inner rows shorter than a vector: scalar
+    ((2, 3, 7, 5), 11, 1), ((2, 3, 7, 5), 11, 2), ((4, 4, 4), 11, 0),  # flattened trailing dims
+], ids=str)
+def test_softmax_vector_rows(op: str, target: str | None, shape: tuple[int, ...], opset: int, axis: int) -> None:
+    """Every axis and ragged lengths, through the register widths of the presets (the vector max
+    and sum along a row or across inner rows, and the scalar form below 4 elements and on a target
+    without vectors: Cortex-M's C, built for the host)."""
+    if target == "cortex-m4f" and selected_backend(None) != "c":
+        pytest.skip("the LLVM backend has no host object for a Cortex-M target")
+    if target == "x86_64-v3" and host_preset_name() not in ("x86_64-v3", "x86_64-v4"):
+        pytest.skip("needs an AVX2 host")
+    target = host_preset_name() if target == "host" else target
+    x = rand(*shape, seed=7) * 6
+    model = make_model([node(op, ["x"], axis=axis)], {"x": x}, ["y"], opset=opset)
+    ours = run_aot(model, {"x": x}, **({"target": target} if target else {}))["y"]
+    ref = run_onnxruntime(model, {"x": x})["y"]
+    np.testing.assert_allclose(ours, ref, rtol=SOFTMAX_RTOL, atol=1e-6 if op == "Softmax" else 1e-5)
+    if op == "Softmax" and opset >= 13:
+        np.testing.assert_allclose(ours.astype(np.float64).sum(axis=axis), 1.0, rtol=1e-5)
+
+
+def test_softmax_float64_rows_are_scalar_and_exact() -> None:
+    """float64 has no vector form: the scalar rows, against numpy in float64."""
+    x = rand(3, 37, seed=3).astype(np.float64) * 6
+    model = make_model([node("Softmax", ["x"], axis=-1)], {"x": x}, ["y"])
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(run_aot(model, {"x": x})["y"], e / e.sum(axis=-1, keepdims=True), rtol=1e-12)
 
 
 def test_softmax_large_values_are_stable() -> None:

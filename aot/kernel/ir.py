@@ -8,9 +8,10 @@ which is what lets the C compiler and LLVM unroll and vectorise.
 dtypes are numpy dtype names ("float32", "int64", "bool", ...) plus INDEX for loop counters and
 element offsets (32-bit signed in generated code; the IR verifier caps tensors at 2**31-1 elements).
 
-Short vectors ("float32x4/x8/x16", as wide as the target's vector registers) exist only for
-register tiles (aot/ops/contraction/register_tiles.py): loads and stores of contiguous elements, a
-broadcast, and a multiply-add. They make a tile's
+Short vectors ("float32x4/x8/x16", as wide as the target's vector registers) exist for register
+tiles (aot/ops/contraction/register_tiles.py): loads and stores of contiguous elements, a
+broadcast, and a multiply-add; and for the running max and sum of Softmax (aot/ops/softmax.py),
+whose lanes VecReduce combines. They make a tile's
 accumulators explicit vector registers instead of leaving that to the compilers' SLP vectorisers,
 which give up on some loop nests (gcc 12 kept whole tiles in scalar registers and on the stack).
 A package for no particular target uses 8 lanes, which 128-bit targets split into two registers.
@@ -247,6 +248,26 @@ class VecSelect(OperandDtype):
     b: Expr
     x: Expr
     y: Expr
+
+
+VECTOR_REDUCTIONS = ("add", "max")
+
+
+@dataclass(frozen=True, eq=True)
+class VecReduce(Expr):
+    """The lanes of vector `a` combined into one scalar, op one of VECTOR_REDUCTIONS ("max" as
+    VecMax: NaN-propagating), always in the same order, a halving tree: lane i is combined with
+    lane i + lanes/2, then the lower half with itself again, down to one lane (for 8 lanes:
+    ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7))). Both backends print that tree (C: lane
+    expressions, LLVM: shuffles), so a sum is the same in both and on every target; it is not the
+    sequential sum of the lanes (Softmax's row sums: see aot/ops/softmax.py)."""
+
+    op: str
+    a: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return VECTOR_DTYPES[self.a.dtype][0]
 
 
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import (
     INDEX,
@@ -111,13 +113,34 @@ def _unary_form(fn: Callable[[Expr, Node], Expr], kinds: str = "f") -> FormBuild
     return build
 
 
+# The activations below compute both sides of their selects (eager: a blend): exp, expm1 and
+# log1p are polynomials (aot/kernel/transcendentals.py), and a lazy `?:` around one kept gcc's
+# loop scalar on AVX2 and NEON. Their operands are computed for every lane anyway.
+
+
+def _relu_part(x: Expr) -> Expr:
+    """max(x, 0), NaN kept (x < 0 is false for NaN)."""
+    return select(lt(x, _f(x, 0.0)), _f(x, 0.0), x, eager=True)
+
+
 def _softplus(x: Expr) -> Expr:
-    # log(1 + e^x) without overflow: x + log1p(e^-x) for x > 0 (what onnxruntime computes).
-    return select(gt(x, _f(x, 0.0)), x + unary("log1p", unary("exp", -x)), unary("log1p", unary("exp", x)))
+    # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|), which is x + log1p(e^-x) for x > 0
+    # (what onnxruntime computes) and log1p(e^x) otherwise, with one exp and one log1p.
+    return _relu_part(x) + unary("log1p", unary("exp", -unary("abs", x)))
 
 
 def _elu(x: Expr, alpha: float) -> Expr:
-    return select(lt(x, _f(x, 0.0)), _f(x, alpha) * unary("expm1", x), x)
+    return select(lt(x, _f(x, 0.0)), _f(x, alpha) * unary("expm1", x), x, eager=True)
+
+
+def _celu(x: Expr, alpha: float) -> Expr:
+    # max(0, x) + min(0, alpha * expm1(x / alpha)), NaN kept by both terms.
+    negative = _f(x, alpha) * unary("expm1", x / _f(x, alpha))
+    return _relu_part(x) + select(gt(negative, _f(x, 0.0)), _f(x, 0.0), negative, eager=True)
+
+
+def _selu(x: Expr, alpha: float, gamma: float) -> Expr:
+    return _f(x, gamma) * select(le(x, _f(x, 0.0)), _f(x, alpha) * unary("expm1", x), x, eager=True)
 
 
 def _gelu(x: Expr, node: Node) -> Expr:
@@ -159,10 +182,9 @@ _UNARY_FLOAT: dict[str, Callable[[Expr, Node], Expr]] = {
     "Softplus": lambda x, n: _softplus(x),
     "Softsign": lambda x, n: x / (_f(x, 1.0) + unary("abs", x)),
     "Elu": lambda x, n: _elu(x, float(n.attr("alpha", 1.0))),
-    "Celu": lambda x, n: maximum(_f(x, 0.0), x) + minimum(
-        _f(x, 0.0), _f(x, float(n.attr("alpha", 1.0))) * unary("expm1", x / _f(x, float(n.attr("alpha", 1.0))))),
-    "Selu": lambda x, n: _f(x, float(n.attr("gamma", 1.05070102214813232421875))) * select(
-        le(x, _f(x, 0.0)), _f(x, float(n.attr("alpha", 1.67326319217681884765625))) * unary("expm1", x), x),
+    "Celu": lambda x, n: _celu(x, float(n.attr("alpha", 1.0))),
+    "Selu": lambda x, n: _selu(x, float(n.attr("alpha", 1.67326319217681884765625)),
+                               float(n.attr("gamma", 1.05070102214813232421875))),
     "HardSigmoid": lambda x, n: _clamp01(_f(x, float(n.attr("alpha", 0.2))) * x + _f(x, float(n.attr("beta", 0.5)))),
     "HardSwish": lambda x, n: x * _clamp01(x * _f(x, 1.0 / 6.0) + _f(x, 0.5)),
     "Mish": lambda x, n: x * unary("tanh", _softplus(x)),
@@ -226,12 +248,43 @@ def _arith(node: Node, ctx: LoweringContext) -> Form:
     return Form([a, b], lambda v: binary(op, v[0], v[1]))
 
 
+def _constant_scalar(t: Tensor) -> float | None:
+    """The one value of a constant tensor of one element, else None."""
+    if t.data is None or t.size != 1:
+        return None
+    return float(np.asarray(t.data).reshape(-1)[0])
+
+
+def _sqrt_pow(x: Expr) -> Expr:
+    # pow(x, 0.5) is sqrt(x) but for -0 (pow: +0; adding +0 turns sqrt's -0 into +0) and -inf
+    # (pow: +inf, sqrt: NaN).
+    root = unary("sqrt", x) + _f(x, 0.0)
+    return select(eq(x, _f(x, -math.inf)), _f(x, math.inf), root, eager=True)
+
+
+# Pow by a constant exponent without the C library's pow (a libm call per element, and no vector
+# loop): multiplications, each correctly rounded, so within about an ulp of pow's result
+# (x^3 and x^4 round twice), with pow's infinities and NaN.
+_POW_BY_CONSTANT: dict[float, Callable[[Expr], Expr]] = {
+    1.0: lambda x: x,
+    2.0: lambda x: x * x,
+    3.0: lambda x: x * x * x,
+    4.0: lambda x: (x * x) * (x * x),
+    0.5: _sqrt_pow,
+    -1.0: lambda x: _f(x, 1.0) / x,
+    -2.0: lambda x: _f(x, 1.0) / (x * x),
+}
+
+
 @elementwise("Pow")
 def _pow(node: Node, ctx: LoweringContext) -> Form:
     a, b = _two(node)
     if a.dtype.kind not in "fiu" or b.dtype.kind not in "fiu":
         raise fail(node, f"Pow of {a.dtype} by {b.dtype} is not supported")
     if a.dtype.kind == "f":
+        exponent = _constant_scalar(b)
+        if exponent in _POW_BY_CONSTANT:
+            return Form([a], lambda v: _POW_BY_CONSTANT[exponent](v[0]))  # type: ignore[index]
         return Form([a, b], lambda v: binary("pow", v[0], cast(v[1], v[0].dtype)))
     # Integer bases: computed in double (exact for every result an integer type can hold) and
     # converted back to the base's type, as the ONNX reference does.

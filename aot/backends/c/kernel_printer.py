@@ -35,6 +35,7 @@ from aot.kernel.ir import (
     VecLoad,
     VecMax,
     VecMin,
+    VecReduce,
     VecSelect,
     VecStore,
     WidenLoad,
@@ -289,6 +290,8 @@ class KernelPrinter:
         if isinstance(e, VecSelect):
             return (f"{self._vector(e.dtype)}_SELECT_{e.cmp.upper()}({self.expr(e.a)}, {self.expr(e.b)}, "
                     f"{self.expr(e.x)}, {self.expr(e.y)})")
+        if isinstance(e, VecReduce):  # the lanes' halving tree (the header's _REDUCE_ macros)
+            return f"{self._vector(e.a.dtype)}_REDUCE_{e.op.upper()}({self.expr(e.a)})"
         if isinstance(e, MulAdd):
             return f"{self._vector(e.dtype)}_MULADD({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
         raise TypeError(f"cannot print {e!r}")

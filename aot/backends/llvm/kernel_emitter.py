@@ -303,6 +303,8 @@ class _FunctionEmitter:
             a, b = self.expr(e.a), self.expr(e.b)
             pick_a = self.b.or_(self.b.fcmp_ordered("<", a, b), self.b.fcmp_unordered("uno", a, a))
             return self.b.select(pick_a, a, b)
+        if isinstance(e, kernel_ir.VecReduce):
+            return self.reduce_lanes(e)
         if isinstance(e, kernel_ir.VecArith):
             method = {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul, "div": self.b.fdiv}[e.op]
             return method(self.expr(e.a), self.expr(e.b))
@@ -328,6 +330,23 @@ class _FunctionEmitter:
         if isinstance(e, kernel_ir.Cast):
             return self.cast(self.expr(e.a), e.a.dtype, e.dtype)
         raise TypeError(f"{self.kernel.name}: cannot emit expression {e!r}")
+
+    def reduce_lanes(self, e: kernel_ir.VecReduce) -> ir.Value:
+        """VecReduce's halving tree as shuffles (not llvm.vector.reduce.fadd, whose order is
+        sequential unless reassociation is allowed, which would leave the order to LLVM): lane i
+        with lane i + half, until one lane is left."""
+        v = self.expr(e.a)
+        width = v.type.count
+        while width > 1:
+            width //= 2
+            low = self.b.shuffle_vector(v, v, ir.Constant(ir.VectorType(t.I32, width), list(range(width))))
+            high = self.b.shuffle_vector(v, v, ir.Constant(ir.VectorType(t.I32, width), list(range(width, 2 * width))))
+            if e.op == "add":
+                v = self.b.fadd(low, high)
+            else:  # as VecMax: a NaN wins
+                pick = self.b.or_(self.b.fcmp_ordered(">", low, high), self.b.fcmp_unordered("uno", low, low))
+                v = self.b.select(pick, low, high)
+        return self.b.extract_element(v, ir.Constant(t.I32, 0))
 
     def const(self, e: kernel_ir.Const) -> ir.Value:
         typ = t.value_type(e.dtype)
