@@ -169,7 +169,8 @@ def _lower(node: Node, ctx: LoweringContext, conv: IntegerConv, finish_for: Call
     packed = conv.w.is_constant and (conv.w_zero_point is None or conv.w_zero_point.is_constant) \
         and g.nd <= 2 and min(g.pad_begin + g.pad_end) >= 0
     if packed:
-        ctx.emit(kb, _packed(node, ctx, kb, conv, finish, store, _flat_output(epilogue, final)))
+        ctx.emit(kb, _packed(node, ctx, kb, conv, finish, store, _flat_output(epilogue, final),
+                             not epilogue.inputs))
     else:
         ctx.emit(kb, _direct(kb, conv, finish, store))
 
@@ -217,7 +218,7 @@ def _direct(kb: KernelBuilder, conv: IntegerConv, finish: Finish, store: StoreAt
 
 
 def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, finish: Finish,
-            store: StoreAt, flat: bool) -> list[Stmt]:
+            store: StoreAt, flat: bool, overlap: bool) -> list[Stmt]:
     """The packed forms (module docstring): the weights' constants, the input's copy, the loops."""
     g = conv.geometry.planar()
     assert conv.w.data is not None
@@ -243,7 +244,7 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         x_zp = unsigned_byte(x_zp)
     if g.groups == 1 and ctx.tiles.int8_dot != "portable" and fits(weights):
         return _tiled(node, ctx, kb, conv, g, weights, x_zp, _folded_bias(node, ctx, kb, conv, sums, x_zp),
-                      finish, store, flat)
+                      finish, store, flat, overlap)
     packed_w = narrow_weights(np.ascontiguousarray(weights.transpose(0, 2, 3, 1)))  # [M][kh][kw][C/group]
     packed = kb.input(ctx.constant(packed_w, conv.w.name)).buffer
     copy, image = _channels_last(node, ctx, kb, conv.x, g, x_zp)
@@ -251,7 +252,8 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
 
 
 def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, g: ConvGeometry,
-           weights: np.ndarray, x_zp: Expr, init: PerIndex, finish: Finish, store: StoreAt, flat: bool) -> list[Stmt]:
+           weights: np.ndarray, x_zp: Expr, init: PerIndex, finish: Finish, store: StoreAt, flat: bool,
+           overlap: bool) -> list[Stmt]:
     """The int8 register tile (integer_tiles.py). A 1x1 convolution without stride or padding
     over rows narrower than a tile runs over the plane as one row, when the output (and what
     the epilogue reads) may be indexed flat."""
@@ -270,7 +272,10 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
             return store([n, m, const(0, INDEX), ow] if out_w > 1 else [n, m, ow, const(0, INDEX)], value)
         return store([n, m, oh, ow], value)
 
-    return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init, finish, out_store, lanes, ctx.tiles.accumulators)
+    # Without vpdpbusd each step needs four more registers (the operands' even and odd bytes):
+    # measured on AVX2, 12 accumulators spilled to the stack, 8 did not.
+    accumulators = ctx.tiles.accumulators if ctx.tiles.int8_dot == "vpdpbusd" else ctx.tiles.accumulators * 2 // 3
+    return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init, finish, out_store, lanes, accumulators, overlap)
 
 
 def _folded_bias(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, weight_sums: np.ndarray,
