@@ -235,14 +235,18 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
     def out_store(n: Expr, m: Expr, oh: Expr, ow: Expr, value: Expr) -> Stmt:
         return store([n, m, ow] if one_row else [n, m, oh, ow], value)
 
-    if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS:
+    # A convolution of one input channel (a model's first layer) takes the tile too: its rows
+    # are the depthwise form's vector loop, which short rows keep scalar (DS-CNN's 10x4 stride-2
+    # conv over 5-pixel rows: 46% of the model's time in that form).
+    tiled = g.groups == 1 and ctx.tiles.int8_dot != "portable" and fits(weights)
+    if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS and not tiled:
         packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         init = _folded_bias(node, ctx, kb, conv, sums, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     if conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
         x_zp = unsigned_byte(x_zp)
-    if g.groups == 1 and ctx.tiles.int8_dot != "portable" and fits(weights):
+    if tiled:
         return _tiled(node, ctx, kb, conv, g, weights, x_zp, _folded_bias(node, ctx, kb, conv, sums, x_zp),
                       finish, store, flat, overlap)
     packed_w = narrow_weights(np.ascontiguousarray(weights.transpose(0, 2, 3, 1)))  # [M][kh][kw][C/group]
