@@ -481,7 +481,7 @@ static inline aot_i32x16 aot_i32x16_dotadd(aot_i32x16 acc, aot_i32x16 a, aot_i32
 { int i; for (i = 0; i < 16; ++i) { uint32_t ua = (uint32_t)a.lane[i], ub = (uint32_t)b.lane[i], sum = 0; int j;
     for (j = 0; j < 4; ++j) { int32_t x = (int32_t)((ua >> (8 * j)) & 0xffu);
       int32_t w = (int32_t)((ub >> (8 * j)) & 0xffu); sum += (uint32_t)(x * (w > 127 ? w - 256 : w)); }
-    acc.lane[i] = aot_i32x8_wrap((uint32_t)acc.lane[i] + sum); }
+    acc.lane[i] = aot_i32x16_wrap((uint32_t)acc.lane[i] + sum); }
   return acc; }
 #define AOT_I32X16_QUADS(p) aot_i32x16_quads(p)
 #define AOT_I32X16_STORE(p, v) aot_i32x16_store((p), (v))

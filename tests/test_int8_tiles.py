@@ -14,6 +14,7 @@ import pytest
 
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
+from aot.host.run import HostModel
 from aot.targets import default_int8_dot, load_target
 from tests.helpers import run_aot, run_onnxruntime, selected_backend
 from tests.test_ops_quantized_integer import QLINEAR_CONV_INPUTS, assert_quantized_match, model_of, quantized
@@ -110,3 +111,17 @@ def test_int8_dot_defaults_from_the_features_and_is_validated(tmp_path: Path) ->
     board.write_text(text)
     with pytest.raises(AotError, match="'int8_dot' 'sdot4' must be one of"):
         load_target(str(board))
+
+
+@pytest.mark.skipif(BACKEND != "c", reason="the C header's forms")
+@pytest.mark.parametrize("flags", ["-DAOT_NO_VECTOR_EXTENSIONS", "-mavxvnni"])
+def test_the_header_s_other_forms_are_exact(flags: str) -> None:
+    """The struct-and-loops form (C99 compilers without GNU vectors) and AVX-VNNI's vpdpbusd
+    (where this machine has it)."""
+    if flags == "-mavxvnni" and "avx_vnni" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this machine has no AVX-VNNI")
+    values, attrs = values_for("3x3_ragged", "int8", "int8", seed=3)
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    package = compile_model(model, backend="c", target="x86_64-v3" if flags == "-mavxvnni" else None)
+    host = HostModel.build(package, opt="-O1", extra_cflags=f"-pedantic {flags}")
+    assert_quantized_match(host.run(dict(feeds)), run_onnxruntime(model, feeds))
