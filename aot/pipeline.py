@@ -73,7 +73,12 @@ def tiles_for(targets: tuple[Target, ...] | list[Target]) -> TileConfig:
     built for several (one C source serves them all); AVX2-sized for a package for any target."""
     if not targets:
         return DEFAULT_TILES
-    return TileConfig.for_registers(min(t.vector_bits for t in targets), min(t.vector_registers for t in targets))
+    dots = {t.int8_dot for t in targets}
+    # one C source serves them all: the tiles where every target has an instruction for them
+    # (the C header then picks each one's by its compiler flags), else the portable loops
+    int8_dot = dots.pop() if len(dots) == 1 else "portable" if "portable" in dots else "auto"
+    return TileConfig.for_registers(min(t.vector_bits for t in targets), min(t.vector_registers for t in targets),
+                                    int8_dot)
 
 
 def lower(graph: Graph, options: PipelineOptions) -> Program:

@@ -42,6 +42,10 @@ _FORBIDDEN_CFLAG_PREFIXES = (
 _FLOAT_ABIS = ("hard", "soft", "softfp")
 _OSES = ("linux", "none")
 _VECTOR_BITS = (0, 128, 256, 512)
+# The int8 tiles' dot-product step (aot/ops/quantized/integer_tiles.py): x86's vpdpbusd (AVX-512
+# VNNI or AVX-VNNI), AVX2's exact vpmaddwd sequence, or "portable": the plain integer loops. Arm's
+# sdot / smlal (aarch64), vmlal (armv7) and smlad (Cortex-M DSP) are to come.
+INT8_DOTS = ("vpdpbusd", "vpmaddwd", "portable")
 
 Check = Callable[[Any], "str | None"]  # the problem with a value, None when it is fine
 
@@ -122,6 +126,7 @@ OPTIONAL_FIELDS: dict[str, tuple[type, Check]] = {
     "qemu": (str, _word(_QEMU, "a qemu-user program name, qemu-<arch> (no path: it is found on PATH)")),
     "vector_bits": (int, _one_of(_VECTOR_BITS)),
     "vector_registers": (int, _vector_registers),
+    "int8_dot": (str, _one_of(INT8_DOTS)),
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", list: "a list"}
 

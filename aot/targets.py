@@ -40,7 +40,14 @@ class Target:
     # The float vector registers the register tiles are sized for (0: none; scalar tiles).
     vector_bits: int = 128
     vector_registers: int = 16
+    # The int8 tiles' dot-product instruction (aot/target_fields.py INT8_DOTS); "" in a file:
+    # derived from `features` (default_int8_dot).
+    int8_dot: str = ""
     source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.int8_dot:
+            object.__setattr__(self, "int8_dot", default_int8_dot(self.arch, self.features))
 
     @property
     def arch(self) -> str:
@@ -65,7 +72,18 @@ class Target:
         return {"name": self.name, "description": self.description, "triple": self.triple, "cpu": self.cpu,
                 "features": self.features, "float_abi": self.float_abi, "os": self.os,
                 "alignment": self.alignment, "cflags": list(self.cflags), "vector_bits": self.vector_bits,
-                "vector_registers": self.vector_registers}
+                "vector_registers": self.vector_registers, "int8_dot": self.int8_dot}
+
+
+def default_int8_dot(arch: str, features: str) -> str:
+    """The int8 dot-product step a preset's features give: vpdpbusd with AVX-512 VNNI (and VL,
+    for its 256-bit form) or AVX-VNNI, the exact AVX2 sequence with AVX2, else the portable loops."""
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if arch not in ("x86_64", "i686", "i386"):
+        return "portable"
+    if {"avx512vnni", "avx512vl"} <= enabled or "avxvnni" in enabled:
+        return "vpdpbusd"
+    return "vpmaddwd" if "avx2" in enabled else "portable"
 
 
 def _validate(name: str, data: dict[str, Any], source: str) -> Target:
@@ -127,7 +145,7 @@ def host_preset_name() -> str:
     except (OSError, StopIteration):
         return name
     if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
-        return "x86_64-v4"
+        return "x86_64-v4-vnni" if "avx512_vnni" in flags else "x86_64-v4"
     if {"avx2", "fma"} <= flags:
         return "x86_64-v3"
     return name

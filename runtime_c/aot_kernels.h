@@ -408,4 +408,150 @@ static inline float aot_f32x16_reduce_max(aot_f32x16 v)
 #endif
 #endif /* AOT_WANT_F32X16 */
 
+/*
+ * int32 vectors of 8 or 16 lanes for the int8 tiles (aot/ops/quantized/integer_tiles.py):
+ * aot_i32x<lanes> and the macros
+ *   AOT_I32X<lanes>_QUADS(p)          4 * lanes bytes at p (uint8_t), four to a lane;
+ *   AOT_I32X<lanes>_SPLAT_QUAD(p)     the four bytes at p (int8_t) in every lane;
+ *   AOT_I32X<lanes>_SPLAT(x), _STORE(p, v);
+ *   AOT_I32X<lanes>_DOTADD(acc, a, b) acc + per lane the sum of the four products of a's bytes
+ *                                     (unsigned) and b's (signed), exact, wrapping like the
+ *                                     integer ops' int32 accumulation.
+ * DOTADD is vpdpbusd where the compiler's flags have AVX-512 VNNI (with AVX-512 VL for 8 lanes)
+ * or AVX-VNNI; with AVX2 (AVX-512 BW for 16 lanes) the exact sequence: each byte widened to 16
+ * bits (zero- or sign-extended), vpmaddwd of the even and of the odd bytes, two adds. (vpmaddubsw
+ * would sum two products in 16 bits, which saturates: 255 * -128 * 2.) Otherwise GNU C vectors,
+ * or a struct and loops for other C99 compilers.
+ */
+#if (defined(AOT_WANT_I32X8) || defined(AOT_WANT_I32X16)) && defined(__GNUC__) && defined(__x86_64__) \
+    && !defined(AOT_NO_VECTOR_EXTENSIONS) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#ifdef AOT_WANT_I32X8
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef int32_t aot_i32x8 __attribute__((vector_size(32)));
+typedef uint32_t aot_u32x8 __attribute__((vector_size(32)));
+typedef int32_t aot_i32x8_unaligned __attribute__((vector_size(32), aligned(1), may_alias));
+#ifndef AOT_I32_QUAD_DEFINED
+#define AOT_I32_QUAD_DEFINED
+typedef int32_t aot_i32_quad __attribute__((aligned(1), may_alias));
+#endif
+#define AOT_I32X8_QUADS(p) (*(const aot_i32x8_unaligned *)(const void *)(p))
+#define AOT_I32X8_STORE(p, v) (*(aot_i32x8_unaligned *)(void *)(p) = (v))
+#define AOT_I32X8_SPLAT(x) ((aot_i32x8){ (x), (x), (x), (x), (x), (x), (x), (x) })
+#define AOT_I32X8_SPLAT_QUAD(p) (((aot_i32x8){ 0 }) + *(const aot_i32_quad *)(const void *)(p))
+#if defined(__x86_64__) && (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define AOT_I32X8_DOTADD(acc, a, b) ((aot_i32x8)_mm256_dpbusd_epi32((__m256i)(acc), (__m256i)(a), (__m256i)(b)))
+#elif defined(__AVXVNNI__)
+#define AOT_I32X8_DOTADD(acc, a, b) ((aot_i32x8)_mm256_dpbusd_avx_epi32((__m256i)(acc), (__m256i)(a), (__m256i)(b)))
+#elif defined(__x86_64__) && defined(__AVX2__)
+static inline __m256i aot_i32x8_dotadd(__m256i acc, __m256i a, __m256i b)
+{
+    const __m256i low_bytes = _mm256_set1_epi16(0x00ff);
+    __m256i even = _mm256_madd_epi16(_mm256_and_si256(a, low_bytes), _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8));
+    __m256i odd = _mm256_madd_epi16(_mm256_srli_epi16(a, 8), _mm256_srai_epi16(b, 8));
+    return _mm256_add_epi32(acc, _mm256_add_epi32(even, odd));
+}
+#define AOT_I32X8_DOTADD(acc, a, b) ((aot_i32x8)aot_i32x8_dotadd((__m256i)(acc), (__m256i)(a), (__m256i)(b)))
+#else
+/* Each byte of a lane by shifts: a's unsigned, b's signed (an arithmetic right shift, as gcc and
+ * clang define it); the sum in unsigned arithmetic, which wraps. */
+#define AOT_I32X8_BYTE(v, i) ((aot_i32x8)((aot_u32x8)(v) << (24 - 8 * (i))) >> 24)
+#define AOT_I32X8_DOTADD(acc, a, b) ((aot_i32x8)((aot_u32x8)(acc) + (aot_u32x8)( \
+    ((aot_i32x8)((aot_u32x8)(a) & 0xffu)) * AOT_I32X8_BYTE(b, 0) \
+    + ((aot_i32x8)(((aot_u32x8)(a) >> 8) & 0xffu)) * AOT_I32X8_BYTE(b, 1) \
+    + ((aot_i32x8)(((aot_u32x8)(a) >> 16) & 0xffu)) * AOT_I32X8_BYTE(b, 2) \
+    + ((aot_i32x8)((aot_u32x8)(a) >> 24)) * AOT_I32X8_BYTE(b, 3))))
+#endif
+#else
+typedef struct { int32_t lane[8]; } aot_i32x8;
+/* The int32 of two's complement bits u (a conversion of a value over INT32_MAX is
+ * implementation-defined). */
+static inline int32_t aot_i32x8_wrap(uint32_t u) { return u > 0x7fffffffu ? -(int32_t)(0xffffffffu - u) - 1 : (int32_t)u; }
+static inline int32_t aot_i32x8_quad(const void *p)
+{ const uint8_t *b = (const uint8_t *)p;
+  return aot_i32x8_wrap((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24); }
+static inline aot_i32x8 aot_i32x8_quads(const uint8_t *p)
+{ aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = aot_i32x8_quad(p + 4 * i); return v; }
+static inline aot_i32x8 aot_i32x8_splat(int32_t x)
+{ aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = x; return v; }
+static inline void aot_i32x8_store(int32_t *p, aot_i32x8 v)
+{ int i; for (i = 0; i < 8; ++i) p[i] = v.lane[i]; }
+static inline aot_i32x8 aot_i32x8_dotadd(aot_i32x8 acc, aot_i32x8 a, aot_i32x8 b)
+{ int i; for (i = 0; i < 8; ++i) { uint32_t ua = (uint32_t)a.lane[i], ub = (uint32_t)b.lane[i], sum = 0; int j;
+    for (j = 0; j < 4; ++j) { int32_t x = (int32_t)((ua >> (8 * j)) & 0xffu);
+      int32_t w = (int32_t)((ub >> (8 * j)) & 0xffu); sum += (uint32_t)(x * (w > 127 ? w - 256 : w)); }
+    acc.lane[i] = aot_i32x8_wrap((uint32_t)acc.lane[i] + sum); }
+  return acc; }
+#define AOT_I32X8_QUADS(p) aot_i32x8_quads(p)
+#define AOT_I32X8_STORE(p, v) aot_i32x8_store((p), (v))
+#define AOT_I32X8_SPLAT(x) aot_i32x8_splat(x)
+#define AOT_I32X8_SPLAT_QUAD(p) aot_i32x8_splat(aot_i32x8_quad(p))
+#define AOT_I32X8_DOTADD(acc, a, b) aot_i32x8_dotadd((acc), (a), (b))
+#endif
+#endif /* AOT_WANT_I32X8 */
+
+#ifdef AOT_WANT_I32X16
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef int32_t aot_i32x16 __attribute__((vector_size(64)));
+typedef uint32_t aot_u32x16 __attribute__((vector_size(64)));
+typedef int32_t aot_i32x16_unaligned __attribute__((vector_size(64), aligned(1), may_alias));
+#ifndef AOT_I32_QUAD_DEFINED
+#define AOT_I32_QUAD_DEFINED
+typedef int32_t aot_i32_quad __attribute__((aligned(1), may_alias));
+#endif
+#define AOT_I32X16_QUADS(p) (*(const aot_i32x16_unaligned *)(const void *)(p))
+#define AOT_I32X16_STORE(p, v) (*(aot_i32x16_unaligned *)(void *)(p) = (v))
+#define AOT_I32X16_SPLAT(x) ((aot_i32x16){ (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x) })
+#define AOT_I32X16_SPLAT_QUAD(p) (((aot_i32x16){ 0 }) + *(const aot_i32_quad *)(const void *)(p))
+#if defined(__x86_64__) && defined(__AVX512VNNI__)
+#define AOT_I32X16_DOTADD(acc, a, b) ((aot_i32x16)_mm512_dpbusd_epi32((__m512i)(acc), (__m512i)(a), (__m512i)(b)))
+#elif defined(__x86_64__) && defined(__AVX512BW__)
+static inline __m512i aot_i32x16_dotadd(__m512i acc, __m512i a, __m512i b)
+{
+    const __m512i low_bytes = _mm512_set1_epi16(0x00ff);
+    __m512i even = _mm512_madd_epi16(_mm512_and_si512(a, low_bytes), _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8));
+    __m512i odd = _mm512_madd_epi16(_mm512_srli_epi16(a, 8), _mm512_srai_epi16(b, 8));
+    return _mm512_add_epi32(acc, _mm512_add_epi32(even, odd));
+}
+#define AOT_I32X16_DOTADD(acc, a, b) ((aot_i32x16)aot_i32x16_dotadd((__m512i)(acc), (__m512i)(a), (__m512i)(b)))
+#else
+/* Each byte of a lane by shifts: a's unsigned, b's signed (an arithmetic right shift, as gcc and
+ * clang define it); the sum in unsigned arithmetic, which wraps. */
+#define AOT_I32X16_BYTE(v, i) ((aot_i32x16)((aot_u32x16)(v) << (24 - 8 * (i))) >> 24)
+#define AOT_I32X16_DOTADD(acc, a, b) ((aot_i32x16)((aot_u32x16)(acc) + (aot_u32x16)( \
+    ((aot_i32x16)((aot_u32x16)(a) & 0xffu)) * AOT_I32X16_BYTE(b, 0) \
+    + ((aot_i32x16)(((aot_u32x16)(a) >> 8) & 0xffu)) * AOT_I32X16_BYTE(b, 1) \
+    + ((aot_i32x16)(((aot_u32x16)(a) >> 16) & 0xffu)) * AOT_I32X16_BYTE(b, 2) \
+    + ((aot_i32x16)((aot_u32x16)(a) >> 24)) * AOT_I32X16_BYTE(b, 3))))
+#endif
+#else
+typedef struct { int32_t lane[16]; } aot_i32x16;
+/* The int32 of two's complement bits u (a conversion of a value over INT32_MAX is
+ * implementation-defined). */
+static inline int32_t aot_i32x16_wrap(uint32_t u) { return u > 0x7fffffffu ? -(int32_t)(0xffffffffu - u) - 1 : (int32_t)u; }
+static inline int32_t aot_i32x16_quad(const void *p)
+{ const uint8_t *b = (const uint8_t *)p;
+  return aot_i32x16_wrap((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24); }
+static inline aot_i32x16 aot_i32x16_quads(const uint8_t *p)
+{ aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = aot_i32x16_quad(p + 4 * i); return v; }
+static inline aot_i32x16 aot_i32x16_splat(int32_t x)
+{ aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = x; return v; }
+static inline void aot_i32x16_store(int32_t *p, aot_i32x16 v)
+{ int i; for (i = 0; i < 16; ++i) p[i] = v.lane[i]; }
+static inline aot_i32x16 aot_i32x16_dotadd(aot_i32x16 acc, aot_i32x16 a, aot_i32x16 b)
+{ int i; for (i = 0; i < 16; ++i) { uint32_t ua = (uint32_t)a.lane[i], ub = (uint32_t)b.lane[i], sum = 0; int j;
+    for (j = 0; j < 4; ++j) { int32_t x = (int32_t)((ua >> (8 * j)) & 0xffu);
+      int32_t w = (int32_t)((ub >> (8 * j)) & 0xffu); sum += (uint32_t)(x * (w > 127 ? w - 256 : w)); }
+    acc.lane[i] = aot_i32x16_wrap((uint32_t)acc.lane[i] + sum); }
+  return acc; }
+#define AOT_I32X16_QUADS(p) aot_i32x16_quads(p)
+#define AOT_I32X16_STORE(p, v) aot_i32x16_store((p), (v))
+#define AOT_I32X16_SPLAT(x) aot_i32x16_splat(x)
+#define AOT_I32X16_SPLAT_QUAD(p) aot_i32x16_splat(aot_i32x16_quad(p))
+#define AOT_I32X16_DOTADD(acc, a, b) aot_i32x16_dotadd((acc), (a), (b))
+#endif
+#endif /* AOT_WANT_I32X16 */
+
 #endif /* AOT_KERNELS_H_INCLUDED */

@@ -32,6 +32,9 @@ COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne"}
 BITWISE_OPS = {"shl", "shr", "bitand", "bitor"}
 # Unary ops map one-to-one onto C math library functions / LLVM intrinsics in the renderers.
 VECTOR_DTYPES = {f"float32x{n}": ("float32", n) for n in (4, 8, 16)}
+# int32 vectors hold the int8 tiles' accumulators and their operands, four bytes per lane
+# (aot/ops/quantized/integer_tiles.py).
+VECTOR_DTYPES.update({f"int32x{n}": ("int32", n) for n in (8, 16)})
 UNARY_OPS = {
     "neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
@@ -186,6 +189,40 @@ class WidenLoad(VecLoad):
 
 
 @dataclass(frozen=True, eq=True)
+class QuadLoad(VecLoad):
+    """`lanes` contiguous bytes of a uint8 `buffer` as an int32 vector of lanes / 4 lanes, each
+    lane four consecutive bytes (a quad): the activation operand of DotAdd. A VecLoad of `lanes`
+    elements for every analysis of what a kernel reads."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return vector_of("int32", self.lanes // 4)
+
+
+@dataclass(frozen=True, eq=True)
+class QuadSplat(VecLoad):
+    """The four bytes (`lanes` = 4) of an int8 `buffer` at `index` copied into every lane of an
+    int32 vector of `width` lanes: the weight operand of DotAdd (one output channel's quad)."""
+
+    width: int = 8
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return vector_of("int32", self.width)
+
+
+@dataclass(frozen=True, eq=True)
+class DotAdd(OperandDtype):
+    """acc + the dot product of each lane's quads, a's four bytes unsigned, b's signed, exactly
+    in int32 (the sum of four products fits; acc wraps as the integer ops' accumulation does):
+    x86's vpdpbusd, or an exact sequence for the preset's instructions (aot/lowering/tiles.py)."""
+
+    acc: Expr
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True, eq=True)
 class Splat(Expr):
     """A scalar copied into every lane."""
 
@@ -272,7 +309,7 @@ class VecReduce(Expr):
 
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
 # ThresholdedRelu: x > a ? x : 0 ...) is as long as the model's chain, so it is followed by a loop.
-_DTYPE_OPERAND = {Select: "a", MulAdd: "acc", VecMax: "a", VecMin: "a", VecArith: "a", VecSelect: "x"}
+_DTYPE_OPERAND = {Select: "a", MulAdd: "acc", DotAdd: "acc", VecMax: "a", VecMin: "a", VecArith: "a", VecSelect: "x"}
 
 
 def inherited_dtype(e: Expr) -> str:

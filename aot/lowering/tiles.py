@@ -16,12 +16,17 @@ class TileConfig:
 
     lanes: int = 8           # float32 lanes per vector register
     accumulators: int = 12   # vector accumulators a tile may keep live
+    # The int8 tiles' dot-product step (targets/*.toml int8_dot, aot/target_fields.py INT8_DOTS):
+    # "portable" keeps the plain integer loops; "auto" (a package for no particular target)
+    # uses the tiles with the instruction the C compiler's flags allow (runtime_c/aot_kernels.h).
+    int8_dot: str = "auto"
 
     @classmethod
-    def for_registers(cls, vector_bits: int, registers: int) -> TileConfig:
+    def for_registers(cls, vector_bits: int, registers: int, int8_dot: str = "auto") -> TileConfig:
         # A quarter of the registers stays free for the operand vectors, the broadcasts and the
         # compiler's own use (measured: 24 of AVX-512's 32 beat 16 and 28 on SqueezeNet).
-        return cls(lanes=vector_bits // 32 if vector_bits else 1, accumulators=max(4, registers * 3 // 4))
+        return cls(lanes=vector_bits // 32 if vector_bits else 1, accumulators=max(4, registers * 3 // 4),
+                   int8_dot=int8_dot)
 
     @property
     def cols(self) -> int:

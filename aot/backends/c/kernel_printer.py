@@ -19,12 +19,15 @@ from aot.kernel.ir import (
     Cast,
     Const,
     Declare,
+    DotAdd,
     Expr,
     If,
     Kernel,
     Load,
     Loop,
     MulAdd,
+    QuadLoad,
+    QuadSplat,
     Select,
     Splat,
     Stmt,
@@ -71,7 +74,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
 
 def c_type(dtype: str) -> str:
     if dtype in VECTOR_DTYPES:
-        return "aot_" + dtype.replace("float", "f")
+        return "aot_" + dtype.replace("float", "f").replace("int", "i")
     return C_TYPES[dtype]
 
 
@@ -275,6 +278,12 @@ class KernelPrinter:
         return self._vector_expr(e), PRIMARY
 
     def _vector_expr(self, e: Expr) -> str:
+        if isinstance(e, QuadLoad):  # (a VecLoad too)
+            return f"{self._vector(e.dtype)}_QUADS(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, QuadSplat):
+            return f"{self._vector(e.dtype)}_SPLAT_QUAD(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, DotAdd):
+            return f"{self._vector(e.dtype)}_DOTADD({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, WidenLoad):  # (a VecLoad too)
             return f"{self._vector(e.dtype)}_WIDEN(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, VecLoad):

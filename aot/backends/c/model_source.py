@@ -122,5 +122,6 @@ def model_source_context(run: RunPlan) -> dict[str, Any]:
     return {
         "kernels": kernels, "calls": calls, "tasks": tasks,
         "vector_lanes": vector_lanes(printer.helpers),
+        "int_vector_lanes": sorted(int(h[len("aot_i32x"):]) for h in printer.helpers if h.startswith("aot_i32x")),
         "isa_check": vector_isa_check(f"{run.name}.c", widest_vector(printer.helpers)),
     }

@@ -280,6 +280,16 @@ class _FunctionEmitter:
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             raw = self.b.load(ptr, typ=t.storage_type(buf.dtype), align=t.itemsize(buf.dtype))
             return self.promote(raw, buf.dtype)
+        if isinstance(e, kernel_ir.QuadLoad):  # (a VecLoad too): 4 * lanes bytes as int32 lanes
+            buf, arg = self.buffers[e.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            return self.b.load(ptr, typ=t.storage_type(e.dtype), align=1)
+        if isinstance(e, kernel_ir.QuadSplat):
+            buf, arg = self.buffers[e.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            return self.splat(self.b.load(ptr, typ=t.I32, align=1), t.storage_type(e.dtype))
+        if isinstance(e, kernel_ir.DotAdd):
+            return self.dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b))
         if isinstance(e, kernel_ir.WidenLoad):  # (a VecLoad too)
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
@@ -291,10 +301,7 @@ class _FunctionEmitter:
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             return self.b.load(ptr, typ=t.storage_type(e.dtype), align=t.itemsize(buf.dtype))
         if isinstance(e, kernel_ir.Splat):
-            vector = t.storage_type(e.dtype)
-            lane0 = self.b.insert_element(ir.Constant(vector, ir.Undefined), self.expr(e.a), ir.Constant(t.I32, 0))
-            mask = ir.Constant(ir.VectorType(t.I32, vector.count), [0] * vector.count)
-            return self.b.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), mask)
+            return self.splat(self.expr(e.a), t.storage_type(e.dtype))
         if isinstance(e, kernel_ir.VecMax):
             a, b = self.expr(e.a), self.expr(e.b)
             pick_a = self.b.or_(self.b.fcmp_ordered(">", a, b), self.b.fcmp_unordered("uno", a, a))
@@ -347,6 +354,25 @@ class _FunctionEmitter:
                 pick = self.b.or_(self.b.fcmp_ordered(">", low, high), self.b.fcmp_unordered("uno", low, low))
                 v = self.b.select(pick, low, high)
         return self.b.extract_element(v, ir.Constant(t.I32, 0))
+
+    def splat(self, value: ir.Value, vector: ir.VectorType) -> ir.Value:
+        lane0 = self.b.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(t.I32, 0))
+        mask = ir.Constant(ir.VectorType(t.I32, vector.count), [0] * vector.count)
+        return self.b.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), mask)
+
+    def dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        """acc + per lane the dot product of a's four bytes (unsigned) and b's (signed), in the
+        portable form: the bytes widened, multiplied, each lane's four products summed (wrapping)."""
+        lanes = acc.type.count
+        as_bytes = ir.VectorType(t.I8, 4 * lanes)
+        wide = ir.VectorType(t.I32, 4 * lanes)
+        products = self.b.mul(self.b.zext(self.b.bitcast(a, as_bytes), wide),
+                              self.b.sext(self.b.bitcast(b, as_bytes), wide))
+        total = acc
+        for j in range(4):
+            mask = ir.Constant(ir.VectorType(t.I32, lanes), [4 * i + j for i in range(lanes)])
+            total = self.b.add(total, self.b.shuffle_vector(products, ir.Constant(wide, ir.Undefined), mask))
+        return total
 
     def const(self, e: kernel_ir.Const) -> ir.Value:
         typ = t.value_type(e.dtype)
@@ -575,7 +601,7 @@ class _FunctionEmitter:
             return self.may_fault(e.cond)
         if isinstance(e, (kernel_ir.Unary, kernel_ir.Cast, kernel_ir.Bitcast)):
             return self.may_fault(e.a)
-        if isinstance(e, kernel_ir.MulAdd):
+        if isinstance(e, (kernel_ir.MulAdd, kernel_ir.DotAdd)):
             return self.may_fault(e.acc) or self.may_fault(e.a) or self.may_fault(e.b)
         return False
 

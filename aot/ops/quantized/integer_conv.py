@@ -17,6 +17,7 @@ Two forms, for constant weights and zero points (real models) and for the rest:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ from aot.kernel.ir import (
     lt,
 )
 from aot.lowering.builder import KernelBuilder, View
-from aot.lowering.context import LoweringContext
+from aot.lowering.context import Epilogue, LoweringContext
 from aot.ops.attrs import fail, required_input
 from aot.ops.conv.geometry import ConvGeometry
 from aot.ops.conv.lowering import window_geometry
@@ -64,6 +65,7 @@ from aot.ops.quantized.integer_terms import (
     widened,
     wrap_int32,
 )
+from aot.ops.quantized.integer_tiles import fits, tiled_conv
 from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
@@ -167,9 +169,17 @@ def _lower(node: Node, ctx: LoweringContext, conv: IntegerConv, finish_for: Call
     packed = conv.w.is_constant and (conv.w_zero_point is None or conv.w_zero_point.is_constant) \
         and g.nd <= 2 and min(g.pad_begin + g.pad_end) >= 0
     if packed:
-        ctx.emit(kb, _packed(node, ctx, kb, conv, finish, store))
+        ctx.emit(kb, _packed(node, ctx, kb, conv, finish, store, _flat_output(epilogue, final),
+                             not epilogue.inputs))
     else:
         ctx.emit(kb, _direct(kb, conv, finish, store))
+
+
+def _flat_output(epilogue: Epilogue, final: Tensor) -> bool:
+    """Whether the output may be stored at [n][m][0][pixel of the plane]: what the epilogue
+    reads is the output's shape or constant over each plane."""
+    return all(t.size == 1 or t.shape == final.shape or (t.rank >= 2 and t.shape[-2:] == (1, 1))
+               for t in epilogue.inputs)
 
 
 def _direct(kb: KernelBuilder, conv: IntegerConv, finish: Finish, store: StoreAt) -> list[Stmt]:
@@ -208,7 +218,7 @@ def _direct(kb: KernelBuilder, conv: IntegerConv, finish: Finish, store: StoreAt
 
 
 def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, finish: Finish,
-            store: StoreAt) -> list[Stmt]:
+            store: StoreAt, flat: bool, overlap: bool) -> list[Stmt]:
     """The packed forms (module docstring): the weights' constants, the input's copy, the loops."""
     g = conv.geometry.planar()
     assert conv.w.data is not None
@@ -225,17 +235,51 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
     def out_store(n: Expr, m: Expr, oh: Expr, ow: Expr, value: Expr) -> Stmt:
         return store([n, m, ow] if one_row else [n, m, oh, ow], value)
 
-    if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS:
+    # A convolution of one input channel (a model's first layer) takes the tile too: its rows
+    # are the depthwise form's vector loop, which short rows keep scalar (DS-CNN's 10x4 stride-2
+    # conv over 5-pixel rows: 46% of the model's time in that form).
+    tiled = g.groups == 1 and ctx.tiles.int8_dot != "portable" and fits(weights)
+    if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS and not tiled:
         packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         init = _folded_bias(node, ctx, kb, conv, sums, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
-    packed_w = narrow_weights(np.ascontiguousarray(weights.transpose(0, 2, 3, 1)))  # [M][kh][kw][C/group]
-    packed = kb.input(ctx.constant(packed_w, conv.w.name)).buffer
     if conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
         x_zp = unsigned_byte(x_zp)
+    if tiled:
+        return _tiled(node, ctx, kb, conv, g, weights, x_zp, _folded_bias(node, ctx, kb, conv, sums, x_zp),
+                      finish, store, flat, overlap)
+    packed_w = narrow_weights(np.ascontiguousarray(weights.transpose(0, 2, 3, 1)))  # [M][kh][kw][C/group]
+    packed = kb.input(ctx.constant(packed_w, conv.w.name)).buffer
     copy, image = _channels_last(node, ctx, kb, conv.x, g, x_zp)
     return copy + _dot(kb, g, image, packed, _folded_bias(node, ctx, kb, conv, sums, x_zp), finish, out_store)
+
+
+def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, g: ConvGeometry,
+           weights: np.ndarray, x_zp: Expr, init: PerIndex, finish: Finish, store: StoreAt, flat: bool,
+           overlap: bool) -> list[Stmt]:
+    """The int8 register tile (integer_tiles.py). A 1x1 convolution without stride or padding
+    over rows narrower than a tile runs over the plane as one row, when the output (and what
+    the epilogue reads) may be indexed flat."""
+    x = View(kb.input(conv.x).buffer, (g.batch, g.channels, *g.in_spatial))
+    (out_h, out_w), one_row = g.out_spatial, conv.geometry.nd == 1
+    pointwise = g.kernel == (1, 1) and g.strides == (1, 1) and not g.padded
+    lanes = max(8, ctx.tiles.lanes)
+    flattened = pointwise and flat and out_h > 1 and out_w < 2 * lanes
+    if flattened:
+        g = dataclasses.replace(g, in_spatial=(1, out_h * out_w), out_spatial=(1, out_h * out_w))
+
+    def out_store(n: Expr, m: Expr, oh: Expr, ow: Expr, value: Expr) -> Stmt:
+        if one_row:
+            return store([n, m, ow], value)
+        if flattened:  # pixel ow of the plane: row 0 and column ow, or row ow of a one-column plane
+            return store([n, m, const(0, INDEX), ow] if out_w > 1 else [n, m, ow, const(0, INDEX)], value)
+        return store([n, m, oh, ow], value)
+
+    # Without vpdpbusd each step needs four more registers (the operands' even and odd bytes):
+    # measured on AVX2, 12 accumulators spilled to the stack, 8 did not.
+    accumulators = ctx.tiles.accumulators if ctx.tiles.int8_dot == "vpdpbusd" else ctx.tiles.accumulators * 2 // 3
+    return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init, finish, out_store, lanes, accumulators, overlap)
 
 
 def _folded_bias(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, weight_sums: np.ndarray,

@@ -1,0 +1,227 @@
+"""The int8 register tile of QLinearConv and ConvInteger (group 1, constant weights): int32
+accumulators for `channels` output channels x `vectors` x `lanes` pixels of one output row, each
+step a dot product of four input channels (kernel IR DotAdd: x86's vpdpbusd, or an exact
+sequence of the preset's instructions, aot/lowering/tiles.py Int8Dot).
+
+Pixels are the lanes, so a tile's outputs are contiguous runs of the NCHW output and its
+requantisation (the existing exact one) is a loop the compilers vectorise. The operands:
+
+* the input is copied once into a quad image [n][row][channel / 4][column phase][column][4]
+  bytes (int8 x as uint8 x + 128, integer_terms.unsigned_byte), padded with x_zero_point: the
+  four channels of a pixel are one int32 lane, and the pixels of an output row under one
+  kernel tap are contiguous (columns are split by phase modulo the stride, so stride 2 reads
+  contiguous quads too). The copy is 1x the input, not an im2col;
+* the weights (w - w_zero_point, int8) are packed at compile time [channel block][kh][kw]
+  [channel / 4][channels][4], each output channel's quad broadcast to every lane. Input
+  channels past the last group of four get weight 0, so whatever the image holds there adds 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from aot.ir.graph import Node
+from aot.kernel.ir import (
+    INDEX,
+    Assign,
+    Buffer,
+    Declare,
+    DotAdd,
+    Expr,
+    If,
+    Load,
+    Loop,
+    QuadLoad,
+    QuadSplat,
+    Splat,
+    Stmt,
+    Store,
+    VecStore,
+    const,
+    lt,
+)
+from aot.lowering.builder import KernelBuilder, View
+from aot.lowering.context import LoweringContext
+from aot.ops.conv.geometry import ConvGeometry
+from aot.ops.quantized.integer_terms import ACCUMULATOR, PerIndex, unsigned_byte
+from aot.ops.scratch import scratch_tensor
+
+QUAD = 4  # input channels per int32 lane
+Finish = Callable[[Expr, Expr], Expr]
+StoreAt = Callable[[Expr, Expr, Expr, Expr, Expr], Stmt]  # (n, m, oh, ow, value)
+
+
+@dataclass(frozen=True)
+class TileShape:
+    lanes: int      # pixels per int32 vector
+    vectors: int    # vectors along the output row
+    channels: int   # output channels
+
+    @property
+    def width(self) -> int:
+        return self.lanes * self.vectors
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The quad image's geometry: rows and columns as padded, columns split by phase."""
+
+    batch: int
+    rows: int
+    quads: int       # channel groups of four
+    phases: int      # the column stride
+    columns: int     # columns per phase
+
+    @property
+    def size(self) -> int:
+        return self.batch * self.rows * self.quads * self.phases * self.columns * QUAD
+
+    def at(self, n: Expr, row: Expr, quad: Expr, phase: int, column: Expr) -> Expr:
+        """The byte offset of (n, row, quad, phase, column)'s first channel."""
+        return ((((n * self.rows + row) * self.quads + quad) * self.phases + phase) * self.columns + column) * QUAD
+
+
+def fits(weights: np.ndarray) -> bool:
+    """Whether w - w_zero_point fits the signed bytes the dot-product instructions multiply."""
+    return weights.size == 0 or (int(weights.min()) >= -128 and int(weights.max()) <= 127)
+
+
+def tile_shape(lanes: int, accumulators: int, out_w: int, out_channels: int) -> TileShape:
+    """Vectors of `lanes` pixels (8 for rows of at most 8: no half-empty 16-lane vectors), two
+    along the row where it is that wide, then as many channels as the accumulators allow."""
+    if lanes > 8 and out_w <= 8:
+        lanes = 8
+    vectors = 2 if out_w > lanes else 1
+    channels = max(1, min(out_channels, accumulators // vectors, 8))
+    return TileShape(lanes, vectors, channels)
+
+
+def packed_weights(weights: np.ndarray, channels: int) -> np.ndarray:
+    """[M][C][kh][kw] (w - w_zero_point) as int8 [M/channels][kh][kw][C/4][channels][4], zero
+    where M or C run past a multiple of the block."""
+    m, c, k_h, k_w = weights.shape
+    blocks, quads = -(-m // channels), -(-c // QUAD)
+    padded = np.zeros((blocks * channels, quads * QUAD, k_h, k_w), np.int64)
+    padded[:m, :c] = weights
+    shaped = padded.reshape(blocks, channels, quads, QUAD, k_h, k_w)
+    return np.ascontiguousarray(shaped.transpose(0, 4, 5, 2, 1, 3)).astype(np.int8)
+
+
+def quad_image(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, g: ConvGeometry, fill: Expr,
+               width: int) -> tuple[list[Stmt], Buffer, Layout]:
+    """The quad image of input `x` ([n][c][h][w]) and the statements that fill it: every byte
+    `fill` (x_zero_point, as uint8), then the input's values at their padded places.
+    `width` bytes of slack at the end cover the lanes a ragged last tile reads past a row."""
+    (in_h, in_w), (top, left), s_w = g.in_spatial, g.pad_begin, g.strides[1]
+    hp, wp = g.padded_hw
+    layout = Layout(g.batch, hp, -(-g.channels // QUAD), s_w, -(-wp // s_w))
+    image = kb.output(scratch_tensor(ctx, node, (layout.size + width * QUAD,), np.uint8, "quads")).buffer
+    body: list[Stmt] = kb.loops([image.size], lambda i: [Store(image, i[0], fill)], prefix="z")
+    whole, rest = divmod(g.channels, QUAD)
+    for phase in range(s_w):
+        # padded columns q * s_w + phase that hold an input column (left <= col < left + in_w)
+        first = max(0, -(-(left - phase) // s_w))
+        last = (left + in_w - 1 - phase) // s_w
+        if last < first:
+            continue
+
+        def copy(i: list[Expr], quad_base: int = 0, phase: int = phase, first: int = first) -> list[Stmt]:
+            n, r, q, col, j = i
+            quad = q + quad_base
+            column = col + first
+            value = x.load([n, quad * QUAD + j, r, column * s_w + phase - left])
+            byte = value if value.dtype == "uint8" else unsigned_byte(value)
+            return [Store(image, layout.at(n, r + top, quad, phase, column) + j, byte)]
+
+        count = last - first + 1
+        if whole:
+            body += kb.loops([g.batch, in_h, whole, count, QUAD], copy, prefix="s")
+        if rest:
+            body += kb.loops([g.batch, in_h, 1, count, rest],
+                             lambda i, copy=copy: copy(i, quad_base=whole), prefix="s")
+    return body, image, layout
+
+
+def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: View,
+               weights: np.ndarray, fill: Expr, init: PerIndex, finish: Finish, store: StoreAt,
+               lanes: int, accumulators: int, overlap: bool) -> list[Stmt]:
+    """The convolution (geometry `g`, planar, group 1) as int8 tiles: the quad image, then per
+    (n, output row, channel block) the full tiles along the row and a last one, narrower, or
+    when `overlap` (storing an output twice is harmless: the epilogue reads no other tensor,
+    which the output could share memory with) as wide, ending at the row's end."""
+    (k_h, k_w), (s_h, s_w), (d_h, d_w) = g.kernel, g.strides, g.dilations
+    (out_h, out_w), m_count = g.out_spatial, g.out_channels
+    shape = tile_shape(lanes, accumulators, out_w, m_count)
+    copy, image, layout = quad_image(node, ctx, kb, x, g, fill, shape.width)
+    packed = kb.input(ctx.constant(packed_weights(weights, shape.channels), f"{node.name}_tiles")).buffer
+    blocks = -(-m_count // shape.channels)
+    scratch = kb.output(scratch_tensor(ctx, node, (shape.channels * shape.width,), np.int32, "tile")).buffer
+    full, tail = divmod(out_w, shape.width)
+
+    def tile(n: Expr, oh: Expr, block: Expr, ow0: Expr, pixels: int) -> list[Stmt]:
+        vectors = -(-pixels // shape.lanes)
+        accs = [[kb.var("acc", f"int32x{shape.lanes}") for _ in range(vectors)] for _ in range(shape.channels)]
+        zero = Splat(const(0, ACCUMULATOR), shape.lanes)
+        body: list[Stmt] = [Declare(a, zero) for row in accs for a in row]
+
+        def step(kh: Expr, kw: int, quad: Expr) -> list[Stmt]:
+            row = oh * s_h + kh * d_h
+            shift, phase = divmod(kw * d_w, s_w)  # the padded column (ow + shift) * s_w + phase
+            operands = [QuadLoad(image, layout.at(n, row, quad, phase, ow0 + (v * shape.lanes + shift)),
+                                 shape.lanes * QUAD) for v in range(vectors)]
+            at = (((block * k_h + kh) * k_w + kw) * layout.quads + quad) * shape.channels
+            out: list[Stmt] = []
+            for c, row_accs in enumerate(accs):
+                w = QuadSplat(packed, (at + c) * QUAD, QUAD, shape.lanes)
+                out += [Assign(a, DotAdd(a, operand, w)) for a, operand in zip(row_accs, operands)]
+            return out
+
+        body += unrolled_taps(kb, k_h, k_w, layout.quads, step)
+        body += [VecStore(scratch, const((c * shape.vectors + v) * shape.lanes, INDEX), a)
+                 for c, row in enumerate(accs) for v, a in enumerate(row)]
+
+        def output(i: list[Expr]) -> list[Stmt]:
+            c, p = i
+            m = block * shape.channels + c
+            value = Load(scratch, c * shape.width + p) + init(m)
+            return [store(n, m, oh, ow0 + p, finish(value, m))]
+
+        if m_count % shape.channels == 0:
+            return body + kb.loops([shape.channels, pixels], output, prefix="q")
+
+        def guarded(i: list[Expr]) -> list[Stmt]:
+            c = i[0]
+            return [If(lt(block * shape.channels + c, const(m_count, INDEX)),
+                       kb.loops([pixels], lambda p: output([c, p[0]]), prefix="q"))]
+
+        return body + kb.loops([shape.channels], guarded, prefix="c")
+
+    def row(i: list[Expr]) -> list[Stmt]:
+        n, oh, block = i
+        out: list[Stmt] = []
+        if full:
+            out += kb.loops([full], lambda b: tile(n, oh, block, b[0] * shape.width, shape.width), prefix="b")
+        if tail and full and overlap:
+            # the last tile ends at the row's end, over pixels the one before stored too: a tile as
+            # wide as the others, whose outputs are one loop the compilers vectorise whole (a tail
+            # of 24 of 32 pixels took 12% of a 3x3 conv's time)
+            out += tile(n, oh, block, const(out_w - shape.width, INDEX), shape.width)
+        elif tail:
+            out += tile(n, oh, block, const(full * shape.width, INDEX), tail)
+        return out
+
+    return copy + kb.loops([g.batch, out_h, blocks], row, prefix="t")
+
+
+def unrolled_taps(kb: KernelBuilder, k_h: int, k_w: int, quads: int,
+                  step: Callable[[Expr, int, Expr], list[Stmt]]) -> list[Stmt]:
+    """The reduction loops (kh, channel quad) once per kernel column, a constant: its column
+    phase is then known at compile time."""
+    out: list[Stmt] = []
+    for kw in range(k_w):
+        kh, quad = kb.var("kh"), kb.var("k4")
+        out.append(Loop(kh, k_h, [Loop(quad, quads, step(kh, kw, quad))]))
+    return out

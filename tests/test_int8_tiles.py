@@ -1,0 +1,127 @@
+"""The int8 register tiles of QLinearConv and ConvInteger (aot/ops/quantized/integer_tiles.py)
+against onnxruntime, for each dot-product instruction a preset may choose (targets/*.toml
+int8_dot): vpdpbusd (x86_64-v4-vnni: AVX-512 VNNI), the exact vpmaddwd sequence (x86_64-v3:
+AVX2) and, for a package for no particular target, the GNU C vectors. Shapes that are ragged
+everywhere: channels not a multiple of 4 (the quad's padding), output channels not a multiple
+of the tile's, rows shorter and longer than a tile, padding, strides 2 and 3 with dilation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aot.compiler import compile as compile_model
+from aot.errors import AotError
+from aot.host.run import HostModel
+from aot.targets import default_int8_dot, load_target
+from tests.helpers import run_aot, run_onnxruntime, selected_backend
+from tests.test_ops_quantized_integer import QLINEAR_CONV_INPUTS, assert_quantized_match, model_of, quantized
+
+BACKEND = selected_backend()
+# None: a package for any target (the C header then picks by the compiler's flags)
+TARGETS = [None, "x86_64-v3", "x86_64-v4-vnni"]
+
+CASES = {
+    # name: (x shape, w shape, attrs)
+    "3x3_ragged": ((1, 13, 11, 23), (19, 13, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "3x3_s2_batch2": ((2, 6, 17, 35), (10, 6, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "5x3_dilated_s3": ((1, 8, 12, 40), (12, 8, 5, 3), {"pads": [2, 2, 2, 2], "strides": [1, 3], "dilations": [1, 2]}),
+    "pointwise_small_plane": ((1, 10, 5, 5), (7, 10, 1, 1), {}),
+    "pointwise_wide_row": ((1, 64, 3, 56), (64, 64, 1, 1), {}),
+    "1d": ((1, 5, 37), (9, 5, 3), {"pads": [1, 1]}),
+}
+
+
+def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0) -> tuple[dict[str, np.ndarray], dict]:
+    x_shape, w_shape, attrs = CASES[case]
+    rng = np.random.default_rng(seed)
+    m, taps = w_shape[0], int(np.prod(w_shape[1:]))
+    x_scale, w_scale = np.float32(0.02), (0.001 + 0.01 * rng.random(m)).astype(np.float32)
+    y_scale = np.float32(x_scale * float(w_scale.mean()) * 74 * 74 * np.sqrt(taps) / 50)
+    w = quantized(rng, w_shape, w_dtype)
+    if w_dtype == "int8":
+        w[0].flat[0], w[-1].flat[-1] = -128, 127  # the extremes of the signed bytes
+    values = {
+        "x": quantized(rng, x_shape, x_dtype), "x_scale": x_scale,
+        "x_zero_point": np.array(rng.integers(-10, 10) + (128 if x_dtype == "uint8" else 0), x_dtype),
+        "w": w, "w_scale": w_scale,
+        "w_zero_point": np.array(0 if w_dtype == "int8" else 128, w_dtype),
+        "y_scale": y_scale, "y_zero_point": np.array(3 + (128 if x_dtype == "uint8" else 0), x_dtype),
+        "B": rng.integers(-20000, 20000, size=m).astype(np.int32),
+    }
+    values["x"].flat[:4] = np.iinfo(x_dtype).max  # 255 * -128 overflows 16 bits: exact only with a real dot
+    return values, attrs
+
+
+def check_tiled(model, feeds: dict[str, np.ndarray], target: str | None) -> None:
+    assert_quantized_match(run_aot(model, feeds, backend=BACKEND, target=target), run_onnxruntime(model, feeds))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_qlinear_conv_tiles_match_onnxruntime(case: str, x_dtype: str, target: str | None) -> None:
+    values, attrs = values_for(case, x_dtype, "int8")
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    check_tiled(model, feeds, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", ["3x3_ragged", "pointwise_small_plane"])
+def test_uint8_weights_with_a_zero_point_take_the_tiles(case: str, target: str | None) -> None:
+    """uint8 weights about a zero point of 128: w - w_zero_point fits the signed bytes."""
+    values, attrs = values_for(case, "uint8", "uint8", seed=1)
+    values["w_scale"] = values["w_scale"][:1]
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS[:8], values, {"x"}, ["y"], **attrs)
+    check_tiled(model, feeds, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_conv_integer_tiles_give_exact_int32(target: str | None) -> None:
+    values, attrs = values_for("3x3_s2_batch2", "int8", "int8", seed=2)
+    model, feeds = model_of("ConvInteger", ["x", "w", "x_zero_point", "w_zero_point"], values, {"x"}, ["y"], **attrs)
+    check_tiled(model, feeds, target)
+
+
+@pytest.mark.parametrize("target, macro", [("x86_64-v4-vnni", "AOT_I32X16_DOTADD"), ("x86_64-v3", "AOT_I32X8_DOTADD"),
+                                           (None, "AOT_I32X8_DOTADD"), ("x86_64", None), ("rpi4", None)])
+def test_each_preset_takes_its_int8_dot_step(target: str | None, macro: str | None) -> None:
+    """Presets with a dot-product instruction get the tiles; the others keep the integer loops."""
+    values, attrs = values_for("3x3_ragged", "int8", "int8")
+    model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    source = compile_model(model, backend="c", target=target).files["test_graph.c"]
+    text = source.decode() if isinstance(source, bytes) else source
+    if macro is None:
+        assert "DOTADD" not in text
+    else:
+        assert macro in text
+
+
+def test_int8_dot_defaults_from_the_features_and_is_validated(tmp_path: Path) -> None:
+    assert load_target("x86_64-v4-vnni").int8_dot == "vpdpbusd"
+    assert load_target("x86_64-v3").int8_dot == "vpmaddwd"
+    assert load_target("rpi5").int8_dot == "portable"
+    assert default_int8_dot("x86_64", "+avx2,+fma,+avxvnni") == "vpdpbusd"
+    assert default_int8_dot("x86_64", "+avx2,+fma") == "vpmaddwd"
+    assert default_int8_dot("aarch64", "+neon,+dotprod") == "portable"
+    text = Path(load_target("x86_64-v3").source).read_text().replace('int8_dot = "vpmaddwd"', 'int8_dot = "sdot4"')
+    board = tmp_path / "board.toml"
+    board.write_text(text)
+    with pytest.raises(AotError, match="'int8_dot' 'sdot4' must be one of"):
+        load_target(str(board))
+
+
+@pytest.mark.skipif(BACKEND != "c", reason="the C header's forms")
+@pytest.mark.parametrize("flags", ["-DAOT_NO_VECTOR_EXTENSIONS", "-mavxvnni"])
+def test_the_header_s_other_forms_are_exact(flags: str) -> None:
+    """The struct-and-loops form (C99 compilers without GNU vectors) and AVX-VNNI's vpdpbusd
+    (where this machine has it)."""
+    if flags == "-mavxvnni" and "avx_vnni" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this machine has no AVX-VNNI")
+    values, attrs = values_for("3x3_ragged", "int8", "int8", seed=3)
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    package = compile_model(model, backend="c", target="x86_64-v3" if flags == "-mavxvnni" else None)
+    host = HostModel.build(package, opt="-O1", extra_cflags=f"-pedantic {flags}")
+    assert_quantized_match(host.run(dict(feeds)), run_onnxruntime(model, feeds))
