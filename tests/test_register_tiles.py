@@ -30,8 +30,9 @@ def test_tile_shapes_follow_the_registers() -> None:
     assert wide.rows_for(32, 64) == 11 and wide.rows_for(16, 64) == 16 and wide.rows_for(32, 5) == 5
     assert wide.rows_for(32, 16) == 8 and TileConfig(8, 12).rows_for(16, 16) == 6 and wide.rows_for(32, 12) == 12
     # Presets carry their register files; the compiler takes the narrowest of several targets.
-    assert aot.pipeline.tiles_for([load_target("x86_64-v4")]) == TileConfig(16, 24)
-    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12)
+    # and their int8 dot instruction (one C source for several: portable if any of them has none)
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4")]) == TileConfig(16, 24, "vpmaddwd")
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12, "portable")
     assert aot.pipeline.tiles_for([]) == DEFAULT_TILES
 
 
