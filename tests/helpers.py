@@ -60,6 +60,15 @@ def run_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) ->
     return dict(zip(names, session.run(names, dict(inputs))))
 
 
+def host_runs(target: str) -> bool:
+    """Whether this machine runs `target`'s code natively (x86_64-v3 on an AVX2 or AVX-512 host)."""
+    from aot.backends.llvm.target import runs_on_host
+    from aot.targets import load_target
+
+    preset = load_target(target)
+    return runs_on_host(preset.triple, preset.cpu, preset.features)
+
+
 def selected_backend(backend: str | None = None) -> str:
     """The backend a check runs: given, else $AOT_TEST_BACKEND (so that e.g.
     `AOT_TEST_BACKEND=llvm pytest tests/test_ops.py` runs every op check through LLVM), else c."""

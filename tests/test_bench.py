@@ -77,9 +77,9 @@ def test_bench_reports_a_model_onnxruntime_cannot_load(tmp_path: Path) -> None:
 
 
 def _runs_avx2() -> bool:
-    from aot.targets import host_preset_name
+    from tests.helpers import host_runs
 
-    return host_preset_name() in ("x86_64-v3", "x86_64-v4")
+    return host_runs("x86_64-v3")
 
 
 @pytest.mark.skipif(not _runs_avx2(), reason="this machine runs no x86_64-v3 code")

@@ -11,7 +11,15 @@ import pytest
 from onnx import helper
 
 from aot.targets import host_preset_name
-from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime, selected_backend
+from tests.helpers import (
+    assert_matches_onnxruntime,
+    host_runs,
+    make_model,
+    rand,
+    run_aot,
+    run_onnxruntime,
+    selected_backend,
+)
 
 
 def node(op: str, inputs: list[str], outputs: list[str] | None = None, **attrs: object):
@@ -237,7 +245,7 @@ def test_softmax_vector_rows(op: str, target: str | None, shape: tuple[int, ...]
     without vectors: Cortex-M's C, built for the host)."""
     if target == "cortex-m4f" and selected_backend(None) != "c":
         pytest.skip("the LLVM backend has no host object for a Cortex-M target")
-    if target == "x86_64-v3" and host_preset_name() not in ("x86_64-v3", "x86_64-v4"):
+    if target == "x86_64-v3" and not host_runs("x86_64-v3"):
         pytest.skip("needs an AVX2 host")
     target = host_preset_name() if target == "host" else target
     x = rand(*shape, seed=7) * 6

@@ -26,7 +26,7 @@ def host_target_cflags() -> str:
     ISA this CPU has (-march=native: a package for x86_64-v3 runs with AVX2 here, as it would on
     its target), and no stop where the package's tiles are wider than this CPU's registers (an
     AVX-512 package checked on an AVX2 machine runs, slower; see aot/backends/c/isa_check.py)."""
-    if host_preset_name() == "x86_64-v4":
+    if host_preset_name().startswith("x86_64-v4"):  # x86_64-v4 and x86_64-v4-vnni
         return "-march=native"
     return "-march=native -DAOT_ALLOW_SLOW_VECTORS"
 
