@@ -330,18 +330,7 @@ def erf(alg: Algebra, x: Any) -> Any:
 
 
 def log(alg: Algebra, x: Any) -> Any:
-    subnormal = alg.lt(x, alg.f(FLT_MIN))
-    normal = alg.select(subnormal, alg.mul(x, alg.f(2.0**23)), x)
-    # Moving the bits by 1.0 - sqrt(1/2) puts m in [sqrt(1/2), sqrt(2)) and e in the exponent field.
-    shifted = alg.uadd(alg.bits(normal), alg.u(0x3f800000 - SQRT_HALF_BITS))
-    # The exponent field as a float without a conversion instruction (gcc does not if-convert
-    # one, so a conversion under a select kept the loop scalar): 2^23 + field, read as bits.
-    field = alg.from_bits(alg.bitor(alg.shr(shifted, 23), alg.u(0x4b000000)))
-    e = alg.sub(field, alg.select(subnormal, alg.f(2.0**23 + 127 + 23), alg.f(2.0**23 + 127)))
-    m = alg.from_bits(alg.uadd(alg.bitand(shifted, 0x007fffff), alg.u(SQRT_HALF_BITS)))
-    f = alg.sub(m, alg.f(1.0))  # exact (Sterbenz)
-    log1p_f = alg.muladd(alg.mul(f, f), horner(alg, f, LOG1P_P), f)
-    y = alg.muladd(e, alg.f(LN2_HI), alg.muladd(e, alg.f(LN2_LO), log1p_f))
+    y = _log_finite(alg, x)
     positive = alg.select(alg.lt(x, alg.f(math.inf)), y, x)
     return alg.select(alg.gt(x, alg.f(0.0)), positive,
                       alg.select(alg.eq(x, alg.f(0.0)), alg.f(-math.inf), alg.f(math.nan)))
@@ -373,11 +362,14 @@ def _log_finite(alg: Algebra, x: Any) -> Any:
     """log(x) for positive finite x (log's formula before its special values)."""
     subnormal = alg.lt(x, alg.f(FLT_MIN))
     normal = alg.select(subnormal, alg.mul(x, alg.f(2.0**23)), x)
+    # Moving the bits by 1.0 - sqrt(1/2) puts m in [sqrt(1/2), sqrt(2)) and e in the exponent field.
     shifted = alg.uadd(alg.bits(normal), alg.u(0x3f800000 - SQRT_HALF_BITS))
+    # The exponent field as a float without a conversion instruction (gcc does not if-convert
+    # one, so a conversion under a select kept the loop scalar): 2^23 + field, read as bits.
     field = alg.from_bits(alg.bitor(alg.shr(shifted, 23), alg.u(0x4b000000)))
     e = alg.sub(field, alg.select(subnormal, alg.f(2.0**23 + 127 + 23), alg.f(2.0**23 + 127)))
     m = alg.from_bits(alg.uadd(alg.bitand(shifted, 0x007fffff), alg.u(SQRT_HALF_BITS)))
-    f = alg.sub(m, alg.f(1.0))
+    f = alg.sub(m, alg.f(1.0))  # exact (Sterbenz)
     log1p_f = alg.muladd(alg.mul(f, f), horner(alg, f, LOG1P_P), f)
     return alg.muladd(e, alg.f(LN2_HI), alg.muladd(e, alg.f(LN2_LO), log1p_f))
 
