@@ -63,7 +63,9 @@ static inline float aot_select_float32(int cond, float a, float b)
 /*
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
  * AOT_F32X<lanes>_LOAD, _WIDEN (lanes int8_t or int16_t converted to float: weights kept
- * quantised), _STORE, _SPLAT, _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and
+ * quantised), _STORE, _SPLAT, _SPLAT_LOAD(p) (the float at p in every lane: one vld1 on armv7,
+ * where gcc loads the float into a core register and copies it over), _MULADD, _MAX, _MIN, _ADD,
+ * _SUB, _MUL, _DIV and
  * _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
  * (the lanes of v combined into one float in the kernel IR's VecReduce order, a halving tree;
  * max as aot_max_float32: a NaN wins). With GNU C those are statement expressions (which
@@ -92,21 +94,37 @@ typedef float32x4_t aot_f32x4;
 #define AOT_F32X4_WIDEN(p) ((aot_f32x4){ (float)(p)[0], (float)(p)[1], (float)(p)[2], (float)(p)[3] })
 #define AOT_F32X4_STORE(p, v) vst1q_f32((float *)(void *)(p), (v))
 #define AOT_F32X4_SPLAT(x) vdupq_n_f32(x)
+#define AOT_F32X4_SPLAT_LOAD(p) vld1q_dup_f32((const float *)(const void *)(p))
 #if defined(__ARM_FEATURE_FMA)
 #define AOT_F32X4_MULADD(acc, a, b) vfmaq_f32((acc), (a), (b))
 #else
 #define AOT_F32X4_MULADD(acc, a, b) vmlaq_f32((acc), (a), (b))
 #endif
-#define AOT_F32X4_MAX(a, b) vbslq_f32(vorrq_u32(vcgtq_f32((a), (b)), vmvnq_u32(vceqq_f32((a), (a)))), (a), (b))
-#define AOT_F32X4_MIN(a, b) vbslq_f32(vorrq_u32(vcltq_f32((a), (b)), vmvnq_u32(vceqq_f32((a), (a)))), (a), (b))
+/* Ordered comparisons: gcc 12's vcgtq_f32, vcgeq_f32, vcltq_f32 and vcleq_f32 are GNU vector
+ * comparisons, which it splits into a vcmpe + vmrs + select per lane for IEEE semantics (a Relu
+ * epilogue took 20 scalar instructions per vector); the NEON instruction as inline assembly
+ * instead. clang's intrinsics are the instructions already. */
+#if defined(__clang__)
+#define AOT_F32X4_CGT(a, b) vcgtq_f32((a), (b))
+#define AOT_F32X4_CGE(a, b) vcgeq_f32((a), (b))
+#else
+static inline uint32x4_t aot_f32x4_cgt(float32x4_t a, float32x4_t b)
+{ uint32x4_t m; __asm__("vcgt.f32 %q0, %q1, %q2" : "=w"(m) : "w"(a), "w"(b)); return m; }
+static inline uint32x4_t aot_f32x4_cge(float32x4_t a, float32x4_t b)
+{ uint32x4_t m; __asm__("vcge.f32 %q0, %q1, %q2" : "=w"(m) : "w"(a), "w"(b)); return m; }
+#define AOT_F32X4_CGT(a, b) aot_f32x4_cgt((a), (b))
+#define AOT_F32X4_CGE(a, b) aot_f32x4_cge((a), (b))
+#endif
+#define AOT_F32X4_MAX(a, b) vbslq_f32(vorrq_u32(AOT_F32X4_CGT((a), (b)), vmvnq_u32(vceqq_f32((a), (a)))), (a), (b))
+#define AOT_F32X4_MIN(a, b) vbslq_f32(vorrq_u32(AOT_F32X4_CGT((b), (a)), vmvnq_u32(vceqq_f32((a), (a)))), (a), (b))
 #define AOT_F32X4_ADD(a, b) vaddq_f32((a), (b))
 #define AOT_F32X4_SUB(a, b) vsubq_f32((a), (b))
 #define AOT_F32X4_MUL(a, b) vmulq_f32((a), (b))
 #define AOT_F32X4_DIV(a, b) ((a) / (b))
-#define AOT_F32X4_SELECT_LT(a, b, x, y) vbslq_f32(vcltq_f32((a), (b)), (x), (y))
-#define AOT_F32X4_SELECT_LE(a, b, x, y) vbslq_f32(vcleq_f32((a), (b)), (x), (y))
-#define AOT_F32X4_SELECT_GT(a, b, x, y) vbslq_f32(vcgtq_f32((a), (b)), (x), (y))
-#define AOT_F32X4_SELECT_GE(a, b, x, y) vbslq_f32(vcgeq_f32((a), (b)), (x), (y))
+#define AOT_F32X4_SELECT_LT(a, b, x, y) vbslq_f32(AOT_F32X4_CGT((b), (a)), (x), (y))
+#define AOT_F32X4_SELECT_LE(a, b, x, y) vbslq_f32(AOT_F32X4_CGE((b), (a)), (x), (y))
+#define AOT_F32X4_SELECT_GT(a, b, x, y) vbslq_f32(AOT_F32X4_CGT((a), (b)), (x), (y))
+#define AOT_F32X4_SELECT_GE(a, b, x, y) vbslq_f32(AOT_F32X4_CGE((a), (b)), (x), (y))
 /* Four lanes as scalars: armv7 has no IEEE vector floats to gain from. */
 #define AOT_F32X4_REDUCE_ADD(v) (__extension__ ({ aot_f32x4 aot_r_ = (v); \
     (vgetq_lane_f32(aot_r_, 0) + vgetq_lane_f32(aot_r_, 2)) + (vgetq_lane_f32(aot_r_, 1) + vgetq_lane_f32(aot_r_, 3)); }))
@@ -204,6 +222,9 @@ static inline float aot_f32x4_reduce_max(aot_f32x4 v)
 { int w, i; for (w = 4 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = aot_max_float32(v.lane[i], v.lane[i + w]);
   return v.lane[0]; }
 #define AOT_F32X4_REDUCE_MAX(v) aot_f32x4_reduce_max(v)
+#endif
+#ifndef AOT_F32X4_SPLAT_LOAD
+#define AOT_F32X4_SPLAT_LOAD(p) AOT_F32X4_SPLAT(*(p))
 #endif
 #endif /* AOT_WANT_F32X4 */
 
@@ -303,6 +324,9 @@ static inline float aot_f32x8_reduce_max(aot_f32x8 v)
 { int w, i; for (w = 8 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = aot_max_float32(v.lane[i], v.lane[i + w]);
   return v.lane[0]; }
 #define AOT_F32X8_REDUCE_MAX(v) aot_f32x8_reduce_max(v)
+#endif
+#ifndef AOT_F32X8_SPLAT_LOAD
+#define AOT_F32X8_SPLAT_LOAD(p) AOT_F32X8_SPLAT(*(p))
 #endif
 #endif /* AOT_WANT_F32X8 */
 
@@ -405,6 +429,9 @@ static inline float aot_f32x16_reduce_max(aot_f32x16 v)
 { int w, i; for (w = 16 / 2; w > 0; w /= 2) for (i = 0; i < w; ++i) v.lane[i] = aot_max_float32(v.lane[i], v.lane[i + w]);
   return v.lane[0]; }
 #define AOT_F32X16_REDUCE_MAX(v) aot_f32x16_reduce_max(v)
+#endif
+#ifndef AOT_F32X16_SPLAT_LOAD
+#define AOT_F32X16_SPLAT_LOAD(p) AOT_F32X16_SPLAT(*(p))
 #endif
 #endif /* AOT_WANT_F32X16 */
 

@@ -19,7 +19,7 @@ from aot.lowering.tiles import TileConfig
 from aot.ops.conv.winograd import F2X2_3X3
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
-SHAPES = {"sse-neon": TileConfig(4, 12), "avx2": TileConfig(8, 12), "avx512": TileConfig(16, 24)}
+SHAPES = {"sse-neon": TileConfig(4, 12), "avx2": TileConfig(8, 12), "avx512": TileConfig(16, 24, registers=32)}
 
 
 def test_transforms_compute_a_correlation() -> None:

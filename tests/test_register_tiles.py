@@ -15,24 +15,28 @@ from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot,
 SHAPES = {
     "sse-neon": TileConfig(4, 12),
     "avx2": DEFAULT_TILES,
-    "avx512": TileConfig(16, 24),
+    "avx512": TileConfig(16, 24, registers=32),
     "scalar": TileConfig(1, 12),
 }
 
 
 def test_tile_shapes_follow_the_registers() -> None:
-    assert TileConfig.for_registers(512, 32) == TileConfig(16, 24)
+    assert TileConfig.for_registers(512, 32) == TileConfig(16, 24, registers=32)
     assert TileConfig.for_registers(256, 16) == TileConfig(8, 12)
     assert TileConfig.for_registers(0, 16).lanes == 1
-    wide = TileConfig(16, 24)
+    wide = TileConfig(16, 24, registers=32)
     assert [wide.width_for(c) for c in (40, 16, 12, 8, 5, 4, 3)] == [16, 16, 8, 8, 4, 4, 1]
     # as many rows as the budget allows, evened out over the blocks (64 = 6 blocks of 11 or fewer)
     assert wide.rows_for(32, 64) == 11 and wide.rows_for(16, 64) == 16 and wide.rows_for(32, 5) == 5
     assert wide.rows_for(32, 16) == 8 and TileConfig(8, 12).rows_for(16, 16) == 6 and wide.rows_for(32, 12) == 12
+    # the accumulators, a row's operand vectors and a broadcast fit the registers: armv7 (16 registers
+    # of 4 floats) tiles 16 columns (4 vectors) in 2 rows, not the 3 its 12 accumulators would allow
+    armv7, aarch64 = TileConfig.for_registers(128, 16), TileConfig.for_registers(128, 32)
+    assert armv7.rows_for(16, 64) == 2 and armv7.rows_for(8, 64) == 6 and aarch64.rows_for(16, 64) == 6
     # Presets carry their register files; the compiler takes the narrowest of several targets.
     # and their int8 dot instruction (one C source for several: portable if any of them has none)
-    assert aot.pipeline.tiles_for([load_target("x86_64-v4")]) == TileConfig(16, 24, "vpmaddwd")
-    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12, "portable")
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4")]) == TileConfig(16, 24, "vpmaddwd", 32)
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12, "portable", 16)
     assert aot.pipeline.tiles_for([]) == DEFAULT_TILES
 
 

@@ -20,13 +20,14 @@ class TileConfig:
     # "portable" keeps the plain integer loops; "auto" (a package for no particular target)
     # uses the tiles with the instruction the C compiler's flags allow (runtime_c/aot_kernels.h).
     int8_dot: str = "auto"
+    registers: int = 16      # the target's vector registers
 
     @classmethod
     def for_registers(cls, vector_bits: int, registers: int, int8_dot: str = "auto") -> TileConfig:
         # A quarter of the registers stays free for the operand vectors, the broadcasts and the
         # compiler's own use (measured: 24 of AVX-512's 32 beat 16 and 28 on SqueezeNet).
         return cls(lanes=vector_bits // 32 if vector_bits else 1, accumulators=max(4, registers * 3 // 4),
-                   int8_dot=int8_dot)
+                   int8_dot=int8_dot, registers=registers)
 
     @property
     def cols(self) -> int:
@@ -45,9 +46,13 @@ class TileConfig:
         """Output rows per tile for tiles `cols` wide, covering `limit` rows in all: as many as
         the accumulator budget allows (the FMA latency needs about 8 independent accumulators in
         flight), then evened out so the last block is not a thin one (16 rows under a budget of
-        12 go as 8 + 8, not 12 + 4)."""
+        12 go as 8 + 8, not 12 + 4). The accumulators, one row's operand vectors and a broadcast
+        must fit the registers together: armv7's 16 registers of 4 floats hold 3 rows of 16
+        columns' accumulators (12) but not their 4 operand vectors too, and the spills of such a
+        tile were 36% of its instructions, so there the tiles have 2 rows."""
         vectors = max(1, -(-cols // self.width_for(cols)))
-        most = max(1, min(limit, self.accumulators // vectors, 16))
+        fitting = (self.registers - vectors - 1) // vectors
+        most = max(1, min(limit, self.accumulators // vectors, fitting, 16))
         count = -(-limit // most)
         return -(-limit // count)
 

@@ -6,7 +6,10 @@
  *
  *     qemu-aarch64 -plugin insn_count.so,out=COUNTS.txt PROGRAM ...
  *
- * and COUNTS.txt receives "insns N", "simd N" and "fp N" when the program exits.
+ * and COUNTS.txt receives "insns N", "simd N" and "fp N" when the program exits. With
+ * blocks=BLOCKS.txt as well, BLOCKS.txt receives one line per translated block, "VADDR INSNS
+ * EXECUTIONS" (hexadecimal address; a block translated twice has two lines), from which
+ * benchmarks/arm_profile.py attributes the count to functions and instructions.
  *
  * Instructions are classified once, when qemu translates a block; each execution of the block
  * then adds the block's totals (one callback per block, atomics so that threaded guests count
@@ -42,16 +45,21 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 typedef enum { GUEST_AARCH64, GUEST_ARM } guest_isa;
 
-typedef struct {
+typedef struct block_counts {
     uint64_t insns;
     uint64_t simd;
     uint64_t fp;
+    uint64_t vaddr;
+    uint64_t executions;
+    struct block_counts *next; /* every block, for the blocks= profile */
 } block_counts;
 
 typedef enum { CLASS_OTHER, CLASS_SIMD, CLASS_FP } insn_class;
 
 static guest_isa isa;
 static const char *out_path;
+static const char *blocks_path;
+static block_counts *all_blocks;
 static uint64_t total_insns, total_simd, total_fp;
 
 static uint32_t load_le32(const unsigned char *p)
@@ -154,6 +162,9 @@ static void block_executed(unsigned int vcpu_index, void *userdata)
     __atomic_fetch_add(&total_insns, c->insns, __ATOMIC_RELAXED);
     __atomic_fetch_add(&total_simd, c->simd, __ATOMIC_RELAXED);
     __atomic_fetch_add(&total_fp, c->fp, __ATOMIC_RELAXED);
+    if (blocks_path != NULL) {
+        __atomic_fetch_add((uint64_t *)&c->executions, 1, __ATOMIC_RELAXED);
+    }
 }
 
 static void block_translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -168,6 +179,8 @@ static void block_translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         abort();
     }
     c->insns = n;
+    c->vaddr = qemu_plugin_tb_vaddr(tb);
+    c->next = __atomic_exchange_n(&all_blocks, c, __ATOMIC_ACQ_REL);
     for (i = 0; i < n; ++i) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         insn_class k = classify(qemu_plugin_insn_data(insn), qemu_plugin_insn_size(insn), thumb);
@@ -175,6 +188,22 @@ static void block_translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         c->fp += k == CLASS_FP;
     }
     qemu_plugin_register_vcpu_tb_exec_cb(tb, block_executed, QEMU_PLUGIN_CB_NO_REGS, c);
+}
+
+static void write_blocks(void)
+{
+    const block_counts *c;
+    FILE *f = fopen(blocks_path, "w");
+    if (f == NULL) {
+        perror(blocks_path);
+        return;
+    }
+    for (c = all_blocks; c != NULL; c = c->next) {
+        if (c->executions != 0) {
+            fprintf(f, "%" PRIx64 " %" PRIu64 " %" PRIu64 "\n", c->vaddr, c->insns, c->executions);
+        }
+    }
+    fclose(f);
 }
 
 static void program_exited(qemu_plugin_id_t id, void *userdata)
@@ -188,6 +217,9 @@ static void program_exited(qemu_plugin_id_t id, void *userdata)
     }
     fprintf(f, "insns %" PRIu64 "\nsimd %" PRIu64 "\nfp %" PRIu64 "\n", total_insns, total_simd, total_fp);
     fclose(f);
+    if (blocks_path != NULL) {
+        write_blocks();
+    }
 }
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
@@ -196,8 +228,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     for (i = 0; i < argc; ++i) {
         if (strncmp(argv[i], "out=", 4) == 0) {
             out_path = argv[i] + 4;
+        } else if (strncmp(argv[i], "blocks=", 7) == 0) {
+            blocks_path = argv[i] + 7;
         } else {
-            fprintf(stderr, "insn_count: unknown argument '%s' (give out=PATH)\n", argv[i]);
+            fprintf(stderr, "insn_count: unknown argument '%s' (give out=PATH [blocks=PATH])\n", argv[i]);
             return 1;
         }
     }

@@ -288,6 +288,8 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_WIDEN(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, VecLoad):
             return f"{self._vector(e.dtype)}_LOAD(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, Splat) and isinstance(e.a, Load) and e.a.buffer.dtype == "float32":
+            return f"{self._vector(e.dtype)}_SPLAT_LOAD(&{e.a.buffer.name}[{self.expr(e.a.index)}])"
         if isinstance(e, Splat):
             return f"{self._vector(e.dtype)}_SPLAT({self.expr(e.a)})"
         if isinstance(e, VecMax):

@@ -120,8 +120,15 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
             body.append(Declare(var, _operand(buf, base + j, dtype)))
             b_s.append(var)
         for i in range(rows):
+            a_value = a_at(i, k)
+            if vectors and not scalars and isinstance(a_value, Load):
+                # broadcast straight from memory (armv7: one vld1 instead of a load and a copy)
+                a_v = kb.var("va", vdtype)
+                body.append(Declare(a_v, Splat(a_value, lanes)))
+                body += [Assign(acc, MulAdd(acc, a_v, b)) for acc, b in zip(acc_v[i], b_v)]
+                continue
             a = kb.var("a", dtype)
-            body.append(Declare(a, a_at(i, k)))
+            body.append(Declare(a, a_value))
             if vectors:
                 a_v = kb.var("va", vdtype)
                 body.append(Declare(a_v, Splat(a, lanes)))
