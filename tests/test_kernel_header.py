@@ -46,6 +46,7 @@ static int check_f32x{n}(void)
     {{
         aot_f32x{n} va = AOT_F32X{n}_LOAD(a), vb = AOT_F32X{n}_LOAD(b), vc = AOT_F32X{n}_LOAD(c);
         LANES_EQUAL(AOT_F32X{n}_SPLAT(3.0f), 3.0f)
+        LANES_EQUAL(AOT_F32X{n}_SPLAT_LOAD(&c[3]), c[3])
         LANES_EQUAL(AOT_F32X{n}_WIDEN(narrow), (float)narrow[i])
         LANES_EQUAL(AOT_F32X{n}_WIDEN(wide), (float)wide[i])
         LANES_EQUAL(AOT_F32X{n}_MULADD(vc, va, vb), c[i] + a[i] * b[i])
@@ -105,12 +106,15 @@ def _program(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("cc,flags", [
     ("gcc", "-march=native"), ("clang", "-march=native"), ("gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
     ("clang", "-mno-avx"), ("arm-linux-gnueabihf-gcc", "-mfpu=neon -mfloat-abi=hard"),
+    # rpi3's flags: NEON with FMA; the comparisons as inline assembly (gcc) or intrinsics (clang)
+    ("arm-linux-gnueabihf-gcc", "-mcpu=cortex-a53 -mfpu=neon-fp-armv8 -mfloat-abi=hard"),
+    ("clang", "--target=arm-linux-gnueabihf -mcpu=cortex-a53 -mfpu=neon-fp-armv8 -mfloat-abi=hard"),
 ])
 def test_every_vector_macro_gives_the_scalar_result(tmp_path: Path, cc: str, flags: str) -> None:
     if not shutil.which(cc):
         pytest.skip(f"{cc} not installed")
     runner = []
-    if cc.startswith("arm-"):
+    if cc.startswith("arm-") or "--target=arm" in flags:
         if not shutil.which("qemu-arm"):
             pytest.skip("qemu-arm not installed")
         runner = ["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"]

@@ -181,7 +181,13 @@ def matmul_tile_shape(tiles: TileConfig, m: int, n: int) -> tuple[int, int]:
     """(rows, cols) of the tiles of an m x n product. With few rows (a batch-1 fully connected
     layer) the tiles widen along the columns so that enough accumulators are in flight."""
     rows = min(m, tiles.rows_for(tiles.cols, m))
-    cols = tiles.cols if rows >= 4 else max(tiles.cols, tiles.lanes * (tiles.accumulators // rows))
+    vectors = tiles.accumulators // rows
+    if tiles.lanes <= 4:
+        # Arm's multiply-adds read registers only (x86's read B from memory): each B vector needs
+        # a register beside its accumulators. armv7's 12 accumulators of a batch-1 layer with their
+        # 12 B vectors spilled (vldr/vstr were 38% of the autoencoder's instructions).
+        vectors = min(vectors, (tiles.registers - 1) // (rows + 1))
+    cols = tiles.cols if rows >= 4 else max(tiles.cols, tiles.lanes * vectors)
     return rows, min(cols, n)
 
 
