@@ -2,6 +2,7 @@
 (each kernel is one) and per instruction mnemonic, from the blocks our TCG plugin saw executed.
 
     python -m benchmarks.arm_profile MODEL.onnx [--target rpi3] [--backend c|llvm] [--runs 10] [--top 15]
+                                     [--hot-blocks N]
 
 The package is built as benchmarks/arm.py builds it (static runner, the preset's flags); the
 runner does `--runs` inferences, and the plugin (benchmarks/qemu_insn/insn_count.c, `blocks=`)
@@ -37,6 +38,7 @@ class Disassembly:
     addresses: list[int] = field(default_factory=list)
     mnemonics: list[str] = field(default_factory=list)
     symbols: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
 
 
 def disassemble(objdump: str, binary: Path) -> Disassembly:
@@ -58,6 +60,7 @@ def disassemble(objdump: str, binary: Path) -> Disassembly:
         d.addresses.append(address)
         d.mnemonics.append(parts[1].strip().split(" ")[0] if parts[1].strip() else "?")
         d.symbols.append(symbol)
+        d.lines.append(" ".join(parts[1:]).strip())
     return d
 
 
@@ -88,6 +91,17 @@ def attribute(d: Disassembly, blocks: list[tuple[int, int, int]]) -> tuple[Count
     return per_symbol, per_mnemonic
 
 
+def print_hot_blocks(d: Disassembly, blocks: list[tuple[int, int, int]], count: int, runs: int) -> None:
+    """The blocks that executed the most instructions, disassembled: where a kernel's inner loop is."""
+    hottest = sorted(blocks, key=lambda b: b[1] * b[2], reverse=True)[:count]
+    for vaddr, insns, executions in hottest:
+        start = bisect.bisect_left(d.addresses, vaddr & ~1)
+        symbol = d.symbols[start] if start < len(d.addresses) else "?"
+        print(f"\nblock {vaddr:#x} in {symbol}: {insns} instructions x {executions / runs:.0f} per inference")
+        for i in range(start, min(start + insns, len(d.addresses))):
+            print(f"    {d.addresses[i]:8x}  {d.lines[i]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
@@ -96,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--mnemonics", type=int, default=8, help="mnemonics shown per function")
+    parser.add_argument("--hot-blocks", type=int, default=0, help="also disassemble the N hottest blocks")
     args = parser.parse_args(argv)
     try:
         plugin = build_plugin()
@@ -104,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             package = build_package(args.model.resolve(), args.target, args.backend, Path(tmp))
             command = [str(package.runner), "-r", str(args.runs), "-w", "0", "-o", tmp, *map(str, package.inputs)]
             blocks = block_profile(TARGETS[args.target][0], plugin, command)
-            per_symbol, per_mnemonic = attribute(disassemble(OBJDUMP[args.target], package.runner), blocks)
+            disassembly = disassemble(OBJDUMP[args.target], package.runner)
+            per_symbol, per_mnemonic = attribute(disassembly, blocks)
     except (ArmBenchError, subprocess.CalledProcessError) as e:
         print(f"arm_profile: error: {e}", file=sys.stderr)
         return 2
@@ -114,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for symbol, n in per_symbol.most_common(args.top):
         top = ", ".join(f"{m} {100 * c / n:.0f}%" for m, c in per_mnemonic[symbol].most_common(args.mnemonics))
         print(f"{100 * n / total:5.1f}%  {n / args.runs / 1e6:8.3f} M  {symbol}\n         {top}")
+    print_hot_blocks(disassembly, blocks, args.hot_blocks, args.runs)
     return 0
 
 
