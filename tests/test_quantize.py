@@ -18,6 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from aot.exact_int8_reference import reference_model
 from tests.test_cli import REPO, aot, assert_user_error
 
 EXAMPLES = REPO / "examples"
@@ -47,14 +48,20 @@ def quantize(folder: Path, model: str, *options: str) -> tuple[Path, subprocess.
 
 
 def ort_outputs(model: str | bytes, samples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """onnxruntime's outputs of `model` on each sample (first axis), stacked."""
+    """onnxruntime's outputs of `model` on each sample (first axis), stacked; int8 products exact
+    where its own saturate (aot/exact_int8_reference.py, tested in test_exact_int8_reference.py)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    exact = reference_model(onnx.load(model) if isinstance(model, str) else onnx.load_from_string(model))
+    session = ort.InferenceSession(exact.model.SerializeToString() if exact else model, options,
+                                   providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     count = len(next(iter(samples.values())))
-    runs = [session.run(names, {k: v[i] for k, v in samples.items()}) for i in range(count)]
-    return {name: np.stack([r[k] for r in runs]) for k, name in enumerate(names)}
+    runs = []
+    for i in range(count):
+        feeds = {k: v[i] for k, v in samples.items()}
+        runs.append(session.run(names, exact.feeds(feeds) if exact else feeds))
+    return {name: np.stack([exact.result(name, r[k]) if exact else r[k] for r in runs]) for k, name in enumerate(names)}
 
 
 def op_types(path: Path) -> set[str]:
