@@ -138,8 +138,8 @@ def reencode_int8(model: onnx.ModelProto) -> Reencoded | None:
             continue
         if node.op_type not in _AFFINE_OPS and node.op_type not in _BYTE_MOVES:
             return None
-        if node.op_type in _BYTE_MOVES and used != [0]:
-            return None
+        if node.op_type in _BYTE_MOVES and node.op_type != "Concat" and used != [0]:
+            return None  # an int8 index or shape
         if node.op_type == "QuantizeLinear" and any(a.name == "output_dtype" for a in node.attribute):
             return None
     out = onnx.ModelProto()

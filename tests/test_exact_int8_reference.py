@@ -75,3 +75,19 @@ def test_other_uses_of_int8_keep_the_graph_as_it_is(op: str) -> None:
     other = helper.make_node("Cast", ["b"], ["y"], to=1) if op == "Cast" else helper.make_node("Add", ["b", "b"], ["y"])
     model = make_model([product, other], {"a": a}, ["p", "y"], {"b": b})
     assert reencode_int8(model) is None
+
+
+def test_concatenated_int8_inputs_are_reencoded_together() -> None:
+    """Concat moves bytes from all its inputs: the graph is re-encoded and gives the same result."""
+    rng = np.random.default_rng(3)
+    a1, a2 = (rng.integers(-128, 128, size=(2, 8)).astype(np.int8) for _ in range(2))
+    inits = {"s": np.float32(0.05), "z": np.array(1, np.int8), "b": rng.integers(-9, 9, size=(8, 4)).astype(np.int8),
+             "bs": np.float32(0.02), "bz": np.array(0, np.int8), "ys": np.float32(0.03), "yz": np.array(-2, np.int8)}
+    nodes = [helper.make_node("Concat", ["a1", "a2"], ["a"], axis=0),
+             helper.make_node("QLinearMatMul", ["a", "s", "z", "b", "bs", "bz", "ys", "yz"], ["y"])]
+    model = make_model(nodes, {"a1": a1, "a2": a2}, ["y"], inits)
+    reencoded = reencode_int8(model)
+    assert reencoded is not None and reencoded.inputs == {"a1", "a2"}
+    feeds = {"a1": a1, "a2": a2}
+    (y,) = _run(reencoded.model, reencoded.feeds(feeds))
+    np.testing.assert_array_equal(reencoded.result("y", y), _run(model, feeds)[0])
