@@ -64,9 +64,9 @@ static inline float aot_select_float32(int cond, float a, float b)
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
  * AOT_F32X<lanes>_LOAD, _WIDEN (lanes int8_t or int16_t converted to float: weights kept
  * quantised), _STORE, _SPLAT, _SPLAT_LOAD(p) (the float at p in every lane: one vld1 on armv7,
- * where gcc loads the float into a core register and copies it over), _MULADD, _MAX, _MIN, _ADD,
- * _SUB, _MUL, _DIV and
- * _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
+ * where gcc loads the float into a core register and copies it over), _LOAD_STEP(p) (4 lanes
+ * only: the vector at the pointer p, which then moves past it; armv7 gcc: a post-increment vld1),
+ * _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
  * (the lanes of v combined into one float in the kernel IR's VecReduce order, a halving tree;
  * max as aot_max_float32: a NaN wins). With GNU C those are statement expressions (which
  * __extension__ keeps quiet under -pedantic) of whole-vector steps, the upper half moved down
@@ -95,6 +95,17 @@ typedef float32x4_t aot_f32x4;
 #define AOT_F32X4_STORE(p, v) vst1q_f32((float *)(void *)(p), (v))
 #define AOT_F32X4_SPLAT(x) vdupq_n_f32(x)
 #define AOT_F32X4_SPLAT_LOAD(p) vld1q_dup_f32((const float *)(const void *)(p))
+/* A walk over consecutive vectors (AOT_F32X4_LOAD_STEP(p): the 4 floats at p, then p moves past
+ * them; aot/backends/c/load_walks.py). vld1 has no offset form, and gcc computes each address of
+ * a tile's operand vectors with an add of its own (a quarter of a conv kernel's instructions);
+ * the post-increment form walks them with none, as clang does by itself. The "m" operand tells
+ * gcc which bytes the instruction reads. */
+#if !defined(__clang__)
+typedef struct { float f[4]; } aot_f32x4_bytes;
+static inline float32x4_t aot_f32x4_load_step(const float **p)
+{ float32x4_t v; __asm__("vld1.32 {%e0-%f0}, [%1]!" : "=w"(v), "+r"(*p) : "m"(*(const aot_f32x4_bytes *)*p)); return v; }
+#define AOT_F32X4_LOAD_STEP(p) aot_f32x4_load_step(&(p))
+#endif
 #if defined(__ARM_FEATURE_FMA)
 #define AOT_F32X4_MULADD(acc, a, b) vfmaq_f32((acc), (a), (b))
 #else
@@ -225,6 +236,9 @@ static inline float aot_f32x4_reduce_max(aot_f32x4 v)
 #endif
 #ifndef AOT_F32X4_SPLAT_LOAD
 #define AOT_F32X4_SPLAT_LOAD(p) AOT_F32X4_SPLAT(*(p))
+#endif
+#ifndef AOT_F32X4_LOAD_STEP
+#define AOT_F32X4_LOAD_STEP(p) ((p) += 4, AOT_F32X4_LOAD((p) - 4))
 #endif
 #endif /* AOT_WANT_F32X4 */
 

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import numpy as np
 
+from aot.backends.c.load_walks import WalkStep, load_walks
 from aot.codegen.c_names import c_comment
 from aot.codegen.reserved_names import MATH_UNARY_FUNCTIONS
 from aot.kernel.ir import (
@@ -176,6 +177,7 @@ class KernelPrinter:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.helpers: set[str] = set()
+        self._walks = 0  # walking pointers declared in the kernel being printed (load_walks.py)
 
     def function_name(self, kernel: Kernel) -> str:
         return f"{self.prefix}_{kernel.name}"
@@ -201,12 +203,34 @@ class KernelPrinter:
         # Only what is read is printed: -Werror rejects unused locals and parameters (aot/kernel/unread.py).
         body = drop_unread_locals(kernel.body)
         lines += [f"    (void){p.name}; /* not read here */" for p in untouched_params(kernel.params, body)]
-        for stmt in body:
-            self._stmt(stmt, 1, lines)
+        self._walks = 0
+        self._block(body, 1, lines)
         lines.append("}")
         return "\n".join(lines)
 
     # -- statements ------------------------------------------------------------------------
+    def _block(self, stmts: list[Stmt], depth: int, out: list[str]) -> None:
+        walks = load_walks(stmts, self._walk_pointer)
+        for position, s in enumerate(stmts):
+            step = walks.get(position)
+            if step is None:
+                self._stmt(s, depth, out)
+            else:
+                assert isinstance(s, Declare) and isinstance(s.init, VecLoad)
+                self._walk_step(s, step, depth, out)
+
+    def _walk_pointer(self, buffer: str) -> str:
+        self._walks += 1
+        return f"{buffer}_walk{self._walks - 1}"
+
+    def _walk_step(self, s: Declare, step: WalkStep, depth: int, out: list[str]) -> None:
+        pad = "    " * depth
+        load = s.init
+        assert isinstance(load, VecLoad)
+        if step.first:
+            out.append(f"{pad}const float *{step.pointer} = &{load.buffer.name}[{self.expr(load.index)}];")
+        out.append(f"{pad}{c_type(s.var.dtype)} {s.var.name} = {self._vector(load.dtype)}_LOAD_STEP({step.pointer});")
+
     def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
         pad = "    " * depth
         if isinstance(s, Loop):
@@ -214,8 +238,7 @@ class KernelPrinter:
             start, stop = ("first", "last") if s.parallel else ("0", str(s.extent))
             note = f" /* parallel: [first, last) of [0, {s.extent}) */" if s.parallel else ""
             out.append(f"{pad}for ({c_type(s.var.dtype)} {v} = {start}; {v} < {stop}; ++{v}) {{{note}")
-            for inner in s.body:
-                self._stmt(inner, depth + 1, out)
+            self._block(s.body, depth + 1, out)
             out.append(f"{pad}}}")
         elif isinstance(s, Declare):
             out.append(f"{pad}{c_type(s.var.dtype)} {s.var.name} = {self.expr(s.init)};")
@@ -228,12 +251,10 @@ class KernelPrinter:
             out.append(f"{pad}{macro}_STORE(&{s.buffer.name}[{self.expr(s.index)}], {self.expr(s.value)});")
         elif isinstance(s, If):
             out.append(f"{pad}if ({self.expr(s.cond)}) {{")
-            for inner in s.then:
-                self._stmt(inner, depth + 1, out)
+            self._block(s.then, depth + 1, out)
             if s.orelse:
                 out.append(f"{pad}}} else {{")
-                for inner in s.orelse:
-                    self._stmt(inner, depth + 1, out)
+                self._block(s.orelse, depth + 1, out)
             out.append(f"{pad}}}")
         else:
             raise TypeError(f"cannot print {s!r}")
