@@ -66,7 +66,8 @@ static inline float aot_select_float32(int cond, float a, float b)
  * quantised), _STORE, _SPLAT, _SPLAT_LOAD(p) (the float at p in every lane: one vld1 on armv7,
  * where gcc loads the float into a core register and copies it over), _LOAD_STEP(p) (4 lanes
  * only: the vector at the pointer p, which then moves past it; armv7 gcc: a post-increment vld1),
- * _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
+ * _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where
+ * a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
  * (the lanes of v combined into one float in the kernel IR's VecReduce order, a halving tree;
  * max as aot_max_float32: a NaN wins). With GNU C those are statement expressions (which
  * __extension__ keeps quiet under -pedantic) of whole-vector steps, the upper half moved down
