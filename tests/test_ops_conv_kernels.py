@@ -5,8 +5,8 @@ The cases are chosen for the kernel structure rather than for ONNX coverage: cha
 leave a tail after blocks of CHANNEL_BLOCK output channels and of the chained input channels,
 1x1 kernels with and without stride / padding (the pointwise matrix-product path and the direct
 path), depthwise and grouped convolutions, padded images (the zero-bordered scratch copy),
-strides, dilations, rows shorter than a vector, planes larger than one pointwise tile, and fused
-epilogues (Relu, residual Add) applied by the final pass over each block.
+strides, dilations, rows shorter than a vector, planes larger than one pointwise tile, reductions
+read through a packed panel, and fused epilogues (Relu, residual Add) applied by the final pass over each block.
 """
 
 from __future__ import annotations
@@ -29,6 +29,14 @@ CONV_CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict[str, object]]
     "pointwise": ((1, 13, 6, 7), (9, 13, 1, 1), {}),
     "pointwise_multi_tile": ((1, 3, 40, 30), (5, 3, 1, 1), {}),
     "1x1_stride2": ((1, 8, 9, 9), (6, 8, 1, 1), {"strides": [2, 2]}),
+    # Reductions long enough for pixel_tiles.py's packed panel (channels x tile width beyond 8 KiB),
+    # with a ragged last block; then several bands of pixels; then strided 1x1 convs, whose tiles
+# read the input subsampled through the panel.
+    "pointwise_packed_panel": ((1, 144, 3, 151), (20, 144, 1, 1), {}),
+    "pointwise_packed_bands": ((1, 144, 20, 25), (26, 144, 1, 1), {}),
+    "1x1_stride2_packed_panel": ((1, 160, 40, 42), (20, 160, 1, 1), {"strides": [2, 2]}),
+    "1x1_stride_2x3_ragged": ((2, 12, 11, 17), (9, 12, 1, 1), {"strides": [2, 3]}),
+    "conv1d_1x1_stride3": ((1, 40, 100), (10, 40, 1), {"strides": [3]}),
     "1x1_padded": ((1, 3, 4, 5), (2, 3, 1, 1), {"pads": [1, 0, 0, 2]}),
     "depthwise_3x3": ((1, 6, 10, 10), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
     "depthwise_stride2": ((1, 4, 11, 11), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
@@ -56,7 +64,8 @@ def test_conv_kernel_paths(case: str, bias: bool) -> None:
     assert_matches_onnxruntime(model, {"x": x})
 
 
-@pytest.mark.parametrize("case", ["3x3_pad1_oc_tail", "pointwise_multi_tile", "depthwise_3x3", "conv1d"])
+@pytest.mark.parametrize("case", ["3x3_pad1_oc_tail", "pointwise_multi_tile", "pointwise_packed_bands", "depthwise_3x3",
+                                  "conv1d"])
 def test_conv_kernel_with_fused_residual_and_relu(case: str) -> None:
     """The epilogue pass reads a residual at the output index after the rows are accumulated."""
     x_shape, w_shape, attrs = CONV_CASES[case]

@@ -55,16 +55,32 @@ def lower_conv_im2col(node: Node, ctx: LoweringContext, planar: ConvGeometry, al
     x, w, bias = required_input(node, 0, "X"), required_input(node, 1, "W"), node.input(2)
     kb = ctx.builder(node)
     final, epilogue = ctx.epilogue(node, kb)
-    copy, cbuf, rows = im2col(node, ctx, kb, x, planar.in_spatial, planar.out_spatial, list(planar.kernel),
-                              list(planar.strides), list(planar.dilations), list(planar.pad_begin))
+    parallel, split_blocks = _threads(ctx, planar)
+    if _subsampled_panel(planar, algorithm, ctx.tiles, split_blocks):
+        # A strided 1x1 convolution's column matrix is its input subsampled: the tiles read it
+        # through the strided view, packed band by band into their panel (pixel_tiles.py), so
+        # the whole matrix is never stored.
+        (in_h, in_w), (s_h, s_w) = planar.in_spatial, planar.strides
+        copy, columns = [], View(kb.input(x).buffer, (planar.batch, planar.channels, *planar.out_spatial),
+                                 (planar.channels * in_h * in_w, in_h * in_w, s_h * in_w, s_w))
+    else:
+        copy, cbuf, rows = im2col(node, ctx, kb, x, planar.in_spatial, planar.out_spatial, list(planar.kernel),
+                                  list(planar.strides), list(planar.dilations), list(planar.pad_begin))
+        columns = View(cbuf, (planar.batch, rows, *planar.out_spatial))
     spec = im2col_spec(planar)
     yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, *planar.out_spatial))
     bv = kb.input(bias) if bias is not None else None
-    parallel, split_blocks = _threads(ctx, planar)
-    gemm = tiled_conv(kb, ctx, node, spec, View(cbuf, (planar.batch, rows, *planar.out_spatial)), w, yv, bv,
-                     epilogue, final.dtype.name, ctx.tiles, algorithm.mode, parallel=split_blocks)
+    gemm = tiled_conv(kb, ctx, node, spec, columns, w, yv, bv, epilogue, final.dtype.name, ctx.tiles, algorithm.mode,
+                      parallel=split_blocks)
     body = kb.loops([planar.batch], lambda idx: gemm.emit(idx[0], const(0, INDEX)))
     ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and gemm.shares_nothing else body))
+
+
+def _subsampled_panel(planar: ConvGeometry, algorithm: ConvAlgorithm, tiles: TileConfig, split_blocks: bool) -> bool:
+    """Whether an im2col convolution is a strided 1x1 one whose tiles can read the input
+    subsampled through their packed panel (one thread over the blocks, vector tiles over pixels)."""
+    return (planar.kernel == (1, 1) and planar.dilations == (1, 1) and not planar.padded and planar.groups == 1
+            and algorithm.mode == "pointwise" and not split_blocks and tiles.lanes > 1)
 
 
 def _threads(ctx: LoweringContext, planar: ConvGeometry) -> tuple[bool, bool]:
