@@ -113,3 +113,31 @@ def test_conv_kernel_propagates_nan_and_inf() -> None:
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": x}, ["y"],
                        {"w": np.abs(rand(3, 2, 3, 3, seed=1)) + 0.1})
     assert_matches_onnxruntime(model, {"x": x})
+
+
+PANEL_CASES = ["pointwise_packed_panel", "pointwise_packed_bands", "1x1_stride2_packed_panel", "1x1_stride_2x3_ragged",
+               "conv1d_1x1_stride3"]
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("target", ["rpi4", "rpi3"])
+@pytest.mark.parametrize("case", PANEL_CASES)
+def test_packed_panel_convs_under_qemu(case: str, target: str, backend: str) -> None:
+    """The packed panel on NEON (4-lane tiles, armv7 and aarch64), under qemu-user."""
+    from aot.compiler import compile as compile_model
+    from aot.targets import load_target
+    from aot.toolchain.target_build import TargetModel
+    from aot.verify import compare
+    from tests.conformance import cross_unavailable
+
+    problem = cross_unavailable(target)
+    if problem:
+        pytest.skip(problem)
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    x = rand(*x_shape)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], **attrs)], {"x": x}, ["y"],
+                       {"w": rand(*w_shape, seed=1)})
+    built = TargetModel.build(compile_model(model, backend=backend, target=target), load_target(target))
+    result = compare("y", built.run({"x": x})["y"], run_onnxruntime(model, {"x": x})["y"], 1e-4)
+    assert result.passed, f"max abs err {result.max_abs_err:.3g} {result.detail}"
