@@ -26,6 +26,7 @@ test suite verifies) follow as rows of their own.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -98,10 +99,11 @@ MODELS = [
 
 
 def _built_class(title: str, build: Callable[[], tuple[onnx.ModelProto, dict[str, np.ndarray]]]) -> ModelClass:
-    """A row for one of benchmarks/class_graphs.py's models, run on the inputs it comes with."""
-    _, inputs = build()
-    return ModelClass(title, {n: a.shape for n, a in inputs.items()}, generate=lambda: build()[0],
-                      inputs=lambda shapes: build()[1])
+    """A row for one of benchmarks/class_graphs.py's models, run on the inputs it comes with
+    (built once: its input shapes come from that build)."""
+    built = functools.cache(build)
+    shapes = {n: a.shape for n, a in built()[1].items()}
+    return ModelClass(title, shapes, generate=lambda: built()[0], inputs=lambda _: built()[1])
 
 
 # The suite's own small models of the same classes (tests/test_model_classes.py verifies them).

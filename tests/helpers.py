@@ -141,12 +141,17 @@ def assert_matches_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.n
                                tolerance: float = 1e-4, backend: str | None = None,
                                **compile_args: Any) -> dict[str, np.ndarray]:
     ours = run_aot(model, inputs, backend=backend, **compile_args)
-    ref = run_onnxruntime(model, inputs)
-    for name, expected in ref.items():
-        result = compare(name, ours[name], expected, tolerance)
-        assert result.passed, (f"output {name!r}: max abs err {result.max_abs_err:.3g} "
-                               f"(scale {result.scale:.3g}) {result.detail}")
+    assert_outputs_match(ours, model, inputs, tolerance)
     return ours
+
+
+def assert_outputs_match(ours: Mapping[str, np.ndarray], model: onnx.ModelProto, inputs: Mapping[str, np.ndarray],
+                         tolerance: float = 1e-4, what: str = "") -> None:
+    """`ours` (outputs however aot ran: host, qemu) against onnxruntime's run of `model`."""
+    for name, expected in run_onnxruntime(model, inputs).items():
+        result = compare(name, ours[name], expected, tolerance)
+        assert result.passed, (f"{what}output {name!r}: max abs err {result.max_abs_err:.3g} "
+                               f"(scale {result.scale:.3g}) {result.detail}")
 
 
 def rand(*shape: int, seed: int = 0, dtype: Any = np.float32) -> np.ndarray:

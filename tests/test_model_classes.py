@@ -7,38 +7,24 @@ ConvTranspose runs its BatchNorm and Relu in its epilogue, and SiLU runs in its 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import numpy as np
-import onnx
 import pytest
 
 from aot.compiler import compile as compile_model
-from aot.compiler import load
-from aot.lowering.program import lower_graph
-from aot.passes.pipeline import run_passes
 from aot.targets import load_target
 from aot.toolchain.target_build import TargetModel
-from aot.verify import compare
 from benchmarks.class_graphs import CLASS_GRAPHS
 from tests.conformance import cross_unavailable
-from tests.helpers import run_aot, run_onnxruntime
+from tests.helpers import assert_outputs_match, run_aot
+from tests.test_ops_conv_transpose import kernel_ops  # ops per kernel: "ConvTranspose+Relu" is one kernel
 
 BACKENDS = ["c", "llvm"]
-
-
-def assert_close(name: str, ours: Mapping[str, np.ndarray], model: onnx.ModelProto,
-                 inputs: Mapping[str, np.ndarray]) -> None:
-    for output, expected in run_onnxruntime(model, inputs).items():
-        result = compare(output, ours[output], expected, 1e-4)
-        assert result.passed, f"{name} output {output!r}: max abs err {result.max_abs_err:.3g} {result.detail}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(CLASS_GRAPHS))
 def test_model_class_matches_onnxruntime_on_the_host(name: str, backend: str) -> None:
     model, inputs = CLASS_GRAPHS[name]()
-    assert_close(name, run_aot(model, inputs, backend=backend), model, inputs)
+    assert_outputs_match(run_aot(model, inputs, backend=backend), model, inputs, what=f"{name} ")
 
 
 @pytest.mark.qemu
@@ -50,25 +36,18 @@ def test_model_class_matches_onnxruntime_on_rpi4_under_qemu(name: str, backend: 
         pytest.skip(problem)
     model, inputs = CLASS_GRAPHS[name]()
     built = TargetModel.build(compile_model(model, backend=backend, target="rpi4"), load_target("rpi4"))
-    assert_close(name, built.run(dict(inputs)), model, inputs)
-
-
-def kernel_ops(name: str) -> list[str]:
-    """Each kernel's ops, in order ("ConvTranspose+Relu": one kernel with Relu in its epilogue)."""
-    graph, _ = load(CLASS_GRAPHS[name]()[0])
-    run_passes(graph)
-    return [k.op for k in lower_graph(graph).kernels]
+    assert_outputs_match(built.run(dict(inputs)), model, inputs, what=f"{name} ")
 
 
 def test_fpn_upsampling_runs_batchnorm_and_relu_in_the_conv_transpose_epilogue() -> None:
-    kernels = kernel_ops("fpn_text_detector")
+    kernels = kernel_ops(CLASS_GRAPHS["fpn_text_detector"]()[0])
     # BatchNorm folds into the weights and bias; Relu and Sigmoid run on the tile's accumulators.
     assert kernels[-2:] == ["ConvTranspose+Relu", "ConvTranspose+Sigmoid"], kernels
     assert not {"BatchNormalization", "Relu", "Sigmoid", "HardSigmoid", "Mul"} & set(kernels), kernels
 
 
 def test_c2f_silu_runs_in_every_conv_epilogue() -> None:
-    kernels = kernel_ops("c2f_block")
+    kernels = kernel_ops(CLASS_GRAPHS["c2f_block"]()[0])
     convs = [k for k in kernels if k.startswith("Conv")]
     assert convs and all("Sigmoid+Mul" in k for k in convs), kernels
     assert not any(k in ("Sigmoid", "Mul") for k in kernels), kernels

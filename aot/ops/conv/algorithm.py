@@ -254,14 +254,21 @@ def use_im2col(planar: ConvGeometry, tile: TileConfig, itemsize: int) -> bool:
     pixels = planar.out_spatial[0] * planar.out_spatial[1]
     if planar.groups != 1 or max(planar.strides) == 1:
         return False
-    if planar.kernel == (1, 1) and not planar.padded and planar.dilations == (1, 1):
-        # A strided 1x1 convolution reads one pixel in stride_h * stride_w: its column matrix
-        # is that subsampled image, smaller than the column-phase copy the rows mode reads,
-        # and the product over it runs as tiles over the flattened pixels (ResNet-50's
-        # downsampling convs on AVX2, times onnxruntime's: 256 -> 512 at 56x56 1.21 -> 0.79,
-        # 512 -> 1024 at 28x28 with pixel_tiles.py's packed panel 1.22 -> 0.75).
+    if strided_pointwise(planar):
+        # Its column matrix is the subsampled image, and the product over it runs as tiles over
+        # the flattened pixels (tiled.py reads it through pixel_tiles.py's packed panel instead
+        # of storing it). ResNet-50's downsampling convs on AVX2, times onnxruntime's, against
+        # rows over a column-phase copy: 256 -> 512 at 56x56 1.21 -> 0.85, 512 -> 1024 at
+        # 28x28 1.22 -> 0.82.
         return True
     return planar.out_spatial[1] < 2 * tile.lanes and k * pixels * itemsize <= IM2COL_LIMIT_BYTES
+
+
+def strided_pointwise(planar: ConvGeometry) -> bool:
+    """A 1x1 convolution with a stride above 1, no padding or dilation and one group: one input
+    pixel in stride_h * stride_w is read, each by every output channel."""
+    return (planar.groups == 1 and planar.kernel == (1, 1) and max(planar.strides) > 1 and not planar.padded
+            and planar.dilations == (1, 1))
 
 
 def _lanes_used(length: int, cols: int, lanes: int, narrow_costs_full: bool = False) -> int:

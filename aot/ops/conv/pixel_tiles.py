@@ -100,15 +100,16 @@ class TiledConv:
         self.wbuf: Buffer = self.kb.input(ctx.constant(packed, w.name)).buffer
 
     def _prepare_panel(self, ctx: LoweringContext, node: Node) -> None:
-        """Pointwise convolutions over images too big for cache with long reductions (a tile's
-        input column beyond BAND_TILE_BYTES) and several blocks of output channels read their
-        input through a packed panel: a band of pixels copied into [block of `cols` pixels]
+        """Pointwise convolutions with long reductions (a tile's input column beyond
+        BAND_TILE_BYTES) and several blocks of output channels read their input through a
+        packed panel: a band of pixels copied into [block of `cols` pixels]
         [channel][cols], so that each tile's reduction reads one contiguous run. Read in place,
         the column's channels sit a plane apart: at 56x56 (12544 bytes) they fall into 16 of a
         32 KiB L1's 64 sets, and at 14x14 (784 bytes) each straddles two lines, so 256 or 512
         channels' lines no longer fit in L1 and every block of output channels re-read the band
-        from L2 (on AVX2: 256 -> 64 at 56x56 1.86 -> 1.45 ms, 1024 -> 256 at 14x14 1.47 -> 0.95
-        times onnxruntime's time). Not for scalar targets (microcontrollers: RAM first)."""
+        from L2 (on AVX2, times onnxruntime's: 1024 -> 256 at 14x14 1.47-1.53 -> 0.91-1.0).
+        Strided 1x1 convs always read through it (their input subsampled while it is packed).
+        Not for scalar targets (microcontrollers: RAM first)."""
         s, cols = self.s, self.tile.cols
         itemsize = np.dtype(self.dt).itemsize
         pixels = s.out_h * s.out_w

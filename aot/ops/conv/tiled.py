@@ -16,7 +16,7 @@ from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import mark_outer, pays
 from aot.ops.attrs import required_input
 from aot.ops.contraction.register_tiles import TileConfig
-from aot.ops.conv.algorithm import ConvAlgorithm, TileMode, im2col_spec
+from aot.ops.conv.algorithm import ConvAlgorithm, TileMode, im2col_spec, strided_pointwise
 from aot.ops.conv.channel_tiles import ChannelTiles
 from aot.ops.conv.copies import im2col, padded_copy, strided_copy
 from aot.ops.conv.flat_depthwise import FlatDepthwise, LeanFlatDepthwise
@@ -79,8 +79,7 @@ def lower_conv_im2col(node: Node, ctx: LoweringContext, planar: ConvGeometry, al
 def _subsampled_panel(planar: ConvGeometry, algorithm: ConvAlgorithm, tiles: TileConfig, split_blocks: bool) -> bool:
     """Whether an im2col convolution is a strided 1x1 one whose tiles can read the input
     subsampled through their packed panel (one thread over the blocks, vector tiles over pixels)."""
-    return (planar.kernel == (1, 1) and planar.dilations == (1, 1) and not planar.padded and planar.groups == 1
-            and algorithm.mode == "pointwise" and not split_blocks and tiles.lanes > 1)
+    return strided_pointwise(planar) and algorithm.mode == "pointwise" and not split_blocks and tiles.lanes > 1
 
 
 def _threads(ctx: LoweringContext, planar: ConvGeometry) -> tuple[bool, bool]:
