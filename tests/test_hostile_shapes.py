@@ -174,6 +174,25 @@ def test_folding_budget_keeps_growth_and_folds_what_the_file_holds(monkeypatch: 
     assert sorted(n.op_type for n in graph.nodes) == ["Add", "Expand", "MatMul"]
 
 
+def test_weights_fold_beyond_the_budget(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With a budget of 16 elements: a 30-element ConstantOfShape read only as a MatMul weight
+    folds (the kernel repacks it at compile time, nothing is filled per run), the same fill read
+    by an Add as well stays a run-time node; the package still matches onnxruntime."""
+    monkeypatch.setattr(shape_folding, "FOLD_MAX_ELEMENTS", 16)
+    monkeypatch.setattr(shape_folding, "FOLD_MAX_BYTES", 64)
+    half = numpy_helper.from_array(np.array([0.5], np.float32))
+    nodes = [helper.make_node("ConstantOfShape", ["wshape"], ["w"], name="weight", value=half),
+             helper.make_node("ConstantOfShape", ["wshape"], ["v"], name="shared", value=half),
+             helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("MatMul", ["x", "v"], ["n"]),
+             helper.make_node("Add", ["m", "n"], ["s"]), helper.make_node("Concat", ["s", "v"], ["y"], axis=0)]
+    model = save(tmp_path / "m.onnx", nodes, [vec("x", [1, 5])], [vec("y", [6, 6])],
+                 {"wshape": np.array([5, 6], np.int64)})
+    graph, _ = load(str(model))
+    assert sorted(n.op_type for n in graph.nodes) == ["Add", "Concat", "ConstantOfShape", "MatMul", "MatMul"]
+    verified = aot("verify", str(model))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
 def test_stale_intermediate_value_info_is_recomputed(tmp_path: Path) -> None:
     """Paddle exports store -1 for a dynamic dimension of intermediate (and output) tensors; onnx
     stopped at 'Inferred shape and existing shape differ', onnxruntime runs the model."""

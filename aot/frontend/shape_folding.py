@@ -46,6 +46,12 @@ NEVER_FOLD = {
 # read only by them is left to aot/passes/quantized_ops.py, which either turns the group into an
 # integer op (reading the int8 weight) or folds the DequantizeLinear itself.
 INTEGER_WEIGHT_READERS = {"Conv", "MatMul", "Gemm"}
+# The inputs through which a kernel reads a weight it repacks at compile time (op -> positions).
+# A constant read only through them folds whatever its size: the model holds that weight anyway
+# (the light models ship theirs as ConstantOfShape nodes), and left to run time it would be
+# filled on every run and reach the kernel unpacked (light AlexNet's 151 MB fc6 weight was a
+# 144 MiB arena written each run, 2x onnxruntime's time).
+WEIGHT_INPUTS = {"Conv": {1}, "ConvTranspose": {1}, "Gemm": {1}, "MatMul": {1}}
 # Ops whose reference implementation in onnx starts at a later opset than the op, whose later
 # versions only added types: evaluated at that opset (onnx 1.23 has no DequantizeLinear-13).
 REFERENCE_SINCE = {"DequantizeLinear": 19, "QuantizeLinear": 19}
@@ -270,19 +276,32 @@ class _FoldState:
         self.constants: dict[str, onnx.TensorProto] = {t.name: t for t in model.graph.initializer}
         self.types = _known_types(model)
         self.learned: dict[str, onnx.TypeProto] = {}  # static types found in this pass
-        readers: dict[str, set[str]] = {}
+        readers: dict[str, set[tuple[str, int]]] = {}
         for node in model.graph.node:
-            for name in node.input:
-                readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "")
+            op = node.op_type if node.domain in ("", "ai.onnx") else ""
+            for position, name in enumerate(node.input):
+                readers.setdefault(name, set()).add((op, position))
         self.readers = readers
+        self.graph_outputs = {vi.name for vi in model.graph.output}
 
     def left_to_passes(self, node: onnx.NodeProto) -> bool:
         """A DequantizeLinear whose output only integer-capable weight readers read (see
         INTEGER_WEIGHT_READERS)."""
         if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
             return False
-        read_by = self.readers.get(node.output[0], set()) if node.output else set()
+        read_by = {op for op, _ in self.readers.get(node.output[0], set())} if node.output else set()
         return bool(read_by) and read_by <= INTEGER_WEIGHT_READERS
+
+    def read_only_as_weights(self, node: onnx.NodeProto) -> bool:
+        """Whether every output of `node` is read, and only through WEIGHT_INPUTS."""
+        outputs = [name for name in node.output if name]
+        if not outputs or any(name in self.graph_outputs for name in outputs):
+            return False
+        for name in outputs:
+            read_by = self.readers.get(name, set())
+            if not read_by or any(position not in WEIGHT_INPUTS.get(op, ()) for op, position in read_by):
+                return False
+        return True
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         return _static_shape(self.types[name]) if name in self.types else None
@@ -422,7 +441,7 @@ def _within_budget(node: onnx.NodeProto, inputs: list[str], state: _FoldState) -
     """Whether folding `node` stays within the folding budget, known before computing anything
     from its outputs' inferred shapes: each output within FOLD_MAX_ELEMENTS and FOLD_MAX_BYTES,
     or no larger than the node's constant inputs together (a Transpose or Cast of a big weight
-    folds: the file already holds that much). Where onnx cannot infer the shapes (NonZero,
+    folds: the file already holds that much), or read only as weights (WEIGHT_INPUTS). Where onnx cannot infer the shapes (NonZero,
     Unique: sizes that depend on the values, but no larger than the inputs) the inputs' total
     size is the bound."""
     in_elements = sum(element_count(state.constants[name].dims) for name in inputs)
@@ -432,6 +451,8 @@ def _within_budget(node: onnx.NodeProto, inputs: list[str], state: _FoldState) -
     shapes = [state.shape(name) for name in outputs]
     if any(shape is None for shape in shapes):
         return node.op_type not in VALUE_SIZED and in_elements <= FOLD_MAX_ELEMENTS
+    if state.read_only_as_weights(node) and all(too_many_elements(shape or ()) is None for shape in shapes):
+        return True
     for name, shape in zip(outputs, shapes):
         count = element_count(shape or ())
         nbytes = count * _itemsize(state.types[name].tensor_type.elem_type)
