@@ -441,9 +441,9 @@ def _within_budget(node: onnx.NodeProto, inputs: list[str], state: _FoldState) -
     """Whether folding `node` stays within the folding budget, known before computing anything
     from its outputs' inferred shapes: each output within FOLD_MAX_ELEMENTS and FOLD_MAX_BYTES,
     or no larger than the node's constant inputs together (a Transpose or Cast of a big weight
-    folds: the file already holds that much), or read only as weights (WEIGHT_INPUTS). Where onnx cannot infer the shapes (NonZero,
-    Unique: sizes that depend on the values, but no larger than the inputs) the inputs' total
-    size is the bound."""
+    folds: the file already holds that much), or read only as weights (WEIGHT_INPUTS). Where
+    onnx cannot infer the shapes (NonZero, Unique: sizes that depend on the values, but no
+    larger than the inputs) the inputs' total size is the bound."""
     in_elements = sum(element_count(state.constants[name].dims) for name in inputs)
     in_bytes = sum(element_count(state.constants[name].dims) * _itemsize(state.constants[name].data_type)
                    for name in inputs)
