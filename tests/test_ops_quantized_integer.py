@@ -64,6 +64,13 @@ CONV_CASES = {
     "same_upper_s2": ((1, 8, 10, 10), (8, 8, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     "1d_stride2": ((2, 8, 20), (12, 8, 5), {"pads": [2, 1], "strides": [2]}),
     "depthwise_multiplier_5x5": ((1, 8, 9, 9), (16, 1, 5, 5), {"group": 8, "pads": [2, 2, 2, 2]}),
+    # unit-stride depthwise convs run over each padded plane as one row (_flat_depthwise): no padding
+    # (the copy's slack is what the last row reads past the plane), dilation, a DS-CNN-like 25x5
+    # plane, and a plane of more sums than one chunk (full chunks and a ragged last one)
+    "depthwise_valid": ((1, 8, 7, 9), (8, 1, 3, 3), {"group": 8}),
+    "depthwise_dilated": ((1, 8, 11, 10), (8, 1, 3, 3), {"group": 8, "dilations": [2, 2], "pads": [2, 1, 2, 3]}),
+    "depthwise_25x5": ((1, 64, 25, 5), (64, 1, 3, 3), {"group": 64, "pads": [1, 1, 1, 1]}),
+    "depthwise_chunks": ((1, 4, 70, 40), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
     "3d": ((1, 4, 5, 6, 7), (6, 4, 3, 3, 3), {"pads": [1, 0, 1, 1, 1, 0]}),  # the direct loop nest
 }
 
@@ -134,7 +141,8 @@ def test_qlinear_conv_per_channel_weight_zero_points(case: str, backend: str) ->
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
-@pytest.mark.parametrize("case", ["3x3_s1_pad1", "3x3_s2_pad1", "depthwise_3x3_s1", "pointwise", "1d_stride2", "3d"])
+@pytest.mark.parametrize("case", ["3x3_s1_pad1", "3x3_s2_pad1", "depthwise_3x3_s1", "depthwise_valid", "pointwise",
+                                  "1d_stride2", "3d"])
 def test_conv_integer(case: str, x_dtype: str, backend: str) -> None:
     """int32 outputs of constant weights with their zero point, padded taps reading as x_zero_point."""
     values, attrs = conv_values(case, x_dtype, "uint8" if x_dtype == "uint8" else "int8", seed=5)
