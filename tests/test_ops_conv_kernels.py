@@ -139,3 +139,17 @@ def test_packed_panel_convs_under_qemu(case: str, target: str, backend: str) -> 
                        {"w": rand(*w_shape, seed=1)})
     built = TargetModel.build(compile_model(model, backend=backend, target=target), load_target(target))
     assert_outputs_match(built.run({"x": x}), model, {"x": x})
+
+
+@pytest.mark.parametrize("target,panel", [("x86_64-v4", False), ("x86_64-v3", True)])
+def test_heavy_weights_keep_wide_vector_pointwise_convs_in_place(target: str, panel: bool) -> None:
+    """1024 -> 256 at 14x14: the panel's 7 bands would read the 1 MB of weights 7 times; AVX-512
+    targets read the input in place (TiledConv._weights_outweigh_panel), AVX2 ones through the
+    panel. Both match onnxruntime."""
+    from aot.compiler import compile as compile_model
+
+    x = rand(1, 1024, 14, 14)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": x}, ["y"],
+                       {"w": rand(256, 1024, 1, 1, seed=1)})
+    assert ("panel" in compile_model(model, target=target).files["test_graph.c"].decode()) == panel
+    assert_matches_onnxruntime(model, {"x": x})

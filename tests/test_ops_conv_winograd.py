@@ -116,6 +116,17 @@ def test_other_convolutions_stay_direct(attrs: dict, channels: int) -> None:
     assert_matches_onnxruntime(model, {"x": x})
 
 
+@pytest.mark.parametrize("size,channels,winograd", [(7, 512, False), (14, 256, True)], ids=["7x7_512", "14x14_256"])
+def test_weight_bound_convolutions_stay_direct(size: int, channels: int, winograd: bool) -> None:
+    """512 -> 512 at 7x7: 16 tiles for 16.8 MB of transformed weights, read from memory on every
+    run (algorithm._winograd_weight_bound); 256 -> 256 at 14x14 has 49 tiles for 4.2 MB."""
+    w = (rand(channels, channels, 3, 3, seed=1) * 0.05).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                       {"x": rand(1, channels, size, size)}, ["y"], initializers={"w": w})
+    source = compile_model(model, target="x86_64-v4").files["test_graph.c"].decode()
+    assert ("Conv/winograd" in source) == winograd
+
+
 def test_direct_algorithm_is_a_direct_sum() -> None:
     """conv_algorithm="direct" turns Winograd off (and says so in the manifest); a bad value is
     an error naming the option."""

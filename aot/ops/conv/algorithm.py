@@ -207,7 +207,26 @@ def _winograd_fits(geometry: ConvGeometry, tiles: TileConfig, dtype: str) -> boo
     against 2.4 us; 8 -> 8 on 8x8, 16 tiles, 1.42 against 1.58)."""
     out_h, out_w = geometry.out_spatial if geometry.nd == 2 else (0, 0)
     tile_count = -(-out_h // F2X2_3X3.m) * -(-out_w // F2X2_3X3.m)
-    return _winograd_shape_fits(geometry, tiles, dtype) and tile_count >= tiles.lanes
+    return _winograd_shape_fits(geometry, tiles, dtype) and tile_count >= tiles.lanes \
+        and not _winograd_weight_bound(geometry, tile_count)
+
+
+# Transformed weights beyond this many bytes are read from memory on every run of a model (no
+# L2 keeps them from one run to the next) ...
+WINOGRAD_COLD_WEIGHT_BYTES = 4 << 20
+# ... and then each of their bytes must serve at least this many 2x2 tiles' multiply-adds.
+WINOGRAD_MIN_COLD_TILES = 32
+
+
+def _winograd_weight_bound(geometry: ConvGeometry, tile_count: int) -> bool:
+    """Whether Winograd would leave the convolution waiting on its weights: F(2x2, 3x3) stores
+    16 transformed taps per filter for 9 (1.8x the bytes) and does 2.25x fewer multiply-adds, so
+    on small images with many channels the weights, read from memory each run, bound the time
+    (AVX-512 Xeon, a chain of six 512 -> 512 convs at 7x7, 16 tiles and 16.8 MB of transformed
+    weights each: Winograd 1.52x onnxruntime's time, direct 1.05; at 14x14, 49 tiles: Winograd
+    0.97, direct 1.17)."""
+    transformed_bytes = F2X2_3X3.alpha ** 2 * geometry.channels * geometry.out_channels * 4
+    return transformed_bytes > WINOGRAD_COLD_WEIGHT_BYTES and tile_count < WINOGRAD_MIN_COLD_TILES
 
 
 def _winograd_shape_fits(geometry: ConvGeometry, tiles: TileConfig, dtype: str) -> bool:
