@@ -31,6 +31,12 @@ CASES = {
     "pointwise_small_plane": ((1, 10, 5, 5), (7, 10, 1, 1), {}),
     "pointwise_wide_row": ((1, 64, 3, 56), (64, 64, 1, 1), {}),
     "1d": ((1, 5, 37), (9, 5, 3), {"pads": [1, 1]}),
+    # one input channel: a 1x1 convolution over the taps (integer_conv._tap_columns), with padding
+    # on every side and strides (DS-CNN's first layer), without padding, dilated, and 1-D
+    "one_channel_10x4_s2": ((1, 1, 49, 10), (20, 1, 10, 4), {"pads": [4, 1, 5, 2], "strides": [2, 2]}),
+    "one_channel_3x3_batch2": ((2, 1, 9, 12), (8, 1, 3, 3), {}),
+    "one_channel_dilated": ((1, 1, 13, 15), (6, 1, 3, 2), {"pads": [0, 2, 1, 0], "dilations": [2, 3]}),
+    "one_channel_1d": ((1, 1, 40), (5, 1, 7), {"pads": [3, 2], "strides": [3]}),
 }
 
 
