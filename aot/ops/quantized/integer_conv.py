@@ -75,6 +75,10 @@ MAX_UNROLLED_TAPS = 49
 MAX_TAP_COLUMNS = 64
 # Values of one chunk of a flat depthwise plane (_flat_depthwise), at most: 8 KiB of int32, in L1.
 FLAT_DEPTHWISE_SUMS = 2048
+# A flat depthwise loop runs over a multiple of this many pixels (the extra ones read the
+# planes' slack and are discarded): a remainder is scalar code, and DS-CNN's 175-pixel planes
+# left 15 pixels per channel to scalar requantisation.
+FLAT_DEPTHWISE_STEP = 32
 Finish = Callable[[Expr, Expr], Expr]  # (int32 accumulator, output channel) -> the output value
 StoreAt = Callable[[list[Expr], Expr], Stmt]  # (output index, value) -> the store of it
 
@@ -247,7 +251,8 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
         init = _folded_bias(node, ctx, kb, conv, sums, x_zp)
         if ctx.tiles.lanes > 1 and g.strides == (1, 1):
-            copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp, slack=(g.kernel[1] - 1) * g.dilations[1])
+            slack = (g.kernel[1] - 1) * g.dilations[1] + FLAT_DEPTHWISE_STEP - 1
+            copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp, slack=slack)
             return copy + _flat_depthwise(node, ctx, kb, g, planes, packed, init, finish, out_store)
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
@@ -423,16 +428,16 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     """_depthwise for unit stride, over each padded plane as one long row: the sums for pixel p
     of the flattened plane (row p / wp, column p % wp) read the plane at p + kh * wp + kw, so
     whole chunks of rows are one vector loop, including the wp - out_w columns past each output
-    row, whose results are discarded. The finished values (requantised) go to a scratch row, and
-    a second loop stores the real pixels. DS-CNN's 25x5 planes ran as 5-pixel loops (72% of its
-    int8 run)."""
+    row and the pixels up to a whole FLAT_DEPTHWISE_STEP, whose results are discarded. The
+    finished values (requantised) go to a scratch row, and a second loop stores the real pixels.
+    DS-CNN's 25x5 planes ran as 5-pixel loops (72% of its int8 run)."""
     (k_h, k_w), (d_h, d_w) = g.kernel, g.dilations
     per_group = g.out_channels // g.groups
     (out_h, out_w), (hp, wp) = g.out_spatial, g.padded_hw
     taps = [(kh, kw) for kh in range(k_h) for kw in range(k_w)]
     rows = max(1, min(out_h, FLAT_DEPTHWISE_SUMS // wp))  # output rows per chunk
     dtype = finish(const(0, ACCUMULATOR), const(0, INDEX)).dtype
-    finished = kb.output(scratch_tensor(ctx, node, (rows * wp,), np.dtype(dtype), "finished")).buffer
+    finished = kb.output(scratch_tensor(ctx, node, (_whole_steps(rows * wp),), np.dtype(dtype), "finished")).buffer
 
     def chunk(n: Expr, group: Expr, m: Expr, locals_: list[Expr], start: Expr, row0: Expr, count: int) -> list[Stmt]:
         base = ((n * g.channels + group) * hp + row0) * wp
@@ -447,7 +452,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
             oh, ow = i
             return [store(n, m, row0 + oh, ow, Load(finished, oh * wp + ow))]
 
-        return kb.loops([count * wp], pixel, prefix="p") + kb.loops([count, out_w], output, prefix="q")
+        return kb.loops([_whole_steps(count * wp)], pixel, prefix="p") + kb.loops([count, out_w], output, prefix="q")
 
     def channel(idx: list[Expr]) -> list[Stmt]:
         n, group, j = idx
@@ -463,6 +468,11 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
         return body
 
     return kb.loops([g.batch, g.groups, per_group], channel)
+
+
+def _whole_steps(count: int) -> int:
+    """`count` rounded up to whole FLAT_DEPTHWISE_STEPs."""
+    return -(-count // FLAT_DEPTHWISE_STEP) * FLAT_DEPTHWISE_STEP
 
 
 def _dot(kb: KernelBuilder, g: ConvGeometry, image: View, weights: Buffer, init: PerIndex, finish: Finish,
