@@ -35,6 +35,7 @@ from aot.kernel.ir import (
     Load,
     Stmt,
     Store,
+    Var,
     const,
     ge,
     logical_and,
@@ -405,10 +406,7 @@ def _depthwise(kb: KernelBuilder, g: ConvGeometry, planes: View, weights: Buffer
     def channel(idx: list[Expr]) -> list[Stmt]:
         n, group, j = idx
         m = group * per_group + j
-        locals_ = [kb.var("w", ACCUMULATOR) for _ in taps]
-        start = kb.var("start", ACCUMULATOR)
-        decls: list[Stmt] = [Declare(v, widened(Load(weights, m * len(taps) + t))) for t, v in enumerate(locals_)]
-        decls.append(Declare(start, init(m)))
+        decls, locals_, start = _channel_locals(kb, weights, init, m, len(taps))
 
         def pixel(o: list[Expr]) -> list[Stmt]:
             oh, ow = o
@@ -420,6 +418,16 @@ def _depthwise(kb: KernelBuilder, g: ConvGeometry, planes: View, weights: Buffer
         return decls + kb.loops([out_h, out_w], pixel, prefix="p")
 
     return kb.loops([g.batch, g.groups, per_group], channel)
+
+
+def _channel_locals(kb: KernelBuilder, weights: Buffer, init: PerIndex, m: Expr,
+                    taps: int) -> tuple[list[Stmt], list[Var], Var]:
+    """Output channel m's tap weights (widened) and accumulator start as locals: their
+    declarations, the weights' variables and the start's."""
+    locals_ = [kb.var("w", ACCUMULATOR) for _ in range(taps)]
+    start = kb.var("start", ACCUMULATOR)
+    decls: list[Stmt] = [Declare(v, widened(Load(weights, m * taps + t))) for t, v in enumerate(locals_)]
+    return [*decls, Declare(start, init(m))], locals_, start
 
 
 def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, planes: View,
@@ -439,7 +447,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     dtype = finish(const(0, ACCUMULATOR), const(0, INDEX)).dtype
     finished = kb.output(scratch_tensor(ctx, node, (_whole_steps(rows * wp),), np.dtype(dtype), "finished")).buffer
 
-    def chunk(n: Expr, group: Expr, m: Expr, locals_: list[Expr], start: Expr, row0: Expr, count: int) -> list[Stmt]:
+    def chunk(n: Expr, group: Expr, m: Expr, locals_: list[Var], start: Var, row0: Expr, count: int) -> list[Stmt]:
         base = ((n * g.channels + group) * hp + row0) * wp
 
         def pixel(i: list[Expr]) -> list[Stmt]:
@@ -457,10 +465,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     def channel(idx: list[Expr]) -> list[Stmt]:
         n, group, j = idx
         m = group * per_group + j
-        locals_ = [kb.var("w", ACCUMULATOR) for _ in taps]
-        start = kb.var("start", ACCUMULATOR)
-        body: list[Stmt] = [Declare(v, widened(Load(weights, m * len(taps) + t))) for t, v in enumerate(locals_)]
-        body.append(Declare(start, init(m)))
+        body, locals_, start = _channel_locals(kb, weights, init, m, len(taps))
         full, tail = divmod(out_h, rows)
         body += kb.loops([full], lambda c: chunk(n, group, m, locals_, start, c[0] * rows, rows), prefix="c")
         if tail:
