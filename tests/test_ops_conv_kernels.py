@@ -153,3 +153,24 @@ def test_heavy_weights_keep_wide_vector_pointwise_convs_in_place(target: str, pa
                        {"w": rand(256, 1024, 1, 1, seed=1)})
     assert ("panel" in compile_model(model, target=target).files["test_graph.c"].decode()) == panel
     assert_matches_onnxruntime(model, {"x": x})
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["relu", "residual_relu"])
+def test_wide_channel_tiles_with_reduction_slabs(residual: bool) -> None:
+    """1x1 convs over a 7x7 image on a 512-bit target run as channel tiles four vectors wide, their
+    2050-channel reduction in slabs whose partial sums wait in the scratch (channel_tiles.py
+    _slabs): ragged slabs, channel blocks and pixel blocks; Relu, or a residual Add and Relu, in
+    the epilogue. Matches onnxruntime."""
+    from aot.compiler import compile as compile_model
+
+    x = rand(1, 2050, 7, 7)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"])]
+    feeds = {"x": x}
+    if residual:
+        feeds["r"] = rand(1, 70, 7, 7, seed=3)
+        nodes.append(helper.make_node("Add", ["c", "r"], ["s"]))
+    nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
+    model = make_model(nodes, feeds, ["y"], {"w": rand(70, 2050, 1, 1, seed=1) * 0.05, "b": rand(70, seed=2)})
+    source = compile_model(model, target="x86_64-v4").files["test_graph.c"].decode()
+    assert "AOT_F32X16_LOAD(&tile[" in source  # the accumulators resume from the partial sums
+    assert_matches_onnxruntime(model, feeds, target="x86_64-v4")

@@ -79,10 +79,11 @@ def vector_starts(cols: int, lanes: int) -> list[int]:
 def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: int, reduction: Reduction,
                   a_at: Callable[[int, list[Expr]], Expr], b_base: Callable[[list[Expr]], tuple[Buffer, Expr]],
                   init: Sequence[Expr], out: Buffer, out_at: Callable[[int, Expr], Expr],
-                  finish: Callable[[int, Expr, Expr], Expr] | None = None) -> list[Stmt]:
+                  finish: Callable[[int, Expr, Expr], Expr] | None = None, resume: bool = False) -> list[Stmt]:
     """One tile: out[out_at(i, j)] = finish(i, j, init[i] + sum_k a_at(i, k) * B_k[j]) for i < rows,
     j < cols, where B_k[j] is element j of the row that `b_base(k)` points to (buffer, index of
-    element 0) and out_at(i, j) is contiguous in j.
+    element 0) and out_at(i, j) is contiguous in j. `resume`: the accumulators start from what
+    out holds (a partial sum over earlier reduction steps) instead of from `init`.
 
     `k` is the list of reduction indices (one per extent). Columns go in vectors of `lanes`
     (float32; a ragged end in one more, overlapping vector) or, when fewer than `lanes`, scalars.
@@ -97,13 +98,17 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     acc_v: list[list[Var]] = []
     acc_s: list[list[Var]] = []
     for i in range(rows):
+        acc_v.append([kb.var("vacc", vdtype) for _ in range(vectors)])
+        acc_s.append([kb.var("acc", dtype) for _ in scalars])
+        if resume:
+            stmts += [Declare(v, VecLoad(out, out_at(i, const(at, INDEX)), lanes)) for at, v in zip(starts, acc_v[i])]
+            stmts += [Declare(v, Load(out, out_at(i, const(j, INDEX)))) for j, v in zip(scalars, acc_s[i])]
+            continue
         start = init[i]
         if not isinstance(start, (Var, Const)) and cols > 1:  # one load of the bias, not one per column
             start_var = kb.var("bias", dtype)
             stmts.append(Declare(start_var, start))
             start = start_var
-        acc_v.append([kb.var("vacc", vdtype) for _ in range(vectors)])
-        acc_s.append([kb.var("acc", dtype) for _ in scalars])
         stmts += [Declare(v, Splat(start, lanes)) for v in acc_v[i]] + [Declare(v, start) for v in acc_s[i]]
 
     def step(k: list[Expr]) -> list[Stmt]:
