@@ -174,3 +174,18 @@ def test_wide_channel_tiles_with_reduction_slabs(residual: bool) -> None:
     source = compile_model(model, target="x86_64-v4").files["test_graph.c"].decode()
     assert "AOT_F32X16_LOAD(&tile[" in source  # the accumulators resume from the partial sums
     assert_matches_onnxruntime(model, feeds, target="x86_64-v4")
+
+
+def test_few_output_pixels_take_channel_tiles() -> None:
+    """An STFT as a strided 1-D conv (256 taps, hop 128) over 3 frames: its im2col's 3 pixels
+    would be scalar accumulators (algorithm.pixel_waste counts a scalar as a vector's issue
+    slot), so the tiles run over output channels in vectors."""
+    from aot.compiler import compile as compile_model
+
+    x = rand(1, 1, 576)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[256], strides=[128])], {"x": x},
+                       ["y"], {"w": rand(130, 1, 256, seed=1) * 0.1})
+    source = compile_model(model, target="x86_64-v4").files["test_graph.c"].decode()
+    kernel = source[source.index("static void test_graph_k0("):]
+    assert "aot_f32x16 vacc" in kernel[:kernel.index("\n}\n")]
+    assert_matches_onnxruntime(model, {"x": x}, target="x86_64-v4")
