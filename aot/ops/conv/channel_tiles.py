@@ -14,7 +14,7 @@ from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import slot_blocks
 from aot.ops.contraction.register_tiles import Reduction, register_tile
 from aot.ops.contraction.row_updates import blocks
-from aot.ops.conv.pixel_tiles import TiledConv
+from aot.ops.conv.pixel_tiles import WIDE_LANES, TiledConv
 from aot.ops.gemm import pack_column_panels
 from aot.ops.scratch import scratch_tensor
 
@@ -24,8 +24,6 @@ from aot.ops.scratch import scratch_tensor
 # KiB) served the later blocks from L2 and left the first waiting on memory.
 SLAB_PANEL_BYTES = 64 * 1024
 SLAB_BYTES = 16 * 1024
-# Float32 lanes from which channel tiles are four vectors wide (see _init_channels).
-WIDE_LANES = 16
 
 
 class ChannelTiles(TiledConv):

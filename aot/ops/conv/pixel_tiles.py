@@ -35,6 +35,9 @@ BAND_TILE_BYTES = 8 * 1024
 # panel when the weights, read once per band, would be more than this many times its input
 # (TiledConv._weights_outweigh_panel).
 PANEL_WEIGHT_TRAFFIC = 4
+# Float32 lanes of a 512-bit vector target (AVX-512), whose cores the choices above and the
+# channel tiles' width (channel_tiles.py) were measured on.
+WIDE_LANES = 16
 
 
 class TiledConv:
@@ -142,7 +145,7 @@ class TiledConv:
         AVX2 targets the panel stays: a Zen 3 (L2 512 KB) ran 1024 -> 256 at 14x14 1.5x -> 0.95x
         with it."""
         s = self.s
-        if self.tile.lanes * 32 < 512:
+        if self.tile.lanes < WIDE_LANES:
             return False
         bands = -(-s.out_h * s.out_w // band)
         weight_bytes = s.per_group * s.group_in * itemsize

@@ -44,6 +44,7 @@ from aot.kernel.ir import (
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.ops.attrs import fail, required_input
+from aot.ops.contraction.row_updates import blocks
 from aot.ops.conv.geometry import ConvGeometry
 from aot.ops.conv.lowering import window_geometry
 from aot.ops.quantized.integer_terms import (
@@ -365,9 +366,12 @@ def _planes(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, g: C
         return [], src
     hp, wp = g.padded_hw
     shape = (g.batch, g.channels, hp, wp)
-    size = g.batch * g.channels * hp * wp + (slack or 0)
-    planes = View(kb.output(scratch_tensor(ctx, node, (size,), x.dtype, "padded")).buffer, shape)
-    fills = _filled(kb, planes.buffer, fill) if g.padded or slack else []
+    image = g.batch * g.channels * hp * wp
+    planes = View(kb.output(scratch_tensor(ctx, node, (image + (slack or 0),), x.dtype, "padded")).buffer, shape)
+    if g.padded:
+        fills = _filled(kb, planes.buffer, fill)
+    else:  # the copy covers the planes: only the slack past them needs the zero point
+        fills = kb.loops([slack or 0], lambda i: [Store(planes.buffer, i[0] + image, fill)], prefix="z")
     return fills + kb.loops(
         [g.batch, g.channels, in_h, in_w], lambda i: [planes.store([i[0], i[1], i[2] + top, i[3] + left],
                                                                    src.load(i))], prefix="s"), planes
@@ -466,11 +470,8 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
         n, group, j = idx
         m = group * per_group + j
         body, locals_, start = _channel_locals(kb, weights, init, m, len(taps))
-        full, tail = divmod(out_h, rows)
-        body += kb.loops([full], lambda c: chunk(n, group, m, locals_, start, c[0] * rows, rows), prefix="c")
-        if tail:
-            body += chunk(n, group, m, locals_, start, const(full * rows, INDEX), tail)
-        return body
+        return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, group, m, locals_, start, row0, count),
+                             "c")
 
     return kb.loops([g.batch, g.groups, per_group], channel)
 
