@@ -278,8 +278,15 @@ def _render_budget(page: _Page, r: dict[str, Any]) -> None:
              f"{b['default_arena_bytes']}); estimated cost {cost} MACs ({_count(cost)}) against {default} "
              f"({_count(default)}) for the default plan, {change} (MACs times a measured factor per form)")
     page.console.print()
+    patches = b.get("patches")
+    if patches:
+        page.say(f"run in {patches['bands']} bands of rows: the {patches['nodes']} nodes from "
+                 f"{patches['first_node']!r} to {patches['last_node']!r} ({patches['source']!r} -> "
+                 f"{patches['result']!r}, {patches['rows']} rows), each band recomputing its halo: "
+                 f"+{patches['recomputed_macs']} MACs ({_count(patches['recomputed_macs'])})")
+        page.console.print()
     if not b["changed_forms"]:
-        page.say("the default plan fits: no node changes form")
+        page.say("the default plan fits: no node changes form" if not patches else "no node changes form")
         page.console.print()
         return
     table = page.table("Forms changed to fit the budget", "node", "op", "default form", "form", "scratch saved",

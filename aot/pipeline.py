@@ -16,8 +16,10 @@ from aot.errors import AotError
 from aot.ir.graph import Graph
 from aot.lowering.program import Program, lower_graph
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
+from aot.passes.row_patches import apply_patches, copied_graph
 from aot.planner.arena import PlannedProgram, plan_program
-from aot.planner.budget import BudgetedPlan, BudgetSearch, parse_arena_bytes
+from aot.planner.budget import BudgetedPlan, BudgetSearch, parse_arena_bytes, plan_cost
+from aot.planner.patch_search import candidates, ranked
 from aot.progress import SILENT, Progress
 from aot.targets import Target
 
@@ -110,13 +112,42 @@ def lower_and_plan(graph: Graph, options: PipelineOptions | None = None,
 def lower_and_plan_budgeted(graph: Graph, options: PipelineOptions, progress: Progress | None = None,
                             model: str | None = None) -> BudgetedPlan:
     """lower_and_plan for options.max_arena, with what the search changed against the plan
-    without a budget (aot/planner/budget.py)."""
+    without a budget: other convolution forms (aot/planner/budget.py), and when those cannot fit,
+    an early segment run in bands of rows (aot/planner/patch_search.py)."""
     assert options.max_arena is not None
     default = lower_and_plan(graph, replace(options, max_arena=None), progress)
     if default.memory.arena_bytes <= options.max_arena:
         return BudgetedPlan.unchanged(default, options.max_arena)
     (progress or SILENT).start(f"searching for a plan within --max-arena {options.max_arena}")
-    search = BudgetSearch(graph, options.tiles, options.conv_algorithm, options.alignment,
-                          lambda overrides: lower(graph, replace(options, overrides=overrides)),
-                          lambda lowered: plan(lowered, options))
-    return search.fit(default, options.max_arena, model or graph.name)
+    search = _form_search(graph, options)
+    try:
+        return search.fit(default, options.max_arena, model or graph.name)
+    except AotError:
+        assert search.smallest is not None
+        smallest = search.smallest
+    best: BudgetedPlan | None = None
+    for candidate in ranked(candidates(graph, options.alignment), options.max_arena):
+        if best is not None and candidate.macs >= best.cost:
+            continue  # it cannot be cheaper, whatever forms it needs
+        patched = copied_graph(graph)
+        apply_patches(patched, candidate.segment, candidate.count)
+        search = _form_search(patched, options)
+        try:
+            fitted = search.fit(plan(lower(patched, options), options), options.max_arena, model or graph.name)
+        except AotError:
+            assert search.smallest is not None
+            if search.smallest.memory.arena_bytes < smallest.memory.arena_bytes:
+                smallest = search.smallest
+            continue
+        if best is None or fitted.cost < best.cost:
+            best = replace(fitted, default=default, default_arena=default.memory.arena_bytes,
+                           default_cost=plan_cost(default.program), patches=candidate.to_json(graph))
+    if best is None:
+        raise AotError(BudgetSearch._no_fit(options.max_arena, model or graph.name, smallest))
+    return best
+
+
+def _form_search(graph: Graph, options: PipelineOptions) -> BudgetSearch:
+    return BudgetSearch(graph, options.tiles, options.conv_algorithm, options.alignment,
+                        lambda overrides: lower(graph, replace(options, overrides=overrides)),
+                        lambda lowered: plan(lowered, options))

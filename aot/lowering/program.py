@@ -15,6 +15,7 @@ from aot.lowering.concat_in_place import plan_concat_in_place
 from aot.lowering.context import LoweringContext
 from aot.lowering.fusion import FusionPlan, plan_fusion
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
+from aot.ops.layout import BAND_ASSEMBLY
 from aot.ops.registry import lowering_for
 
 INPUT, OUTPUT, ARENA, WEIGHT = "input", "output", "arena", "weight"
@@ -123,7 +124,28 @@ def lower_graph(graph: Graph, fuse: bool = True, tiles: TileConfig = DEFAULT_TIL
     program = Program(graph, ctx.kernels, ctx.kernel_bindings, ctx.kernel_offsets, choices=tuple(ctx.choices),
                       nodes=nodes, forms=dict(ctx.forms))
     _assign_storage(program, output_roots)
-    return program
+    order = _band_copies_early(program)
+    return program if order == sorted(order) else program.reordered(order)
+
+
+def _band_copies_early(program: Program) -> list[int]:
+    """The kernel order with each copy of a band into its gathered tensor (aot/passes/
+    row_patches.py) right after the kernel that made the band, so the band dies there: the
+    Concat node comes after all the bands, and so would its copies."""
+    order: list[int] = []
+    for k, node in enumerate(program.nodes):
+        if node is None or not node.attr(BAND_ASSEMBLY, 0):
+            order.append(k)
+            continue
+        kernel = program.kernels[k]
+        parts = {root for buf, root in zip(kernel.params, program.bindings[k]) if not buf.writable}
+        writers = [i for i, j in enumerate(order) if parts & _written_roots(program, j)]
+        order.insert(writers[-1] + 1 if writers else len(order), k)
+    return order
+
+
+def _written_roots(program: Program, k: int) -> set[Tensor]:
+    return {root for buf, root in zip(program.kernels[k].params, program.bindings[k]) if buf.writable}
 
 
 def _lower_node(node: Node, ctx: LoweringContext) -> None:

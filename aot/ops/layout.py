@@ -11,6 +11,11 @@ from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, normalize_axis, required_input
 from aot.ops.registry import register
 
+# A Concat the patch rewrite (aot/passes/row_patches.py) made to gather the bands of a tensor:
+# lowered as one copy kernel per band, so each band's rows die right after their own copy
+# instead of all living until the last band is done.
+BAND_ASSEMBLY = "_aot_band_assembly"
+
 
 @register("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def lower_view(node: Node, ctx: LoweringContext) -> None:
@@ -48,6 +53,7 @@ def lower_concat(node: Node, ctx: LoweringContext) -> None:
     assert y is not None
     axis = normalize_axis(node, int(node.attr("axis", 0 if node.opset < 4 else 1)), y.rank)
     parts = [t for t in node.inputs if t is not None and t.size > 0]
+    apart = bool(node.attr(BAND_ASSEMBLY, 0))
     kb = ctx.builder(node)
     out = kb.output(y)
     body: list[Stmt] = []
@@ -68,6 +74,10 @@ def lower_concat(node: Node, ctx: LoweringContext) -> None:
 
         body += kb.loops(t.shape, copy)
         offset += t.shape[axis]
+        if apart:
+            ctx.emit(kb, body)
+            kb, body = ctx.builder(node), []
+            out = kb.output(y)
     if offset != y.shape[axis]:
         raise fail(node, f"inputs add up to {offset} along axis {axis}, output has {y.shape[axis]}")
     ctx.emit(kb, body)

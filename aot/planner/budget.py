@@ -35,6 +35,7 @@ from aot.lowering.program import Program
 from aot.lowering.tiles import TileConfig
 from aot.ops.conv.algorithm import ConvAlgorithm, form_label
 from aot.ops.conv.lowering import conv_key, node_forms
+from aot.passes.row_patches import BAND_OF
 from aot.planner.arena import PlannedProgram
 from aot.planner.memory import align_up
 
@@ -123,6 +124,9 @@ class BudgetedPlan:
     default_cost: float  # estimated, in MACs at the tiled forms' speed (FORM_FACTORS)
     cost: float
     changes: tuple[FormChange, ...] = ()
+    # The segment run in bands of rows (aot/planner/patch_search.py: PatchCandidate.to_json),
+    # when no choice of forms alone fits.
+    patches: dict[str, object] | None = None
 
     @staticmethod
     def unchanged(planned: PlannedProgram, budget: int) -> BudgetedPlan:
@@ -133,7 +137,7 @@ class BudgetedPlan:
         return {"max_arena": self.budget, "arena_bytes": self.planned.memory.arena_bytes,
                 "default_arena_bytes": self.default_arena, "estimated_cost_macs": round(self.cost),
                 "default_estimated_cost_macs": round(self.default_cost),
-                "changed_forms": [c.to_json() for c in self.changes]}
+                "changed_forms": [c.to_json() for c in self.changes], "patches": self.patches}
 
 
 def plan_cost(program: Program) -> float:
@@ -197,6 +201,7 @@ class BudgetSearch:
         self.graph, self.tiles, self.conv_algorithm, self.alignment = graph, tiles, conv_algorithm, alignment
         self.lower, self.plan = lower, plan
         self.layers: dict[str, str] = {}
+        self.smallest: PlannedProgram | None = None  # after fit failed: the smallest plan it reached
 
     def fit(self, default: PlannedProgram, budget: int, model: str) -> BudgetedPlan:
         """The plan for `budget` from today's plan `default`; AotError naming the smallest arena
@@ -204,25 +209,60 @@ class BudgetSearch:
         nodes = {key: n for n in default.program.nodes if (key := _formed_key(n, default.program)) is not None}
         forms = {key: node_forms(node, self.tiles, self.conv_algorithm) for key, node in nodes.items()}
         self.layers = {key: layer_class(node) for key, node in nodes.items()}
+        self.bands: dict[str, list[str]] = {}  # a band's original node -> the keys of all its bands
+        for key, node in nodes.items():
+            if node.attr(BAND_OF) is not None:
+                self.bands.setdefault(node.attr(BAND_OF), []).append(key)
+        self.band_of = {key: node.attr(BAND_OF) for key, node in nodes.items()}
         scratch = self._form_scratch(forms)
+        current, current_scratch = self._descend(default, budget, forms, scratch, budget)
+        if current.memory.arena_bytes > budget:
+            # Stuck: the forms chosen for speed saved less than they promised. The path that
+            # always takes the least scratch reaches the smallest arena (what the error names).
+            current, current_scratch = self._descend(default, budget, forms, scratch, 0)
+        if current.memory.arena_bytes > budget:
+            self.smallest = current
+            raise AotError(self._no_fit(budget, model, current))
+        return self._result(default, current, budget, nodes, scratch, current_scratch)
+
+    def _descend(self, default: PlannedProgram, budget: int, forms: Mapping[str, Sequence[ConvAlgorithm]],
+                 scratch: Mapping[tuple[str, ConvAlgorithm], int],
+                 aim: int) -> tuple[PlannedProgram, dict[str, int]]:
+        """The greedy walk from `default` until the arena fits `budget` or the kernel at the peak
+        has no form left; each step saves what `aim` asks for (0: as much as it can)."""
         chosen: dict[str, ConvAlgorithm] = {}
         rejected: set[tuple[str, ConvAlgorithm]] = set()
         current = default
         current_scratch = _scratch_by_key(default.program, self.alignment)
         while current.memory.arena_bytes > budget:
             key = self._peak_key(current)
-            need = current.memory.arena_bytes - budget
+            need = current.memory.arena_bytes - aim
             form = self._next_form(key, forms, scratch, current_scratch, rejected, need) if key else None
             if form is None:
-                raise AotError(self._no_fit(budget, model, current))
-            assert key is not None
-            trial = self.plan(self.lower(tuple(sorted({**chosen, key: form}.items(), key=lambda kv: kv[0]))))
+                break
+            step = self._with_bands(key, form, forms, scratch, current_scratch)
+            trial = self.plan(self.lower(tuple(sorted({**chosen, **step}.items(), key=lambda kv: kv[0]))))
             if self._better(trial, current, key):
-                chosen[key] = form
+                chosen.update(step)
                 current, current_scratch = trial, _scratch_by_key(trial.program, self.alignment)
             else:
                 rejected.add((key, form))
-        return self._result(default, current, budget, nodes, scratch, current_scratch)
+        return current, current_scratch
+
+    def _with_bands(self, key: str, form: ConvAlgorithm, forms: Mapping[str, Sequence[ConvAlgorithm]],
+                    scratch: Mapping[tuple[str, ConvAlgorithm], int],
+                    current_scratch: Mapping[str, int]) -> dict[str, ConvAlgorithm]:
+        """`key` in `form`, and the other bands of the same node (aot/passes/row_patches.py) in
+        the form of the same kind where it has less scratch than theirs now: the bands all run
+        at the peak in turn, so changing one at a time would take a lowering per band."""
+        step = {key: form}
+        label, node = form_label(form), self.band_of.get(key)
+        for other in self.bands.get(node, []) if node is not None else []:
+            have = current_scratch.get(other, 0)
+            same = [f for f in forms[other] if form_label(f) == label and scratch[other, f] < have]
+            if other != key and same:
+                step[other] = same[0]
+        return step
 
     def _form_scratch(self, forms: Mapping[str, Sequence[ConvAlgorithm]]) -> dict[tuple[str, ConvAlgorithm], int]:
         """The scratch of every form of every convolution: one lowering per position in the
@@ -264,7 +304,8 @@ class BudgetSearch:
             return trial.memory.arena_bytes < current.memory.arena_bytes
         return self._peak_key(trial) != key
 
-    def _no_fit(self, budget: int, model: str, smallest: PlannedProgram) -> str:
+    @staticmethod
+    def _no_fit(budget: int, model: str, smallest: PlannedProgram) -> str:
         step = smallest.memory.peak_step
         kernels = smallest.program.kernels
         node = smallest.program.nodes[step] if step < len(smallest.program.nodes) else None
