@@ -701,6 +701,7 @@ def report_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.", show_default=False)],
     input_shape: InputShapeOpt = None,
     input_value: InputValueOpt = None,
+    max_arena: MaxArenaOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Write one self-contained HTML page: memory plan chart, kernels with their ONNX nodes and MACs, sizes."""
@@ -708,10 +709,11 @@ def report_cmd(
     from aot.package.writer import write_file_atomically
     from aot.report import build_report, render_report
 
+    budget = _max_arena(max_arena)
     read = _files_read(model, output, True, [])
     check_output_file(output, read)  # before the analysis: a refusal costs nothing
     with _progress().step("analysis and rendering"):
-        page = render_report(build_report(model, _shapes(input_shape), _values(input_value)))
+        page = render_report(build_report(model, _shapes(input_shape), _values(input_value), budget))
     write_file_atomically(output, page.encode(), inputs=read)
     print(f"wrote {printable(output)}")
 

@@ -125,6 +125,7 @@ def lower_and_plan_budgeted(graph: Graph, options: PipelineOptions, progress: Pr
     except AotError:
         assert search.smallest is not None
         smallest = search.smallest
+    forms_smallest = smallest.memory.arena_bytes
     best: BudgetedPlan | None = None
     for candidate in ranked(candidates(graph, options.alignment), options.max_arena):
         if best is not None and candidate.macs >= best.cost:
@@ -141,7 +142,8 @@ def lower_and_plan_budgeted(graph: Graph, options: PipelineOptions, progress: Pr
             continue
         if best is None or fitted.cost < best.cost:
             best = replace(fitted, default=default, default_arena=default.memory.arena_bytes,
-                           default_cost=plan_cost(default.program), patches=candidate.to_json(graph))
+                           default_cost=plan_cost(default.program), patches=candidate.to_json(graph),
+                           forms_arena=forms_smallest)
     if best is None:
         raise AotError(BudgetSearch._no_fit(options.max_arena, model or graph.name, smallest))
     return best

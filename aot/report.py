@@ -15,7 +15,8 @@ from aot.analysis import node_macs
 from aot.compiler import load
 from aot.frontend.input_values import InputValue
 from aot.passes.pipeline import run_passes
-from aot.pipeline import PipelineOptions, lower_and_plan
+from aot.pipeline import PipelineOptions, lower_and_plan, lower_and_plan_budgeted
+from aot.planner.budget import BudgetedPlan
 from aot.planner.liveness import arena_intervals
 from aot.precision import node_precision, precision_summary
 from aot.report_chart import Lifetime, memory_chart
@@ -25,7 +26,8 @@ from aot.version import __version__
 
 def build_report(model_path: str | os.PathLike[str],
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                 input_values: Mapping[str, InputValue] | None = None) -> dict[str, Any]:
+                 input_values: Mapping[str, InputValue] | None = None,
+                 max_arena: int | None = None) -> dict[str, Any]:
     graph, source = load(model_path, input_shapes, input_values)
     macs_by_node = {n.name: node_macs(n) for n in graph.nodes}
     source_nodes = graph.source_node_count
@@ -33,7 +35,13 @@ def build_report(model_path: str | os.PathLike[str],
     macs_by_node.update({n.name: node_macs(n) for n in graph.nodes})
     precision = {n.name: node_precision(n) for n in graph.nodes}
     summary = precision_summary(graph)
-    planned = lower_and_plan(graph, PipelineOptions())  # as `aot compile` without options
+    budgeted = None
+    if max_arena is None:
+        planned = lower_and_plan(graph, PipelineOptions())  # as `aot compile` without options
+    else:
+        budgeted = lower_and_plan_budgeted(graph, PipelineOptions(max_arena=max_arena), model=source)
+        planned = budgeted.planned
+        macs_by_node.update({n.name: node_macs(n) for n in planned.program.graph.nodes})
     program, memory = planned.program, planned.memory
     lifetimes = [Lifetime(str(iv.key), iv.size, memory.offsets[iv.key], iv.start, iv.end)
                  for iv in arena_intervals(program)]
@@ -54,7 +62,24 @@ def build_report(model_path: str | os.PathLike[str],
                            for d in sorted({*summary.tensor_bytes, *summary.weight_bytes})],
         "inputs": [(t.name, t.dtype.name, list(t.shape)) for t in graph.inputs],
         "outputs": [(t.name, t.dtype.name, list(t.shape)) for t in graph.outputs],
+        "budget": _budget_section(budgeted) if budgeted is not None else None,
     }
+
+
+def _budget_section(budgeted: BudgetedPlan) -> dict[str, Any]:
+    """What the --max-arena plan changed, and the arena bytes each technique saved: the
+    convolution forms (today's arena to what the forms alone reach), the bands of rows (from
+    there to the plan's), and the in-place pairs (each output over the input that dies there)."""
+    plan = budgeted.to_json()
+    program = budgeted.planned.program
+    pairs = []
+    for k, out_param, in_param in program.in_place:
+        out, source = program.bindings[k][out_param], program.bindings[k][in_param]
+        pairs.append({"kernel": k, "op": program.kernels[k].op, "output": out.name, "input": source.name,
+                      "bytes": min(out.nbytes, source.nbytes)})
+    forms_arena = int(plan["forms_only_arena_bytes"])  # type: ignore[call-overload]
+    return {**plan, "in_place": pairs, "saved_by_forms": budgeted.default_arena - forms_arena,
+            "saved_by_bands": forms_arena - budgeted.planned.memory.arena_bytes if budgeted.patches else 0}
 
 
 def render_report(data: dict[str, Any]) -> str:

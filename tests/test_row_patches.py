@@ -227,3 +227,24 @@ def test_random_conv_chains_under_random_budgets_fit_and_match_or_name_the_small
     event("bands of rows" if any("Slice" in str(t) or "Concat" in str(t) for n, t in package.files.items()
                                  if str(n).endswith("test_graph.c")) else "forms only")
     assert_matches_onnxruntime(model, inputs, max_arena=budget)
+
+
+def test_report_shows_the_budgeted_plan_and_what_each_technique_saved(tmp_path) -> None:  # noqa: ANN001
+    model, _ = fire_and_residual()
+    path, page = tmp_path / "fire.onnx", tmp_path / "report.html"
+    onnx.save(model, path)
+    budget = _budget("fire_and_residual")
+    result = aot("report", str(path), "-o", str(page), "--max-arena", str(budget))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(aot("inspect", str(path), "--max-arena", str(budget), "--json").stdout)["max_arena"]
+    html = page.read_text()
+    assert f"Plan within --max-arena {budget}" in html
+    assert f"Arena {plan['arena_bytes']} bytes, against {plan['default_arena_bytes']}" in html
+    saved = re.findall(r'<td>(convolution forms|bands of rows|in-place pairs)</td><td class="num">(\d+)</td>', html)
+    by_technique = {name: int(n) for name, n in saved}
+    # the forms and the bands together account for every byte the plan saved
+    assert by_technique["convolution forms"] + by_technique["bands of rows"] == \
+        plan["default_arena_bytes"] - plan["arena_bytes"]
+    assert by_technique["bands of rows"] > 0 and f"in {plan['patches']['bands']} bands" in html
+    plain = aot("report", str(path), "-o", str(tmp_path / "plain.html"))
+    assert plain.returncode == 0 and "Plan within" not in (tmp_path / "plain.html").read_text()

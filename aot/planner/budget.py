@@ -127,6 +127,9 @@ class BudgetedPlan:
     # The segment run in bands of rows (aot/planner/patch_search.py: PatchCandidate.to_json),
     # when no choice of forms alone fits.
     patches: dict[str, object] | None = None
+    # The arena the convolution forms alone reached (the plan itself, unless bands of rows were
+    # needed): what each technique saved, for the reports.
+    forms_arena: int | None = None
 
     @staticmethod
     def unchanged(planned: PlannedProgram, budget: int) -> BudgetedPlan:
@@ -137,7 +140,9 @@ class BudgetedPlan:
         return {"max_arena": self.budget, "arena_bytes": self.planned.memory.arena_bytes,
                 "default_arena_bytes": self.default_arena, "estimated_cost_macs": round(self.cost),
                 "default_estimated_cost_macs": round(self.default_cost),
-                "changed_forms": [c.to_json() for c in self.changes], "patches": self.patches}
+                "changed_forms": [c.to_json() for c in self.changes], "patches": self.patches,
+                "forms_only_arena_bytes": self.forms_arena if self.forms_arena is not None else
+                self.planned.memory.arena_bytes}
 
 
 def plan_cost(program: Program) -> float:
