@@ -93,11 +93,19 @@ def candidates(graph: Graph, alignment: int) -> list[PatchCandidate]:
     found = []
     for segment in segments(graph):
         own = sum(macs[n] for n in segment.nodes(graph))
-        for count in [c for c in BAND_COUNTS if c <= segment.height]:
+        for count in [c for c in BAND_COUNTS if c <= segment.height and _bands_read_rows(graph, segment, c)]:
             cost = total - own + band_macs(graph, segment, count, macs)
             found.append(PatchCandidate(segment, count, cost, estimate_arena(graph, segment, count, alignment),
                                         cost - total))
     return found
+
+
+def _bands_read_rows(graph: Graph, segment: Segment, count: int) -> bool:
+    """Whether every band reads at least one row of every tensor it needs (a band of output rows
+    computed from padding alone, under pads taller than the kernel, cannot be cut out)."""
+    nodes, result = segment.nodes(graph), graph.tensors[segment.result]
+    return all(lo < hi for band in bands(segment.height, count)
+               for lo, hi in band_ranges(nodes, result, band).values())
 
 
 def estimate_arena(graph: Graph, segment: Segment, count: int, alignment: int) -> int:
