@@ -248,3 +248,35 @@ def test_report_shows_the_budgeted_plan_and_what_each_technique_saved(tmp_path) 
     assert by_technique["bands of rows"] > 0 and f"in {plan['patches']['bands']} bands" in html
     plain = aot("report", str(path), "-o", str(tmp_path / "plain.html"))
     assert plain.returncode == 0 and "Plan within" not in (tmp_path / "plain.html").read_text()
+
+
+def depthwise_sandwich(stride: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A padded depthwise conv between two pointwise ones: at its step the input and the output
+    are live together, unless it writes over its input."""
+    c = _Chain(16, 12, 10, seed=3)
+    c.conv(16, kernel=(1, 1))
+    c.conv(16, group=16, pads=[1, 1, 1, 1], strides=[stride, stride])
+    c.op("Relu")
+    c.conv(4, kernel=(1, 1))
+    return c.model()
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_a_depthwise_conv_writes_over_its_input_under_a_budget(backend: str, stride: int, tmp_path) -> None:  # noqa: ANN001
+    """TinyEngine's in-place depthwise: one channel at a time into a scratch plane, copied over
+    the channel it read (a strided one's smaller output over the channels already read), so one
+    tensor and a plane are live instead of two tensors."""
+    model, inputs = depthwise_sandwich(stride)
+    path = tmp_path / "sandwich.onnx"
+    onnx.save(model, path)
+    tensor = 16 * 12 * 10 * 4
+    budget = tensor + 12 * 10 * 4 // stride // stride + 64  # one tensor, one output plane (aligned)
+    assert compile_model(model, backend=backend).manifest["arena_bytes"] >= 2 * tensor
+    report = json.loads(aot("inspect", str(path), "--json", "--max-arena", str(budget)).stdout)
+    forms = {c["node"]: c["form"] for c in report["max_arena"]["changed_forms"]}
+    assert forms.get("conv2") == "row updates into a channel plane, written over the input", forms
+    assert report["max_arena"]["patches"] is None
+    package = compile_model(model, backend=backend, max_arena=budget)
+    assert package.manifest["arena_bytes"] <= budget
+    assert_matches_onnxruntime(model, inputs, backend=backend, max_arena=budget)

@@ -387,6 +387,10 @@ class Kernel:
     body: list[Stmt]
     sources: list[str]
     op: str
+    # Whether the planner may prove an in-place pair by running every access of the kernel
+    # (aot/planner/in_place.py) where the per-statement rule cannot see it: a kernel that reads a
+    # whole channel of its input before storing that channel (a depthwise conv through a plane).
+    whole_run_in_place: bool = False
 
 
 # ---------------------------------------------------------------------------------------------

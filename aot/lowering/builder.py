@@ -83,6 +83,7 @@ class KernelBuilder:
                  roles: ParamRoles | None = None) -> None:
         self.op = op
         self.sources = sources
+        self.whole_run_in_place = False  # see Kernel.whole_run_in_place
         self._resolve = resolve
         self._roles = roles or ParamRoles(None)
         self.params: list[Buffer] = []
@@ -148,4 +149,4 @@ class KernelBuilder:
         return stmts
 
     def build(self, name: str, body: list[Stmt]) -> Kernel:
-        return Kernel(name, list(self.params), body, list(self.sources), self.op)
+        return Kernel(name, list(self.params), body, list(self.sources), self.op, self.whole_run_in_place)

@@ -102,7 +102,8 @@ class FormChange:
     op: str  # its kernel's op
     default: str  # form_label of today's form
     chosen: str
-    scratch_saved: int  # bytes of scratch the chosen form does without (aligned)
+    scratch_saved: int  # bytes of scratch the chosen form does without (aligned), and the input
+    # it writes over when it lets the planner write in place
     macs: int
     default_cost: float  # MACs x the form's factor
     cost: float
@@ -207,6 +208,7 @@ class BudgetSearch:
         self.lower, self.plan = lower, plan
         self.layers: dict[str, str] = {}
         self.smallest: PlannedProgram | None = None  # after fit failed: the smallest plan it reached
+        self.nodes: Mapping[str, Node] = {}  # the convolutions with several forms, by key
 
     def fit(self, default: PlannedProgram, budget: int, model: str) -> BudgetedPlan:
         """The plan for `budget` from today's plan `default`; AotError naming the smallest arena
@@ -214,6 +216,7 @@ class BudgetSearch:
         nodes = {key: n for n in default.program.nodes if (key := _formed_key(n, default.program)) is not None}
         forms = {key: node_forms(node, self.tiles, self.conv_algorithm) for key, node in nodes.items()}
         self.layers = {key: layer_class(node) for key, node in nodes.items()}
+        self.nodes = nodes
         self.bands: dict[str, list[str]] = {}  # a band's original node -> the keys of all its bands
         for key, node in nodes.items():
             if node.attr(BAND_OF) is not None:
@@ -277,8 +280,21 @@ class BudgetSearch:
             level = {key: f[i] for key, f in forms.items() if len(f) > i}
             program = self.lower(tuple(sorted(level.items(), key=lambda kv: kv[0])))
             found = _scratch_by_key(program, self.alignment)
-            scratch.update({(key, form): found.get(key, 0) for key, form in level.items()})
+            scratch.update({(key, form): found.get(key, 0) - self._in_place_gain(key, form)
+                            for key, form in level.items()})
         return scratch
+
+    def _in_place_gain(self, key: str, form: ConvAlgorithm) -> int:
+        """The bytes a form that lets the planner write the output over the input saves (the
+        input, when it dies at this convolution: an arena tensor read by it alone), counted as
+        negative scratch so the search weighs it with the rest."""
+        node = self.nodes.get(key)
+        if not form.via_plane or node is None:
+            return 0
+        x = node.inputs[0]
+        if x is None or x.producer is None or len(x.consumers) != 1 or self.graph.is_output(x):
+            return 0
+        return align_up(x.nbytes, self.alignment)
 
     def _peak_key(self, planned: PlannedProgram) -> str | None:
         """The key of the convolution whose kernel runs at the arena's peak, if it is one."""
@@ -331,7 +347,8 @@ class BudgetSearch:
             macs, layer = node_macs(node), layer_class(node)
             kernel = next(k for k, n in zip(planned.program.kernels, planned.program.nodes) if n is node)
             changes.append(FormChange(node.name, kernel.op, form_label(before), form_label(after),
-                                      default_scratch.get(key, 0) - chosen_scratch.get(key, 0), macs,
+                                      default_scratch.get(key, 0) - chosen_scratch.get(key, 0)
+                                      + self._in_place_gain(key, after), macs,
                                       macs * form_factor(before, layer), macs * form_factor(after, layer)))
         return BudgetedPlan(planned, budget, default, default.memory.arena_bytes, plan_cost(default.program),
                             plan_cost(planned.program), tuple(changes))

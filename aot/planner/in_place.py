@@ -88,13 +88,17 @@ def in_place_candidates(kernel: Kernel) -> list[tuple[int, int]]:
     leaves: list[_Leaf] | None = None
     pairs = []
     for out_param, out in enumerate(kernel.params):
-        inputs = [(p, b) for p, b in readable if b.dtype == out.dtype and b.size == out.size]
+        # a kernel proven by its whole run may write a smaller output over a larger input (a
+        # strided depthwise conv: each channel's output lies within the inputs it has read)
+        inputs = [(p, b) for p, b in readable if b.dtype == out.dtype
+                  and (b.size == out.size or (kernel.whole_run_in_place and b.size > out.size))]
         if not out.writable or not inputs:
             continue
         leaves = leaves if leaves is not None else list(_leaves(kernel.body))
         stores = [leaf for leaf in leaves if leaf.stored is not None and leaf.stored[0] == out]
         # The cheap test first: fact 2 compares index expressions, fact 1 evaluates them.
-        safe = [in_param for in_param, buf in inputs if _loads_precede_their_store(leaves, buf, out)]
+        safe = [in_param for in_param, buf in inputs if _loads_precede_their_store(leaves, buf, out)
+                or (kernel.whole_run_in_place and _load_after_store(kernel, out, buf) is None)]
         if safe and _stored_once(stores, out.size):
             pairs += [(out_param, in_param) for in_param in safe]
     return pairs
@@ -126,7 +130,8 @@ def find_in_place(program: Program,
                 continue
             whole = all(offsets[p] == 0 and kernel.params[p].size == bindings[p].size for p in (out_param, in_param))
             alone = sum(1 for t in bindings if t is out_t) == 1 and sum(1 for t in bindings if t is in_t) == 1
-            if whole and alone and out_t.nbytes == in_t.nbytes and last[in_t] == step \
+            sized = out_t.nbytes == in_t.nbytes or (kernel.whole_run_in_place and out_t.nbytes < in_t.nbytes)
+            if whole and alone and sized and last[in_t] == step \
                     and first[out_t] == step:
                 used |= {out_param, in_param}
                 found.append(InPlace(step, out_param, in_param, out_t.name, in_t.name))
@@ -389,13 +394,14 @@ def _load_after_store(kernel: Kernel, out: Buffer, buf: Buffer) -> str | None:
                                for e, keys in events]) for d in range(depth)]
     elements = np.concatenate([e for e, _ in events])
     is_store = np.concatenate([np.full(len(e), kind, dtype=bool) for (e, _), kind in zip(events, kinds)])
-    if elements.min() < 0 or elements.max() >= out.size:
+    size = max(out.size, buf.size)
+    if elements.min() < 0 or elements.max() >= size:
         return "an access falls outside the buffers"
     rank = np.empty(len(elements), dtype=np.int64)
     rank[np.lexsort(columns[::-1])] = np.arange(len(elements))
-    first_store = np.full(out.size, len(elements), dtype=np.int64)
+    first_store = np.full(size, len(elements), dtype=np.int64)
     np.minimum.at(first_store, elements[is_store], rank[is_store])
-    last_load = np.full(out.size, -1, dtype=np.int64)
+    last_load = np.full(size, -1, dtype=np.int64)
     np.maximum.at(last_load, elements[~is_store], rank[~is_store])
     late = np.nonzero(last_load > first_store)[0]
     if late.size:

@@ -38,6 +38,9 @@ class ConvAlgorithm:
     rows_first: bool = False  # whether the copy is row-interleaved (see interleave_rows)
     pointwise: bool = False  # rows: a 1x1 unit-stride convolution, a matrix product per image
     lean: bool = False  # flat mode: one channel's shifted copies at a time (least scratch, --max-arena)
+    # rows, depthwise: each channel's rows go to a one-channel scratch plane, copied out once the
+    # channel is done, so the output can be written over the input (in place, --max-arena)
+    via_plane: bool = False
 
 
 def choose_algorithm(geometry: ConvGeometry, weights: np.ndarray | None, dtype: str, tiles: TileConfig,
@@ -128,6 +131,8 @@ def conv_forms(geometry: ConvGeometry, weights: np.ndarray | None, dtype: str, t
                 and not flat_depthwise_fits(spec, tiles, dtype)):  # (that geometry has only the flat mode)
             forms.append(ConvAlgorithm("tiled", mode="pointwise" if pointwise else "rows"))
         forms.append(ConvAlgorithm("rows", pointwise=pointwise))
+        if geometry.groups == geometry.channels == geometry.out_channels > 1:
+            forms.append(ConvAlgorithm("rows", via_plane=True))
     forms.append(ConvAlgorithm("direct"))
     return list(dict.fromkeys(forms))  # in order, each once
 
@@ -139,6 +144,8 @@ def form_label(algorithm: ConvAlgorithm) -> str:
         lean = ", a channel at a time" if algorithm.lean else ""
         return f"tiled {algorithm.mode or 'rows'} over {over}{lean}"
     if algorithm.kind == "rows":
+        if algorithm.via_plane:
+            return "row updates into a channel plane, written over the input"
         return "row updates over a padded copy" if algorithm.copy == "padded" else "row updates over the input"
     return algorithm.kind
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from aot.ir.graph import Node
 from aot.kernel.ir import Expr, Load, Loop, Stmt, Store, Var, const
 from aot.lowering.builder import KernelBuilder, View
@@ -39,6 +41,7 @@ from aot.ops.contraction.row_updates import (
 from aot.ops.conv.algorithm import ConvAlgorithm
 from aot.ops.conv.copies import padded_copy
 from aot.ops.conv.geometry import ConvGeometry, ConvSpec
+from aot.ops.scratch import scratch_tensor
 
 # Output channels updated together by one vector loop (they share every input load).
 CHANNEL_BLOCK = 4
@@ -62,9 +65,36 @@ def lower_conv_rows(node: Node, ctx: LoweringContext, planar: ConvGeometry, algo
     yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, out_h, out_w))
     bv = kb.input(bias) if bias is not None else None
     wv = View(kb.input(w).buffer, (planar.out_channels, spec.group_in, spec.k_h, spec.k_w))
+    if algorithm.via_plane:
+        ctx.emit(kb, copy + _via_plane(node, ctx, kb, planar, spec, (xv, wv, yv, bv), epilogue, final.dtype.name))
+        return
     emitter = _RowEmitter(kb, spec, xv, wv, yv, bv, epilogue, final.dtype.name)
     body = emitter.pointwise if algorithm.pointwise else emitter.direct
     ctx.emit(kb, copy + kb.loops([planar.batch, planar.groups], lambda idx: body(idx[0], idx[1])))
+
+
+def _via_plane(node: Node, ctx: LoweringContext, kb: KernelBuilder, planar: ConvGeometry, spec: ConvSpec,
+               views: tuple[View, View, View, View | None], epilogue: Epilogue, dtype: str) -> list[Stmt]:
+    """A depthwise convolution one channel at a time: the channel's rows into a scratch plane
+    (its epilogue applied there), then the plane copied to the output. Every load of an input
+    channel comes before the first store to that output channel, and no channel's stores reach
+    a later channel's input, so the planner can write the output over the input (TinyEngine's
+    in-place depthwise: N + 1 channels live instead of 2N)."""
+    xv, wv, yv, bv = views
+    kb.whole_run_in_place = True
+    out_h, out_w = planar.out_spatial
+    plane = scratch_tensor(ctx, node, (out_h, out_w), np.dtype(dtype), "plane")
+    # every (image, channel) writes the same plane: strides 0 for both
+    pv = View(kb.output(plane).buffer, (planar.batch, planar.out_channels, out_h, out_w), (0, 0, out_w, 1))
+    emitter = _RowEmitter(kb, spec, xv, wv, pv, bv, epilogue, dtype)
+
+    def channel(idx: list[Expr]) -> list[Stmt]:
+        n, g = idx
+        copy_out = kb.loops([out_h, out_w], lambda p: [yv.store([n, g, p[0], p[1]], pv.load([n, g, p[0], p[1]]))],
+                            prefix="q")
+        return emitter.direct(n, g) + copy_out
+
+    return kb.loops([planar.batch, planar.groups], channel)
 
 
 class _RowEmitter:
