@@ -149,7 +149,7 @@ def test_a_bad_max_arena_is_one_line_naming_the_option(value: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize("command", [
-    ["inspect"], ["verify"], ["bench"], ["build", "--target", "x86_64", "-o", "OUT"]])
+    ["inspect"], ["verify"], ["bench"], ["build", "--target", "x86_64", "-o", "OUT"], ["report", "-o", "OUT"]])
 def test_every_command_with_the_option_checks_it_first(command: list[str], tmp_path: Path) -> None:
     args = [str(tmp_path / "pkg") if a == "OUT" else a for a in command]
     result = aot(args[0], str(TINY_CNN), *args[1:], "--max-arena", "lots")
