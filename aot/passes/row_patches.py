@@ -114,15 +114,15 @@ class Window:
     stride: int
     dilation: int
     pad_top: int
-    pad_bottom: int
     pads_left_right: tuple[int, int]
 
     @property
     def extent(self) -> int:
         return (self.kernel - 1) * self.dilation + 1
 
-    def input_rows(self, rows: Rows, height: int) -> tuple[int, int]:
-        """The input rows output rows [a, b) read, before clipping to [0, height)."""
+    def input_rows(self, rows: Rows) -> tuple[int, int]:
+        """The input rows output rows [a, b) read, before clipping to the input's rows (reaching
+        into the padding)."""
         a, b = rows
         return a * self.stride - self.pad_top, (b - 1) * self.stride - self.pad_top + self.extent
 
@@ -139,14 +139,14 @@ def window(node: Node) -> Window:
         kernel = [int(k) for k in node.attr("kernel_shape", [])]
     strides, dilations = window_steps(node, spatial)
     begin, end = spatial_padding(node, spatial, kernel, strides, dilations)
-    return Window(kernel[0], strides[0], dilations[0], begin[0], end[0], (begin[1], end[1]))
+    return Window(kernel[0], strides[0], dilations[0], begin[0], (begin[1], end[1]))
 
 
 def needed_rows(node: Node, rows: Rows, tensor: Tensor) -> Rows:
     """The rows of input `tensor` that `node` reads to compute its output rows `rows`."""
     if node.op_type not in WINDOW_OPS:
         return rows
-    lo, hi = window(node).input_rows(rows, tensor.shape[2])
+    lo, hi = window(node).input_rows(rows)
     return max(0, lo), min(tensor.shape[2], hi)
 
 
@@ -315,7 +315,7 @@ class _BandWriter:
         x, out = node.inputs[0], node.outputs[0]
         assert x is not None and out is not None
         geometry = window(node)
-        lo, hi = geometry.input_rows(rows, x.shape[2])
+        lo, hi = geometry.input_rows(rows)
         top, bottom = max(0, -lo), max(0, hi - x.shape[2])
         left, right = geometry.pads_left_right
         attrs = {k: v for k, v in node.attrs.items() if k not in ("auto_pad", "pads", "ceil_mode")}

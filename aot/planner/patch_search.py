@@ -2,13 +2,15 @@
 fits --max-arena (aot/planner/budget.py): the patch plans of aot/passes/row_patches.py.
 
 Candidates are the runs of row-local nodes that start and end where one 4-D tensor alone is live
-(from the first such point of each run to every later one), each in 2 to `height` bands. A
-candidate's peak is estimated without lowering, by walking the graph with the segment expanded
-into its bands: every activation from its producer to its last reader, a band's tensors only
-within the band, S whole from the first band on (aligned sizes, no scratch, no in-place pairs).
-Its cost is the graph's MACs with the bands' recomputed halos. The cheapest candidates whose
-estimate fits are then lowered and planned for real (with the form search on top), cheapest
-first, until one fits.
+(from the first such point of each run to every later one), each in each of BAND_COUNTS bands up
+to its result's height. A candidate's peak is estimated without lowering, by walking the graph
+with the segment expanded into its bands: every activation from its producer to its last reader
+(an elementwise node's output taking the place of an input that dies there, as fusion or an
+in-place pair would), a band's tensors only within the band, S whole from the first band on
+(aligned sizes, no scratch). Its cost is the graph's MACs with the bands' recomputed halos. The
+cheapest candidates whose estimate fits, then those with the smallest estimates, are lowered
+and planned for real with the form search on top (aot/pipeline.py); the cheapest plan that
+fits wins.
 """
 
 from __future__ import annotations
