@@ -195,7 +195,7 @@ def conv_chains(draw: st.DrawFn) -> tuple[onnx.ModelProto, dict[str, np.ndarray]
         elif kind in ("maxpool", "avgpool"):
             op = "MaxPool" if kind == "maxpool" else "AveragePool"
             extra = {"count_include_pad": draw(st.integers(0, 1))} if kind == "avgpool" else {}
-            c.op(op, kernel_shape=[kh, 2], strides=[stride, 1], pads=[top, 0, bottom, 0], **extra)
+            c.op(op, kernel_shape=[kh, 1], strides=[stride, 1], pads=[top, 0, bottom, 0], **extra)
             height = (height + top + bottom - kh) // stride + 1
         else:
             start = c.last
