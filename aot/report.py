@@ -77,9 +77,10 @@ def _budget_section(budgeted: BudgetedPlan) -> dict[str, Any]:
         out, source = program.bindings[k][out_param], program.bindings[k][in_param]
         pairs.append({"kernel": k, "op": program.kernels[k].op, "output": out.name, "input": source.name,
                       "bytes": min(out.nbytes, source.nbytes)})
-    forms_arena = int(plan["forms_only_arena_bytes"])  # type: ignore[call-overload]
+    arena = budgeted.planned.memory.arena_bytes
+    forms_arena = budgeted.forms_arena if budgeted.forms_arena is not None else arena
     return {**plan, "in_place": pairs, "saved_by_forms": budgeted.default_arena - forms_arena,
-            "saved_by_bands": forms_arena - budgeted.planned.memory.arena_bytes if budgeted.patches else 0}
+            "saved_by_bands": forms_arena - arena if budgeted.patches else 0}
 
 
 def render_report(data: dict[str, Any]) -> str:

@@ -179,23 +179,23 @@ def bands(height: int, count: int) -> list[Rows]:
     return out
 
 
-def band_macs(graph: Graph, segment: Segment, count: int, macs_of: dict[Node, int]) -> int:
-    """The segment's multiply-adds when run in `count` bands (halos recomputed): each node's
-    MACs scaled by the rows its bands compute over its output's height."""
+def band_needs(graph: Graph, segment: Segment, count: int) -> list[dict[Tensor, Rows]]:
+    """band_ranges of each of the `count` bands of `segment`."""
+    nodes, result = segment.nodes(graph), graph.tensors[segment.result]
+    return [band_ranges(nodes, result, band) for band in bands(segment.height, count)]
+
+
+def band_macs(graph: Graph, segment: Segment, needs: Sequence[dict[Tensor, Rows]], macs_of: dict[Node, int]) -> int:
+    """The segment's multiply-adds when run in the bands whose rows are `needs` (band_needs;
+    halos recomputed): each node's MACs scaled by the rows its bands compute over its output's
+    height."""
     nodes = segment.nodes(graph)
-    result = graph.tensors[segment.result]
-    rows_done: dict[Node, int] = dict.fromkeys(nodes, 0)
-    for band in bands(segment.height, count):
-        need = band_ranges(nodes, result, band)
-        for node in nodes:
-            out = node.outputs[0]
-            if out is not None and out in need:
-                rows_done[node] += need[out][1] - need[out][0]
     total = 0
     for node in nodes:
         out = node.outputs[0]
         assert out is not None
-        total += macs_of.get(node, 0) * rows_done[node] // out.shape[2]
+        rows_done = sum(need[out][1] - need[out][0] for need in needs if out in need)
+        total += macs_of.get(node, 0) * rows_done // out.shape[2]
     return total
 
 

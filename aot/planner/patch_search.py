@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from aot.analysis import node_macs
 from aot.ir.graph import Graph, Node, Tensor
 from aot.lowering.forms import FORMS
-from aot.passes.row_patches import Segment, band_macs, band_ranges, bands, pooled_whole, row_local
+from aot.passes.row_patches import Rows, Segment, band_macs, band_needs, pooled_whole, row_local
 from aot.planner.memory import align_up
 
 # The band counts tried: more than 64 bands recompute too much to be worth it, and between the
@@ -92,37 +92,39 @@ def candidates(graph: Graph, alignment: int) -> list[PatchCandidate]:
     """Every segment in every band count, with its cost and estimated arena."""
     macs = {n: node_macs(n) for n in graph.nodes}
     total = sum(macs.values())
+    last_use = _last_uses(graph)
     found = []
     for segment in segments(graph):
         own = sum(macs[n] for n in segment.nodes(graph))
-        for count in [c for c in BAND_COUNTS if c <= segment.height and _bands_read_rows(graph, segment, c)]:
-            cost = total - own + band_macs(graph, segment, count, macs)
-            found.append(PatchCandidate(segment, count, cost, estimate_arena(graph, segment, count, alignment),
-                                        cost - total))
+        for count in [c for c in BAND_COUNTS if c <= segment.height]:
+            needs = band_needs(graph, segment, count)
+            if not _bands_read_rows(needs):
+                continue
+            cost = total - own + band_macs(graph, segment, needs, macs)
+            found.append(PatchCandidate(segment, count, cost,
+                                        estimate_arena(graph, segment, needs, alignment, last_use), cost - total))
     return found
 
 
-def _bands_read_rows(graph: Graph, segment: Segment, count: int) -> bool:
+def _bands_read_rows(needs: list[dict[Tensor, Rows]]) -> bool:
     """Whether every band reads at least one row of every tensor it needs (a band of output rows
     computed from padding alone, under pads taller than the kernel, cannot be cut out)."""
-    nodes, result = segment.nodes(graph), graph.tensors[segment.result]
-    return all(lo < hi for band in bands(segment.height, count)
-               for lo, hi in band_ranges(nodes, result, band).values())
+    return all(lo < hi for need in needs for lo, hi in need.values())
 
 
-def estimate_arena(graph: Graph, segment: Segment, count: int, alignment: int) -> int:
-    """The largest total of activations live at one step with `segment` in `count` bands
-    (module docstring)."""
+def estimate_arena(graph: Graph, segment: Segment, needs: list[dict[Tensor, Rows]], alignment: int,
+                   last_use: dict[Tensor, int]) -> int:
+    """The largest total of activations live at one step with `segment` in the bands whose rows
+    are `needs` (band_needs; `last_use`: _last_uses of the graph), as the module docstring says."""
     walk = _Walk(graph, alignment)
     nodes = graph.nodes
-    last_use = _last_uses(graph)
     pool = segment.pool_node(graph)
     source, result = graph.tensors[segment.source], graph.tensors[segment.result]
     inside = set(segment.nodes(graph))
     for i, node in enumerate(nodes):
         if node in inside:
             if i == segment.start:
-                _walk_bands(walk, graph, segment, count, source, result, pool)
+                _walk_bands(walk, graph, segment, needs, source, result, pool)
                 walk.free([t for t in walk.live if t is source and last_use[t] < segment.stop])
             continue
         if node is pool:
@@ -146,16 +148,15 @@ def _reused_input(node: Node, dies: Callable[[Tensor], bool]) -> Tensor | None:
                  and t.dtype == out.dtype and dies(t)), None)
 
 
-def _walk_bands(walk: _Walk, graph: Graph, segment: Segment, count: int, source: Tensor, result: Tensor,
-                pool: Node | None) -> None:
+def _walk_bands(walk: _Walk, graph: Graph, segment: Segment, needs: list[dict[Tensor, Rows]], source: Tensor,
+                result: Tensor, pool: Node | None) -> None:
     nodes = segment.nodes(graph)
     outer = set(walk.live)
     if pool is None:
         walk.add([result])
     else:
         walk.add(t for t in pool.outputs if t is not None)
-    for band in bands(segment.height, count):
-        need = band_ranges(nodes, result, band)
+    for need in needs:
         last = {t: i for i, n in enumerate(nodes) for t in n.inputs if t is not None and t in need}
         band_live: dict[Tensor, int] = {}
         rows = need.get(source)
