@@ -36,6 +36,7 @@ from aot.kernel.ir import (
     Stmt,
     Store,
     Var,
+    cast,
     const,
     ge,
     logical_and,
@@ -81,6 +82,9 @@ FLAT_DEPTHWISE_SUMS = 2048
 # planes' slack and are discarded): a remainder is scalar code, and DS-CNN's 175-pixel planes
 # left 15 pixels per channel to scalar requantisation.
 FLAT_DEPTHWISE_STEP = 32
+# Taps a float32 sum holds exactly: |x| <= 255 and |w - w_zero_point| <= 255, so each product is
+# at most 65025 and 258 of them stay below 2**24, where float32 represents every integer.
+EXACT_FLOAT_TAPS = 258
 Finish = Callable[[Expr, Expr], Expr]  # (int32 accumulator, output channel) -> the output value
 StoreAt = Callable[[list[Expr], Expr], Stmt]  # (output index, value) -> the store of it
 
@@ -424,13 +428,14 @@ def _depthwise(kb: KernelBuilder, g: ConvGeometry, planes: View, weights: Buffer
     return kb.loops([g.batch, g.groups, per_group], channel)
 
 
-def _channel_locals(kb: KernelBuilder, weights: Buffer, init: PerIndex, m: Expr,
-                    taps: int) -> tuple[list[Stmt], list[Var], Var]:
-    """Output channel m's tap weights (widened) and accumulator start as locals: their
+def _channel_locals(kb: KernelBuilder, weights: Buffer, init: PerIndex, m: Expr, taps: int,
+                    weight_type: str = ACCUMULATOR) -> tuple[list[Stmt], list[Var], Var]:
+    """Output channel m's tap weights (as `weight_type`) and accumulator start as locals: their
     declarations, the weights' variables and the start's."""
-    locals_ = [kb.var("w", ACCUMULATOR) for _ in range(taps)]
+    locals_ = [kb.var("w", weight_type) for _ in range(taps)]
     start = kb.var("start", ACCUMULATOR)
-    decls: list[Stmt] = [Declare(v, widened(Load(weights, m * taps + t))) for t, v in enumerate(locals_)]
+    decls: list[Stmt] = [Declare(v, cast(widened(Load(weights, m * taps + t)), weight_type))
+                         for t, v in enumerate(locals_)]
     return [*decls, Declare(start, init(m))], locals_, start
 
 
@@ -442,34 +447,50 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     whole chunks of rows are one vector loop, including the wp - out_w columns past each output
     row and the pixels up to a whole FLAT_DEPTHWISE_STEP, whose results are discarded. The
     finished values (requantised) go to a scratch row, and a second loop stores the real pixels.
-    DS-CNN's 25x5 planes ran as 5-pixel loops (72% of its int8 run)."""
+    DS-CNN's 25x5 planes ran as 5-pixel loops (72% of its int8 run).
+
+    The taps are summed in float32, from a float copy of the chunk's rows: every product and
+    partial sum is an integer below 2**24 (EXACT_FLOAT_TAPS), so the sum is the int32 one
+    exactly, and a vector of floats takes one multiply and one add per tap where int8 lanes
+    took a widening, a 32-bit multiply and an add (DS-CNN's depthwise convs: 55% of its int8
+    run before)."""
     (k_h, k_w), (d_h, d_w) = g.kernel, g.dilations
+    assert k_h * k_w <= EXACT_FLOAT_TAPS
     per_group = g.out_channels // g.groups
     (out_h, out_w), (hp, wp) = g.out_spatial, g.padded_hw
     taps = [(kh, kw) for kh in range(k_h) for kw in range(k_w)]
+    offsets = [kh * d_h * wp + kw * d_w for kh, kw in taps]
     rows = max(1, min(out_h, FLAT_DEPTHWISE_SUMS // wp))  # output rows per chunk
     dtype = finish(const(0, ACCUMULATOR), const(0, INDEX)).dtype
     finished = kb.output(scratch_tensor(ctx, node, (_whole_steps(rows * wp),), np.dtype(dtype), "finished")).buffer
+    floats = kb.output(scratch_tensor(ctx, node, (_whole_steps(rows * wp) + max(offsets),), np.dtype(np.float32),
+                                      "plane_floats")).buffer
 
     def chunk(n: Expr, group: Expr, m: Expr, locals_: list[Var], start: Var, row0: Expr, count: int) -> list[Stmt]:
         base = ((n * g.channels + group) * hp + row0) * wp
+        span = _whole_steps(count * wp)
+
+        def convert(i: list[Expr]) -> list[Stmt]:
+            return [Store(floats, i[0], cast(Load(planes.buffer, base + i[0]), "float32"))]
 
         def pixel(i: list[Expr]) -> list[Stmt]:
-            acc: Expr = start
-            for (kh, kw), w in zip(taps, locals_):
-                acc = acc + widened(Load(planes.buffer, base + i[0] + (kh * d_h * wp + kw * d_w))) * w
-            return [Store(finished, i[0], finish(acc, m))]
+            terms = [Load(floats, i[0] + offset) * w for offset, w in zip(offsets, locals_)]
+            total: Expr = terms[0]
+            for term in terms[1:]:
+                total = total + term
+            return [Store(finished, i[0], finish(start + cast(total, ACCUMULATOR), m))]
 
         def output(i: list[Expr]) -> list[Stmt]:
             oh, ow = i
             return [store(n, m, row0 + oh, ow, Load(finished, oh * wp + ow))]
 
-        return kb.loops([_whole_steps(count * wp)], pixel, prefix="p") + kb.loops([count, out_w], output, prefix="q")
+        return (kb.loops([span + max(offsets)], convert, prefix="f") + kb.loops([span], pixel, prefix="p")
+                + kb.loops([count, out_w], output, prefix="q"))
 
     def channel(idx: list[Expr]) -> list[Stmt]:
         n, group, j = idx
         m = group * per_group + j
-        body, locals_, start = _channel_locals(kb, weights, init, m, len(taps))
+        body, locals_, start = _channel_locals(kb, weights, init, m, len(taps), "float32")
         return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, group, m, locals_, start, row0, count),
                              "c")
 
