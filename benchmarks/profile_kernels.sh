@@ -15,7 +15,8 @@ if [ -n "${PROFILE_TARGET:-}" ]; then
   march=$(python -c "import sys; from aot.bench import native_target as n; print(' '.join(n(sys.argv[1]).cflags))" \
     "$target")
 else
-  target=$(python -c 'from aot.targets import host_preset_name as h; print(h())'); march=-march=native
+  target=$(python -c 'from aot.targets import host_preset_name as h; print(h())')
+  march=$(python -c 'from aot.host.build import host_target_cflags as f; print(f())')  # -march=native, 512-bit loops on AVX-512
 fi
 aot compile "$model" -o "$dir/pkg" --target "$target" >/dev/null
 cd "$dir/pkg"

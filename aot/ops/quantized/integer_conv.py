@@ -256,10 +256,8 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
     if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS and not tiled:
         packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
         init = _folded_bias(node, ctx, kb, conv, sums, x_zp)
-        if ctx.tiles.lanes > 1 and g.strides == (1, 1):
-            slack = (g.kernel[1] - 1) * g.dilations[1] + FLAT_DEPTHWISE_STEP - 1
-            copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp, slack=slack)
-            return copy + _flat_depthwise(node, ctx, kb, g, planes, packed, init, finish, out_store)
+        if ctx.tiles.lanes > 1:
+            return _flat_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store)
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     x_fill = x_zp
@@ -439,42 +437,40 @@ def _channel_locals(kb: KernelBuilder, weights: Buffer, init: PerIndex, m: Expr,
     return [*decls, Declare(start, init(m))], locals_, start
 
 
-def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, planes: View,
+def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: Tensor, x_zp: Expr,
                     weights: Buffer, init: PerIndex, finish: Finish,
                     store: Callable[[Expr, Expr, Expr, Expr, Expr], Stmt]) -> list[Stmt]:
-    """_depthwise for unit stride, over each padded plane as one long row: the sums for pixel p
-    of the flattened plane (row p / wp, column p % wp) read the plane at p + kh * wp + kw, so
-    whole chunks of rows are one vector loop, including the wp - out_w columns past each output
-    row and the pixels up to a whole FLAT_DEPTHWISE_STEP, whose results are discarded. The
-    finished values (requantised) go to a scratch row, and a second loop stores the real pixels.
-    DS-CNN's 25x5 planes ran as 5-pixel loops (72% of its int8 run).
+    """_depthwise over each plane as one long row, per chunk of output rows: the chunk's input
+    rows are copied from the padded planes to float32 "phase planes" (PhasePlanes), where tap (kh, kw) of output pixel p
+    (row p / width, column p % width) is at p + a constant, so the whole chunk is one vector loop
+    per tap, including the columns past each output row and the pixels up to a whole
+    FLAT_DEPTHWISE_STEP, whose results are discarded. The finished values (requantised) go to a
+    scratch row, and a second loop stores the real pixels. DS-CNN's 25x5 planes ran as 5-pixel
+    loops before (72% of its int8 run); VWW's stride-2 depthwise convs, as strided loads.
 
-    The taps are summed in float32, from a float copy of the chunk's rows: every product and
-    partial sum is an integer below 2**24 (EXACT_FLOAT_TAPS), so the sum is the int32 one
-    exactly, and a vector of floats takes one multiply and one add per tap where int8 lanes
-    took a widening, a 32-bit multiply and an add (DS-CNN's depthwise convs: 55% of its int8
-    run before)."""
-    (k_h, k_w), (d_h, d_w) = g.kernel, g.dilations
-    assert k_h * k_w <= EXACT_FLOAT_TAPS
+    The taps are summed in float32: every product and partial sum is an integer below 2**24
+    (EXACT_FLOAT_TAPS), so the sum is the int32 one exactly, and a vector of floats takes one
+    multiply-add per tap where int8 lanes took a widening, a 32-bit multiply and an add."""
+    assert g.kernel[0] * g.kernel[1] <= EXACT_FLOAT_TAPS
     per_group = g.out_channels // g.groups
-    (out_h, out_w), (hp, wp) = g.out_spatial, g.padded_hw
-    taps = [(kh, kw) for kh in range(k_h) for kw in range(k_w)]
-    offsets = [kh * d_h * wp + kw * d_w for kh, kw in taps]
-    rows = max(1, min(out_h, FLAT_DEPTHWISE_SUMS // wp))  # output rows per chunk
+    out_h, out_w = g.out_spatial
+    phases = PhasePlanes(g)
+    rows = max(1, min(out_h, FLAT_DEPTHWISE_SUMS // phases.width))  # output rows per chunk
+    span = _whole_steps(rows * phases.width)
     dtype = finish(const(0, ACCUMULATOR), const(0, INDEX)).dtype
-    finished = kb.output(scratch_tensor(ctx, node, (_whole_steps(rows * wp),), np.dtype(dtype), "finished")).buffer
-    floats = kb.output(scratch_tensor(ctx, node, (_whole_steps(rows * wp) + max(offsets),), np.dtype(np.float32),
-                                      "plane_floats")).buffer
+    finished = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(dtype), "finished")).buffer
+    plane = span + phases.reach
+    floats = kb.output(scratch_tensor(ctx, node, (len(phases.used) * plane,), np.dtype(np.float32),
+                                      "phase_planes")).buffer
+    copy, planes = _planes(node, ctx, kb, x, g, x_zp)
 
     def chunk(n: Expr, group: Expr, m: Expr, locals_: list[Var], start: Var, row0: Expr, count: int) -> list[Stmt]:
-        base = ((n * g.channels + group) * hp + row0) * wp
-        span = _whole_steps(count * wp)
-
-        def convert(i: list[Expr]) -> list[Stmt]:
-            return [Store(floats, i[0], cast(Load(planes.buffer, base + i[0]), "float32"))]
+        copies = [stmt for k, phase in enumerate(phases.used)
+                  for stmt in phases.copy(kb, planes, n, group, row0, count, phase, floats, k * plane)]
 
         def pixel(i: list[Expr]) -> list[Stmt]:
-            terms = [Load(floats, i[0] + offset) * w for offset, w in zip(offsets, locals_)]
+            terms = [Load(floats, i[0] + phases.used.index(phase) * plane + offset) * w
+                     for (phase, offset), w in zip(phases.taps, locals_)]
             total: Expr = terms[0]
             for term in terms[1:]:
                 total = total + term
@@ -482,19 +478,71 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
 
         def output(i: list[Expr]) -> list[Stmt]:
             oh, ow = i
-            return [store(n, m, row0 + oh, ow, Load(finished, oh * wp + ow))]
+            return [store(n, m, row0 + oh, ow, Load(finished, oh * phases.width + ow))]
 
-        return (kb.loops([span + max(offsets)], convert, prefix="f") + kb.loops([span], pixel, prefix="p")
+        return (copies + kb.loops([_whole_steps(count * phases.width)], pixel, prefix="p")
                 + kb.loops([count, out_w], output, prefix="q"))
 
     def channel(idx: list[Expr]) -> list[Stmt]:
         n, group, j = idx
         m = group * per_group + j
-        body, locals_, start = _channel_locals(kb, weights, init, m, len(taps), "float32")
+        body, locals_, start = _channel_locals(kb, weights, init, m, len(phases.taps), "float32")
         return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, group, m, locals_, start, row0, count),
                              "c")
 
-    return kb.loops([g.batch, g.groups, per_group], channel)
+    # Positions no chunk writes (past a phase's last column or row) feed discarded sums only;
+    # zeroed once, they are finite numbers whatever ran before.
+    zero = kb.loops([floats.size], lambda i: [Store(floats, i[0], const(0.0, "float32"))], prefix="z")
+    return copy + zero + kb.loops([g.batch, g.groups, per_group], channel)
+
+
+@dataclass(frozen=True)
+class PhasePlanes:
+    """The padded input plane split by stride phase: phase (ph, pw) holds the padded pixels
+    (s_h * r + ph, s_w * c + pw) at [r][c], rows `width` long. Output pixel (oh, ow) reads tap
+    (kh, kw) in phase ((kh * d_h) % s_h, (kw * d_w) % s_w) at row oh + (kh * d_h) // s_h, column
+    ow + (kw * d_w) // s_w: at a constant offset from oh * width + ow. Unit stride: one phase,
+    the padded plane itself."""
+
+    g: ConvGeometry
+
+    @property
+    def width(self) -> int:
+        return -(-self.g.padded_hw[1] // self.g.strides[1])
+
+    @property
+    def taps(self) -> list[tuple[tuple[int, int], int]]:
+        """(phase, offset in the phase's plane) of each tap, in the weights' order."""
+        (k_h, k_w), (s_h, s_w), (d_h, d_w) = self.g.kernel, self.g.strides, self.g.dilations
+        return [(((kh * d_h) % s_h, (kw * d_w) % s_w), (kh * d_h) // s_h * self.width + (kw * d_w) // s_w)
+                for kh in range(k_h) for kw in range(k_w)]
+
+    @property
+    def used(self) -> list[tuple[int, int]]:
+        return sorted({phase for phase, _ in self.taps})
+
+    @property
+    def reach(self) -> int:
+        return max(offset for _, offset in self.taps)
+
+    def extent(self, phase: tuple[int, int]) -> tuple[int, int]:
+        """(rows past a chunk's output rows, columns) of `phase` that some output reads."""
+        offsets = [offset for p, offset in self.taps if p == phase]
+        return max(offsets) // self.width, self.g.out_spatial[1] + max(o % self.width for o in offsets)
+
+    def copy(self, kb: KernelBuilder, planes: View, n: Expr, c: Expr, row0: Expr, count: int,
+             phase: tuple[int, int], floats: Buffer, base: int) -> list[Stmt]:
+        """`phase`'s rows that output rows row0 .. row0 + count - 1 read, as floats at `base`,
+        from the padded planes ([n][c][row][column]): with unit stride one run of whole rows."""
+        (ph, pw), (s_h, s_w) = phase, self.g.strides
+        extra, columns = self.extent(phase)
+        start = planes.index([n, c, row0 * s_h + ph, const(pw, INDEX)])
+        if (s_h, s_w) == (1, 1) and columns == self.width:
+            return kb.loops([(count + extra) * self.width], lambda i: [Store(floats, base + i[0], cast(
+                Load(planes.buffer, start + i[0]), "float32"))], prefix="f")
+        row_step = s_h * self.g.padded_hw[1]
+        return kb.loops([count + extra, columns], lambda i: [Store(floats, base + i[0] * self.width + i[1], cast(
+            Load(planes.buffer, start + i[0] * row_step + i[1] * s_w), "float32"))], prefix="f")
 
 
 def _whole_steps(count: int) -> int:
