@@ -71,6 +71,12 @@ CONV_CASES = {
     "depthwise_dilated": ((1, 8, 11, 10), (8, 1, 3, 3), {"group": 8, "dilations": [2, 2], "pads": [2, 1, 2, 3]}),
     "depthwise_25x5": ((1, 64, 25, 5), (64, 1, 3, 3), {"group": 64, "pads": [1, 1, 1, 1]}),
     "depthwise_chunks": ((1, 4, 70, 40), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    # strided ones too, in float on x86, over the plane split by stride phase (PhasePlanes): odd
+    # sizes, uneven strides and pads, dilation sharing one phase, a 5x5 kernel over a ragged chunk
+    "depthwise_s2_dilated": ((1, 6, 13, 12), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "dilations": [2, 2],
+                                                            "pads": [2, 1, 1, 2]}),
+    "depthwise_s2x1": ((1, 5, 9, 11), (5, 1, 3, 3), {"group": 5, "strides": [2, 1], "pads": [0, 1, 1, 0]}),
+    "depthwise_s3_5x5": ((1, 3, 80, 31), (3, 1, 5, 5), {"group": 3, "strides": [3, 3], "pads": [2, 2, 2, 2]}),
     "3d": ((1, 4, 5, 6, 7), (6, 4, 3, 3, 3), {"pads": [1, 0, 1, 1, 1, 0]}),  # the direct loop nest
 }
 

@@ -33,6 +33,7 @@ from aot.kernel.ir import (
     Expr,
     If,
     Load,
+    MulAdd,
     Stmt,
     Store,
     Var,
@@ -256,7 +257,9 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
     if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS and not tiled:
         packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
         init = _folded_bias(node, ctx, kb, conv, sums, x_zp)
-        if ctx.tiles.lanes > 1:
+        # Strided convs take the phase planes only in float (x86): the integer form ran more
+        # instructions under qemu than _depthwise there (DS-CNN's 10x4 stride-2 conv on rpi3).
+        if ctx.tiles.lanes > 1 and (_sums_in_float(ctx) or g.strides == (1, 1)):
             return _flat_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store)
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
@@ -448,9 +451,10 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     scratch row, and a second loop stores the real pixels. DS-CNN's 25x5 planes ran as 5-pixel
     loops before (72% of its int8 run); VWW's stride-2 depthwise convs, as strided loads.
 
-    The taps are summed in float32: every product and partial sum is an integer below 2**24
-    (EXACT_FLOAT_TAPS), so the sum is the int32 one exactly, and a vector of floats takes one
-    multiply-add per tap where int8 lanes took a widening, a 32-bit multiply and an add."""
+    On x86 the phase planes hold floats and the taps are summed in float32: every product and
+    partial sum is an integer below 2**24 (EXACT_FLOAT_TAPS), so the sum is the int32 one
+    exactly, and a vector of floats takes one multiply-add per tap where int8 lanes took a
+    widening, a 32-bit multiply and an add (DS-CNN int8: 82 -> 53 us with 512-bit loops)."""
     assert g.kernel[0] * g.kernel[1] <= EXACT_FLOAT_TAPS
     per_group = g.out_channels // g.groups
     out_h, out_w = g.out_spatial
@@ -460,20 +464,39 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     dtype = finish(const(0, ACCUMULATOR), const(0, INDEX)).dtype
     finished = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(dtype), "finished")).buffer
     plane = span + phases.reach
-    floats = kb.output(scratch_tensor(ctx, node, (len(phases.used) * plane,), np.dtype(np.float32),
-                                      "phase_planes")).buffer
-    copy, planes = _planes(node, ctx, kb, x, g, x_zp)
+    # Float sums where int8 lanes need a widening and a 32-bit multiply per tap (x86); the ARM
+    # targets keep integer planes: their compilers' widening multiply-adds (smlal) ran fewer
+    # instructions under qemu than the float form (LLVM, DS-CNN rpi4: 2.77M against 3.13M).
+    in_float = _sums_in_float(ctx)
+    # Integer sums at unit stride read the padded planes themselves (the single phase), past
+    # whose end a slack of the zero point covers the last chunk's discarded pixels.
+    direct = not in_float and g.strides == (1, 1)
+    slack = (g.kernel[1] - 1) * g.dilations[1] + FLAT_DEPTHWISE_STEP - 1
+    copy, planes = _planes(node, ctx, kb, x, g, x_zp, slack=slack if direct else None)
+    element = "float32" if in_float else x.dtype.name
+    floats = None if direct else kb.output(scratch_tensor(ctx, node, (len(phases.used) * plane,), np.dtype(element),
+                                                          "phase_planes")).buffer
 
     def chunk(n: Expr, group: Expr, m: Expr, locals_: list[Var], start: Var, row0: Expr, count: int) -> list[Stmt]:
-        copies = [stmt for k, phase in enumerate(phases.used)
-                  for stmt in phases.copy(kb, planes, n, group, row0, count, phase, floats, k * plane)]
+        if floats is None:
+            base, read, copies = planes.index([n, group, row0, const(0, INDEX)]), planes.buffer, []
+        else:
+            base, read = const(0, INDEX), floats
+            copies = [stmt for k, phase in enumerate(phases.used)
+                      for stmt in phases.copy(kb, planes, n, group, row0, count, phase, floats, k * plane)]
 
         def pixel(i: list[Expr]) -> list[Stmt]:
-            terms = [Load(floats, i[0] + phases.used.index(phase) * plane + offset) * w
-                     for (phase, offset), w in zip(phases.taps, locals_)]
-            total: Expr = terms[0]
-            for term in terms[1:]:
-                total = total + term
+            # exact integers: fused multiply-adds (where the target has them) give the same sums
+            taps = [Load(read, base + i[0] + phases.used.index(phase) * plane + offset)
+                    for phase, offset in phases.taps]
+            if not in_float:
+                acc: Expr = start
+                for tap, w in zip(taps, locals_):
+                    acc = acc + widened(tap) * w
+                return [Store(finished, i[0], finish(acc, m))]
+            total: Expr = taps[0] * locals_[0]
+            for tap, w in zip(taps[1:], locals_[1:]):
+                total = MulAdd(total, tap, w)
             return [Store(finished, i[0], finish(start + cast(total, ACCUMULATOR), m))]
 
         def output(i: list[Expr]) -> list[Stmt]:
@@ -486,13 +509,15 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     def channel(idx: list[Expr]) -> list[Stmt]:
         n, group, j = idx
         m = group * per_group + j
-        body, locals_, start = _channel_locals(kb, weights, init, m, len(phases.taps), "float32")
+        body, locals_, start = _channel_locals(kb, weights, init, m, len(phases.taps),
+                                               "float32" if in_float else ACCUMULATOR)
         return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, group, m, locals_, start, row0, count),
                              "c")
 
     # Positions no chunk writes (past a phase's last column or row) feed discarded sums only;
     # zeroed once, they are finite numbers whatever ran before.
-    zero = kb.loops([floats.size], lambda i: [Store(floats, i[0], const(0.0, "float32"))], prefix="z")
+    zero = [] if floats is None else kb.loops([floats.size], lambda i: [Store(floats, i[0], const(0, element))],
+                                              prefix="z")
     return copy + zero + kb.loops([g.batch, g.groups, per_group], channel)
 
 
@@ -539,10 +564,15 @@ class PhasePlanes:
         start = planes.index([n, c, row0 * s_h + ph, const(pw, INDEX)])
         if (s_h, s_w) == (1, 1) and columns == self.width:
             return kb.loops([(count + extra) * self.width], lambda i: [Store(floats, base + i[0], cast(
-                Load(planes.buffer, start + i[0]), "float32"))], prefix="f")
+                Load(planes.buffer, start + i[0]), floats.dtype))], prefix="f")
         row_step = s_h * self.g.padded_hw[1]
         return kb.loops([count + extra, columns], lambda i: [Store(floats, base + i[0] * self.width + i[1], cast(
-            Load(planes.buffer, start + i[0] * row_step + i[1] * s_w), "float32"))], prefix="f")
+            Load(planes.buffer, start + i[0] * row_step + i[1] * s_w), floats.dtype))], prefix="f")
+
+
+def _sums_in_float(ctx: LoweringContext) -> bool:
+    """Whether flat depthwise sums are float32 (_flat_depthwise): on x86 with AVX2 or later."""
+    return ctx.tiles.int8_dot != "portable"
 
 
 def _whole_steps(count: int) -> int:
