@@ -57,6 +57,7 @@ from aot.ops.quantized.integer_terms import (
     check_per_tensor,
     check_scale,
     check_zero_point,
+    finite_constants,
     minus,
     multiplier_expr,
     narrow_weights,
@@ -132,7 +133,8 @@ def lower_qlinear_conv(node: Node, ctx: LoweringContext) -> None:
     def finish(kb: KernelBuilder) -> Finish:
         multiplier = _multiplier(node, ctx, kb, x_scale, w_scale, y_scale)
         zero_point = scalar(kb, y_zero_point, 0, dtype)
-        return lambda acc, m: requantize(acc, multiplier(m), zero_point, dtype)
+        finite = finite_constants(x_scale, w_scale, y_scale)
+        return lambda acc, m: requantize(acc, multiplier(m), zero_point, dtype, finite)
 
     _lower(node, ctx, conv, finish)
 

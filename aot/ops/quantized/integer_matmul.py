@@ -28,6 +28,7 @@ from aot.ops.quantized.integer_terms import (
     check_per_tensor,
     check_scale,
     check_zero_point,
+    finite_constants,
     minus,
     multiplier_expr,
     narrow_weights,
@@ -108,7 +109,8 @@ def lower_qlinear_matmul(node: Node, ctx: LoweringContext) -> None:
     def finish(kb: KernelBuilder) -> Finish:
         multiplier = _multiplier(node, ctx, kb, p, *scales)
         zero_point = scalar(kb, y_zero_point, 0, dtype)
-        return lambda acc, bi, i, j: requantize(acc, multiplier(bi, i, j), zero_point, dtype)
+        finite = finite_constants(*scales)
+        return lambda acc, bi, i, j: requantize(acc, multiplier(bi, i, j), zero_point, dtype, finite)
 
     _lower(node, ctx, p, node.input(2), node.input(5), finish)
 

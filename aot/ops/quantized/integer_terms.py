@@ -19,7 +19,7 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Const, Expr, Load, cast, const, unary
 from aot.lowering.builder import KernelBuilder
 from aot.ops.attrs import fail
-from aot.ops.quantized.arithmetic import saturate
+from aot.ops.quantized.arithmetic import saturate, saturate_finite
 
 ACCUMULATOR = "int32"
 OPERAND_DTYPES = ("int8", "uint8")  # what the integer ops' quantised inputs and outputs may be
@@ -129,9 +129,22 @@ def multiplier_expr(in_scale: Expr, w_scale: Expr, out_scale: Expr) -> Expr:
     return (in_scale * w_scale) / out_scale
 
 
-def requantize(acc: Expr, multiplier: Expr, zero_point: Expr, dtype: str) -> Expr:
+def requantize(acc: Expr, multiplier: Expr, zero_point: Expr, dtype: str, finite: bool = False) -> Expr:
     """saturate(round_half_to_even(float(acc) * multiplier) + zero_point): an int32 accumulator
     as the quantised output (`dtype`), as onnxruntime requantises (the rounding comes before the
-    zero point is added; the ONNX reference rounds after, which differs on exact halves only)."""
+    zero point is added; the ONNX reference rounds after, which differs on exact halves only).
+    `finite`: every multiplier is a finite constant, so the value is never NaN (an infinite
+    product saturates either way)."""
     scaled = unary("round_even", cast(acc, "float32") * multiplier)
-    return saturate(scaled + cast(zero_point, "float32"), dtype)
+    return (saturate_finite if finite else saturate)(scaled + cast(zero_point, "float32"), dtype)
+
+
+def finite_constants(in_scale: Tensor, w_scale: Tensor, out_scale: Tensor) -> bool:
+    """Whether the scales are constants whose requantisation multipliers (in * w / out, any
+    pairing of their elements) are all finite."""
+    if not all(t.is_constant for t in (in_scale, w_scale, out_scale)):
+        return False
+    a, b, c = (np.abs(np.asarray(t.data, np.float32).reshape(-1)) for t in (in_scale, w_scale, out_scale))
+    with np.errstate(all="ignore"):
+        largest = output_multiplier(a.max(initial=0), b.max(initial=0), c.min(initial=np.inf))
+    return bool(np.isfinite(largest) and np.isfinite(a).all() and np.isfinite(b).all())
