@@ -128,20 +128,27 @@ def quad_image(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, g: 
         if last < first:
             continue
 
-        def copy(i: list[Expr], quad_base: int = 0, phase: int = phase, first: int = first) -> list[Stmt]:
-            n, r, q, col, j = i
+        def copy(i: list[Expr], lanes: int = QUAD, quad_base: int = 0, phase: int = phase,
+                 first: int = first) -> list[Stmt]:
+            # A quad's bytes as statements of one loop body, not a loop of four: compilers then
+            # vectorise along the columns, loading each channel's run and interleaving the four
+            # (a byte at a time before: 40% of VWW's int8 8 -> 16 channel 1x1 conv).
+            n, r, q, col = i
             quad = q + quad_base
             column = col + first
-            value = x.load([n, quad * QUAD + j, r, column * s_w + phase - left])
-            byte = value if value.dtype == "uint8" else unsigned_byte(value)
-            return [Store(image, layout.at(n, r + top, quad, phase, column) + j, byte)]
+            stores: list[Stmt] = []
+            for j in range(lanes):
+                value = x.load([n, quad * QUAD + j, r, column * s_w + phase - left])
+                byte = value if value.dtype == "uint8" else unsigned_byte(value)
+                stores.append(Store(image, layout.at(n, r + top, quad, phase, column) + j, byte))
+            return stores
 
         count = last - first + 1
         if whole:
-            body += kb.loops([g.batch, in_h, whole, count, QUAD], copy, prefix="s")
+            body += kb.loops([g.batch, in_h, whole, count], copy, prefix="s")
         if rest:
-            body += kb.loops([g.batch, in_h, 1, count, rest],
-                             lambda i, copy=copy: copy(i, quad_base=whole), prefix="s")
+            body += kb.loops([g.batch, in_h, 1, count],
+                             lambda i, copy=copy: copy(i, lanes=rest, quad_base=whole), prefix="s")
     return body, image, layout
 
 
