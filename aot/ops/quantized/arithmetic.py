@@ -9,7 +9,7 @@ package (and the fused integer kernels) only decide where scale and zero point c
 
 from __future__ import annotations
 
-from aot.kernel.ir import Expr, cast, const, ge, lt, minimum, select, unary
+from aot.kernel.ir import Expr, cast, const, ge, gt, lt, minimum, select, unary
 
 # The integer types ONNX quantises to, and their saturation ranges.
 QUANTIZED_RANGES: dict[str, tuple[int, int]] = {
@@ -32,7 +32,10 @@ def saturate_finite(value: Expr, dtype: str) -> Expr:
     compares, which compilers turn into min/max instructions, where saturate's NaN test took a
     compare, a mask and a blend per bound (60% of VWW's int8 8 -> 16 channel 1x1 conv)."""
     lo, hi = (const(float(v), value.dtype) for v in QUANTIZED_RANGES[dtype])
-    return cast(select(lt(value, lo), lo, select(lt(hi, value), hi, value, eager=True), eager=True), dtype)
+    # Each select picks one of the two values it compares, the shape compilers make a min/max
+    # instruction of (x86's minps is exactly `a < b ? a : b`).
+    below = select(lt(hi, value), hi, value, eager=True)
+    return cast(select(gt(below, lo), below, lo, eager=True), dtype)
 
 
 def quantize(x: Expr, scale: Expr, zero_point: Expr, dtype: str) -> Expr:
