@@ -189,3 +189,24 @@ def test_few_output_pixels_take_channel_tiles() -> None:
     kernel = source[source.index("static void test_graph_k0("):]
     assert "aot_f32x16 vacc" in kernel[:kernel.index("\n}\n")]
     assert_matches_onnxruntime(model, {"x": x}, target="x86_64-v4")
+
+
+@pytest.mark.parametrize("shape,stride", [((1, 64, 14, 14), 1), ((1, 256, 28, 28), 1), ((1, 128, 15, 15), 2)],
+                         ids=["ragged_196_pixels", "through_panel", "strided_subsampled"])
+def test_long_reduction_pointwise_convs_take_three_vector_tiles(shape: tuple[int, ...], stride: int) -> None:
+    """On a 512-bit target a pointwise conv of 64+ input channels runs tiles of 48 pixels
+    (TileConfig.wide_cols): in place with a ragged last tile (196 = 4 x 48 + 4), through the
+    packed panel, and strided (its input subsampled into the panel), with a residual Add and
+    Relu in the epilogue. Matches onnxruntime."""
+    from aot.compiler import compile as compile_model
+
+    x = rand(*shape)
+    out = -(-shape[2] // stride)
+    feeds = {"x": x, "r": rand(1, 40, out, out, seed=3)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride, stride]),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    model = make_model(nodes, feeds, ["y"], {"w": rand(40, shape[1], 1, 1, seed=1) * 0.1, "b": rand(40, seed=2)})
+    source = compile_model(model, target="x86_64-v4").files["test_graph.c"].decode()
+    kernel = source[source.index("static void test_graph_k0("):]
+    assert " * 48" in kernel[:kernel.index("\n}\n")]
+    assert_matches_onnxruntime(model, feeds, target="x86_64-v4")

@@ -38,6 +38,8 @@ PANEL_WEIGHT_TRAFFIC = 4
 # Float32 lanes of a 512-bit vector target (AVX-512), whose cores the choices above and the
 # channel tiles' width (channel_tiles.py) were measured on.
 WIDE_LANES = 16
+# Input channels from which a pointwise conv takes TileConfig.wide_cols pixels per tile.
+WIDE_TILE_REDUCTION = 64
 
 
 class TiledConv:
@@ -64,6 +66,11 @@ class TiledConv:
         assert not rows_first or interleave_rows(spec, self.mode)
         self.k = spec.group_in * spec.k_h * spec.k_w
         self.subsampled = False
+        # pixels per tile, at most: wider for long reductions, where fewer operand loads per
+        # multiply-add pay for the wider tiles' ragged ends (ShuffleNet's grouped 1x1 convs of
+        # 60-240 channels per group ran 9% slower with them)
+        wide = mode == "pointwise" and spec.groups == 1 and spec.group_in >= WIDE_TILE_REDUCTION
+        self.cols = tile.wide_cols if wide else tile.cols
         self._prepare(ctx, node, w)
         # Side inputs of a fused epilogue that are whole tensors of the output's shape (or
         # scalars) can be addressed by the flat output index; others need the full index.
@@ -75,7 +82,7 @@ class TiledConv:
         """The tile width, the scratch (grid mode) and the packed weights."""
         spec, tile = self.s, self.tile
         if self.mode == "pointwise":
-            width = min(tile.cols, spec.out_h * spec.out_w)
+            width = min(self.cols, spec.out_h * spec.out_w)
         elif self.mode == "grid":
             self.grid_size = (spec.out_h - 1) * spec.in_w + spec.out_w
             width = min(self.grid_size, tile.cols)
@@ -117,7 +124,7 @@ class TiledConv:
         from L2 (on AVX2, times onnxruntime's: 1024 -> 256 at 14x14 1.47-1.53 -> 0.91-1.0).
         Strided 1x1 convs always read through it (their input subsampled while it is packed).
         Not for scalar targets (microcontrollers: RAM first)."""
-        s, cols = self.s, self.tile.cols
+        s, cols = self.s, self.cols
         itemsize = np.dtype(self.dt).itemsize
         pixels = s.out_h * s.out_w
         band = max(cols, min(BAND_BYTES // (s.group_in * itemsize), pixels) // cols * cols)
@@ -184,7 +191,7 @@ class TiledConv:
             # VGG-19's 64-channel 224x224 conv from 44 to 39 ms (interleaved alone: 64 ms).
             return split(self.kb, self.s.out_h, 1, lambda oh, _: blocks(
                 self.kb, self.s.per_group, self.rows, lambda oc0, count: self._row(n, g, oc0, count, oh), "o"), "h")
-        s, cols = self.s, self.tile.cols
+        s, cols = self.s, self.cols
         itemsize = np.dtype(self.dt).itemsize
         if self.mode == "pointwise" and self.band:
             return blocks(self.kb, s.out_h * s.out_w, self.band, lambda q0, width: self._panel_band(n, g, q0, width),
@@ -338,13 +345,13 @@ class TiledConv:
         """A 1x1 stride-1 convolution: tiles run over the flattened image."""
         s = self.s
         assert s.out_h * s.out_w == s.in_h * s.in_w
-        return blocks(self.kb, s.out_h * s.out_w, self.tile.cols,
+        return blocks(self.kb, s.out_h * s.out_w, self.cols,
                       lambda p0, cols: self._pointwise_tile(n, g, oc0, count, p0, cols), "p")
 
     def _panel_band(self, n: Expr, g: Expr, q0: Expr, width: int) -> list[Stmt]:
         """The pixels [q0, q0 + width): its whole blocks of `cols` packed into the panel, then
         every block of output channels over them (a ragged last block reads the input)."""
-        s, kb, cols = self.s, self.kb, self.tile.cols
+        s, kb, cols = self.s, self.kb, self.cols
         whole, tail = divmod(width, cols)
 
         def source(pixel: Expr, c: Expr) -> Expr:
@@ -378,7 +385,7 @@ class TiledConv:
 
         def b_base(k: list[Expr]) -> tuple[Buffer, Expr]:
             if panel_at is not None:
-                return self.panel.buffer, panel_at * s.group_in + k[0] * self.tile.cols  # the panel's row stride
+                return self.panel.buffer, panel_at * s.group_in + k[0] * self.cols  # the panel's row stride
             return self.xv.buffer, self.xv.index([n, g * s.group_in + k[0], 0, 0]) + p0
 
         return self._tile(n, g, oc0, count, cols, reduction, b_base, p0, None, None)

@@ -139,7 +139,7 @@ class _Winograd:
         self.bv = kb.input(bias) if bias is not None else None
         tiles = ctx.tiles
         itemsize = final.dtype.itemsize
-        cols = tiles.cols
+        cols = tiles.wide_cols
         # Tile rows per run of tiles (the columns of one register tile): whole rows when a row
         # of tiles is narrower than a tile, else one row in pieces.
         self.run_rows = max(1, cols // self.tiles_w) if self.tiles_w < cols else 1
