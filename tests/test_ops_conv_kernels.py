@@ -11,6 +11,8 @@ read through a packed panel, and fused epilogues (Relu, residual Add) applied by
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -191,22 +193,25 @@ def test_few_output_pixels_take_channel_tiles() -> None:
     assert_matches_onnxruntime(model, {"x": x}, target="x86_64-v4")
 
 
-@pytest.mark.parametrize("shape,stride", [((1, 64, 14, 14), 1), ((1, 256, 28, 28), 1), ((1, 128, 15, 15), 2)],
-                         ids=["ragged_196_pixels", "through_panel", "strided_subsampled"])
-def test_long_reduction_pointwise_convs_take_three_vector_tiles(shape: tuple[int, ...], stride: int) -> None:
-    """On a 512-bit target a pointwise conv of 64+ input channels runs tiles of 48 pixels
-    (TileConfig.wide_cols): in place with a ragged last tile (196 = 4 x 48 + 4), through the
-    packed panel, and strided (its input subsampled into the panel), with a residual Add and
-    Relu in the epilogue. Matches onnxruntime."""
+@pytest.mark.parametrize("shape,kernel,stride", [((1, 64, 14, 14), 1, 1), ((1, 256, 28, 28), 1, 1),
+                                                 ((1, 128, 15, 15), 1, 2), ((1, 16, 120, 120), 3, 2)],
+                         ids=["ragged_196_pixels", "through_panel", "strided_subsampled", "rows_3x3_stride2"])
+def test_long_reductions_take_three_vector_tiles(shape: tuple[int, ...], kernel: int, stride: int) -> None:
+    """On a 512-bit target a conv of group 1 whose reduction (channels x taps) is 64 or more runs
+    tiles of 48 pixels (TileConfig.wide_cols): pointwise in place with a ragged last tile (196
+    = 4 x 48 + 4), through the packed panel, strided (its input subsampled into the panel), and
+    a 3x3 stride-2 conv as rows of 60 (48 + 12), with a residual Add and Relu in the epilogue.
+    Matches onnxruntime."""
     from aot.compiler import compile as compile_model
 
     x = rand(*shape)
-    out = -(-shape[2] // stride)
+    out = (shape[2] + 2 * (kernel // 2) - kernel) // stride + 1
     feeds = {"x": x, "r": rand(1, 40, out, out, seed=3)}
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride, stride]),
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride, stride], pads=[kernel // 2] * 4),
              helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
-    model = make_model(nodes, feeds, ["y"], {"w": rand(40, shape[1], 1, 1, seed=1) * 0.1, "b": rand(40, seed=2)})
+    weights = rand(40, shape[1], kernel, kernel, seed=1) * 0.1
+    model = make_model(nodes, feeds, ["y"], {"w": weights, "b": rand(40, seed=2)})
     source = compile_model(model, target="x86_64-v4").files["test_graph.c"].decode()
-    kernel = source[source.index("static void test_graph_k0("):]
-    assert " * 48" in kernel[:kernel.index("\n}\n")]
+    kernel_source = source[source.index("static void test_graph_k0("):]
+    assert re.search(r"[*+] 48\b", kernel_source[:kernel_source.index("\n}\n")])  # tiles (or a tail) at 48
     assert_matches_onnxruntime(model, feeds, target="x86_64-v4")

@@ -38,7 +38,8 @@ PANEL_WEIGHT_TRAFFIC = 4
 # Float32 lanes of a 512-bit vector target (AVX-512), whose cores the choices above and the
 # channel tiles' width (channel_tiles.py) were measured on.
 WIDE_LANES = 16
-# Input channels from which a pointwise conv takes TileConfig.wide_cols pixels per tile.
+# The reduction (input channels x taps) from which pointwise and rows tiles take
+# TileConfig.wide_cols pixels.
 WIDE_TILE_REDUCTION = 64
 
 
@@ -69,7 +70,7 @@ class TiledConv:
         # pixels per tile, at most: wider for long reductions, where fewer operand loads per
         # multiply-add pay for the wider tiles' ragged ends (ShuffleNet's grouped 1x1 convs of
         # 60-240 channels per group ran 9% slower with them)
-        wide = mode == "pointwise" and spec.groups == 1 and spec.group_in >= WIDE_TILE_REDUCTION
+        wide = mode in ("pointwise", "rows") and spec.groups == 1 and self.k >= WIDE_TILE_REDUCTION
         self.cols = tile.wide_cols if wide else tile.cols
         self._prepare(ctx, node, w)
         # Side inputs of a fused epilogue that are whole tensors of the output's shape (or
@@ -95,7 +96,7 @@ class TiledConv:
             self.grid = self.kb.output(scratch_tensor(ctx, node, (self.slots, block_rows, self.grid_size), self.dt,
                                                       "grid")).buffer
         else:
-            width = min(tile.cols, spec.out_w)
+            width = min(self.cols, spec.out_w)
         self._pack(ctx, w, width)
         if self.mode == "pointwise":
             # A strided view of the input (a strided 1x1 conv's subsampled image, tiled.py).
@@ -339,7 +340,7 @@ class TiledConv:
 
             return self._tile(n, g, oc0, count, cols, reduction, b_base, oh * s.out_w + ow0, oh, ow0)
 
-        return blocks(kb, s.out_w, self.tile.cols, tile, "w")
+        return blocks(kb, s.out_w, self.cols, tile, "w")
 
     def _pointwise(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
         """A 1x1 stride-1 convolution: tiles run over the flattened image."""
