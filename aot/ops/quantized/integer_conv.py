@@ -384,6 +384,31 @@ def _planes(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, g: C
                                                                    src.load(i))], prefix="s"), planes
 
 
+def _channel_plane(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, g: ConvGeometry, fill: Expr,
+                   slack: int | None) -> tuple[View, list[Stmt], Callable[[Expr, Expr], tuple[list[Stmt], list[Expr]]]]:
+    """_planes one plane at a time: a scratch of one padded plane (and `slack` elements after
+    it), the statements that fill it with `fill` once (the padding and the slack keep it: each
+    channel's copy writes the inside only), and for image n and channel c the statements that
+    copy that plane in, with the index prefix of the plane in the view; the input itself,
+    uncopied, when the convolution neither pads nor needs slack. One plane, not the whole padded
+    image: DS-CNN's int8 arena held 12 KB of padded planes at once."""
+    (in_h, in_w), (top, left) = g.in_spatial, g.pad_begin
+    src = View(kb.input(x).buffer, (g.batch, g.channels, in_h, in_w))
+    if not g.padded and slack is None:
+        return src, [], lambda n, c: ([], [n, c])
+    hp, wp = g.padded_hw
+    plane = View(kb.output(scratch_tensor(ctx, node, (hp * wp + (slack or 0),), x.dtype, "padded")).buffer,
+                 (1, 1, hp, wp))
+    zero = const(0, INDEX)
+
+    def copy(n: Expr, c: Expr) -> tuple[list[Stmt], list[Expr]]:
+        rows = kb.loops([in_h, in_w], lambda i: [plane.store([zero, zero, i[0] + top, i[1] + left],
+                                                             src.load([n, c, i[0], i[1]]))], prefix="s")
+        return rows, [zero, zero]
+
+    return plane, _filled(kb, plane.buffer, fill), copy
+
+
 def _channels_last(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, g: ConvGeometry,
                    fill: Expr) -> tuple[list[Stmt], View]:
     """A copy of the input as [n][row][column][channel] with the padding filled with `fill`, in
@@ -474,18 +499,19 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     # whose end a slack of the zero point covers the last chunk's discarded pixels.
     direct = not in_float and g.strides == (1, 1)
     slack = (g.kernel[1] - 1) * g.dilations[1] + FLAT_DEPTHWISE_STEP - 1
-    copy, planes = _planes(node, ctx, kb, x, g, x_zp, slack=slack if direct else None)
+    planes, fills, plane_copy = _channel_plane(node, ctx, kb, x, g, x_zp, slack if direct else None)
     element = "float32" if in_float else x.dtype.name
     floats = None if direct else kb.output(scratch_tensor(ctx, node, (len(phases.used) * plane,), np.dtype(element),
                                                           "phase_planes")).buffer
 
-    def chunk(n: Expr, group: Expr, m: Expr, locals_: list[Var], start: Var, row0: Expr, count: int) -> list[Stmt]:
+    def chunk(n: Expr, m: Expr, at: list[Expr], locals_: list[Var], start: Var, row0: Expr,
+              count: int) -> list[Stmt]:
         if floats is None:
-            base, read, copies = planes.index([n, group, row0, const(0, INDEX)]), planes.buffer, []
+            base, read, copies = planes.index([*at, row0, const(0, INDEX)]), planes.buffer, []
         else:
             base, read = const(0, INDEX), floats
             copies = [stmt for k, phase in enumerate(phases.used)
-                      for stmt in phases.copy(kb, planes, n, group, row0, count, phase, floats, k * plane)]
+                      for stmt in phases.copy(kb, planes, *at, row0, count, phase, floats, k * plane)]
 
         def pixel(i: list[Expr]) -> list[Stmt]:
             # exact integers: fused multiply-adds (where the target has them) give the same sums
@@ -508,19 +534,21 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
         return (copies + kb.loops([_whole_steps(count * phases.width)], pixel, prefix="p")
                 + kb.loops([count, out_w], output, prefix="q"))
 
-    def channel(idx: list[Expr]) -> list[Stmt]:
-        n, group, j = idx
-        m = group * per_group + j
+    def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
         body, locals_, start = _channel_locals(kb, weights, init, m, len(phases.taps),
                                                "float32" if in_float else ACCUMULATOR)
-        return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, group, m, locals_, start, row0, count),
-                             "c")
+        return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, m, at, locals_, start, row0, count), "c")
+
+    def group_planes(idx: list[Expr]) -> list[Stmt]:
+        n, group = idx
+        copy, at = plane_copy(n, group)
+        return copy + kb.loops([per_group], lambda j: channel(n, group * per_group + j[0], at), prefix="j")
 
     # Positions no chunk writes (past a phase's last column or row) feed discarded sums only;
     # zeroed once, they are finite numbers whatever ran before.
     zero = [] if floats is None else kb.loops([floats.size], lambda i: [Store(floats, i[0], const(0, element))],
                                               prefix="z")
-    return copy + zero + kb.loops([g.batch, g.groups, per_group], channel)
+    return fills + zero + kb.loops([g.batch, g.groups], group_planes)
 
 
 @dataclass(frozen=True)
