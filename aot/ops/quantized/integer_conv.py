@@ -514,18 +514,9 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
                       for stmt in phases.copy(kb, planes, *at, row0, count, phase, floats, k * plane)]
 
         def pixel(i: list[Expr]) -> list[Stmt]:
-            # exact integers: fused multiply-adds (where the target has them) give the same sums
             taps = [Load(read, base + i[0] + phases.used.index(phase) * plane + offset)
                     for phase, offset in phases.taps]
-            if not in_float:
-                acc: Expr = start
-                for tap, w in zip(taps, locals_):
-                    acc = acc + widened(tap) * w
-                return [Store(finished, i[0], finish(acc, m))]
-            total: Expr = taps[0] * locals_[0]
-            for tap, w in zip(taps[1:], locals_[1:]):
-                total = MulAdd(total, tap, w)
-            return [Store(finished, i[0], finish(start + cast(total, ACCUMULATOR), m))]
+            return [Store(finished, i[0], finish(_tap_sum(taps, locals_, start, in_float), m))]
 
         def output(i: list[Expr]) -> list[Stmt]:
             oh, ow = i
@@ -598,6 +589,20 @@ class PhasePlanes:
         row_step = s_h * self.g.padded_hw[1]
         return kb.loops([count + extra, columns], lambda i: [Store(floats, base + i[0] * self.width + i[1], cast(
             Load(planes.buffer, start + i[0] * row_step + i[1] * s_w), floats.dtype))], prefix="f")
+
+
+def _tap_sum(taps: list[Expr], weights: list[Var], start: Var, in_float: bool) -> Expr:
+    """start + the taps times their weights, as an int32 accumulator: summed in float32 by fused
+    multiply-adds (exact integers: fused or not, the same sums) when `in_float`, else in int32."""
+    if not in_float:
+        acc: Expr = start
+        for tap, w in zip(taps, weights):
+            acc = acc + widened(tap) * w
+        return acc
+    total: Expr = taps[0] * weights[0]
+    for tap, w in zip(taps[1:], weights[1:]):
+        total = MulAdd(total, tap, w)
+    return start + cast(total, ACCUMULATOR)
 
 
 def _sums_in_float(ctx: LoweringContext) -> bool:
