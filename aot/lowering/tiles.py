@@ -37,10 +37,10 @@ class TileConfig:
     @property
     def wide_cols(self) -> int:
         """`cols` for the tiles of long reductions (pointwise, rows and Winograd convolutions,
-        pixel_tiles.WIDE_TILE_REDUCTION): three vectors on 512-bit targets, where 8 rows of 3 vectors load 11
-        operands per 24 multiply-adds and 12 rows of 2 loaded 14 (ResNet-50's 1x1 convs on an
-        AVX-512 Xeon: 1.2-1.3x onnxruntime's time -> 1.04-1.14x, its Winograd convs 0.96 ->
-        0.87x). Elsewhere `cols`."""
+        pixel_tiles.WIDE_TILE_REDUCTION): three vectors on 512-bit targets, where 8 rows of 3
+        vectors load 11 operands per 24 multiply-adds and 12 rows of 2 loaded 14 (ResNet-50 on an
+        AVX-512 Xeon, aot's own time under the profiler: 10% less over its convolutions, the
+        14x14 Winograd ones 1834 -> 1474 us). Elsewhere `cols`."""
         return 3 * self.lanes if self.lanes >= 16 else self.cols
 
     def width_for(self, cols: int) -> int:
