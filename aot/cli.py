@@ -113,7 +113,8 @@ TargetOpt = Annotated[
                  help="The CPU the package is for: a preset name (see `aot targets`) or a target .toml file. "
                       "C backend: one target; the package gets its register tiles, and its Makefile and "
                       "CMakeLists cross-compile with its toolchain and flags. Without it the package is for "
-                      "any target (8-float tiles), built with -march=native by the machine that builds it. "
+                      "the machine that compiles it: its register tiles fit this CPU's vector registers "
+                      "(16 floats with AVX-512, 8 with AVX2) and its build files pass -march=native. "
                       "--backend llvm: repeatable, one object file per target (default: this machine).",
                  show_default=False),
 ]

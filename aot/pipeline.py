@@ -9,19 +9,20 @@ tiles; planning returns its result and leaves the lowered Program as it is.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 from aot.errors import AotError
 from aot.ir.graph import Graph
 from aot.lowering.program import Program, lower_graph
-from aot.lowering.tiles import DEFAULT_TILES, TileConfig
+from aot.lowering.tiles import TileConfig
 from aot.passes.row_patches import apply_patches, copied_graph
 from aot.planner.arena import PlannedProgram, plan_program
 from aot.planner.budget import BudgetedPlan, BudgetSearch, parse_arena_bytes, plan_cost
 from aot.planner.patch_search import candidates, ranked
 from aot.progress import SILENT, Progress
-from aot.targets import Target
+from aot.targets import Target, host_preset_name, load_target
 
 CONV_ALGORITHMS = ("auto", "direct")
 DEFAULT_ALIGNMENT = 64
@@ -72,15 +73,24 @@ class PipelineOptions:
 
 def tiles_for(targets: tuple[Target, ...] | list[Target]) -> TileConfig:
     """Register tiles for the targets' vector registers: the narrowest of them when a package is
-    built for several (one C source serves them all); AVX2-sized for a package for any target."""
+    built for several (one C source serves them all). A package for no particular target is for
+    the machine that compiles it, whose build files pass -march=native: its tiles are those of
+    this machine's preset (host_preset_name: 16 floats on an AVX-512 CPU, 8 on an AVX2 one), as
+    `aot bench` times them. Plain `make` on the default package ran 1.2-1.5x slower than `aot
+    bench` with the 8-float tiles on an AVX-512 Xeon (benchmarks/build_paths.py)."""
     if not targets:
-        return DEFAULT_TILES
+        return _host_tiles()
     dots = {t.int8_dot for t in targets}
     # one C source serves them all: the tiles where every target has an instruction for them
     # (the C header then picks each one's by its compiler flags), else the portable loops
     int8_dot = dots.pop() if len(dots) == 1 else "portable" if "portable" in dots else "auto"
     return TileConfig.for_registers(min(t.vector_bits for t in targets), min(t.vector_registers for t in targets),
                                     int8_dot)
+
+
+@functools.cache
+def _host_tiles() -> TileConfig:
+    return tiles_for([load_target(host_preset_name())])
 
 
 def lower(graph: Graph, options: PipelineOptions) -> Program:

@@ -62,8 +62,8 @@ def test_target_help_describes_the_c_backend_and_llvm() -> None:
     text = " ".join(aot("compile", "--help").stdout.split())
     assert _metavar(aot("compile", "--help").stdout, "--target") == "NAME|FILE.toml"
     for fragment in ("a preset name (see `aot targets`) or a target .toml file", "C backend: one target",
-                     "register tiles", "Without it the package is for any target",
-                     "-march=native by the machine that builds it", "--backend llvm: repeatable, one object file "
+                     "register tiles", "Without it the package is for the machine that compiles it",
+                     "its build files pass -march=native", "--backend llvm: repeatable, one object file "
                      "per target (default: this machine)"):
         assert fragment in text, fragment
     verify = " ".join(aot("verify", "--help").stdout.split())

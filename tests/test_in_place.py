@@ -13,7 +13,9 @@ from aot.compiler import load
 from aot.kernel.ir import INDEX, Buffer, Declare, Kernel, Load, Loop, Store, Var, VecArith, VecLoad, VecStore, const
 from aot.kernel.unread import untouched_params
 from aot.lowering.program import lower_graph
+from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 from aot.passes.pipeline import run_passes
+from aot.pipeline import PipelineOptions
 from aot.planner.arena import plan_program, verify_sharing
 from aot.planner.in_place import InPlace, in_place_candidates, verify_in_place
 from aot.planner.memory import Interval
@@ -21,10 +23,10 @@ from tests.helpers import assert_matches_onnxruntime, make_model, rand
 from tests.test_cli import aot
 
 
-def lowered(model):  # noqa: ANN001, ANN201
+def lowered(model, tiles: TileConfig = DEFAULT_TILES):  # noqa: ANN001, ANN201
     graph, _ = load(model)
     run_passes(graph)
-    return lower_graph(graph)
+    return lower_graph(graph, tiles=tiles)
 
 
 def n(op: str, inputs: list[str], output: str, **attrs: object):  # noqa: ANN201
@@ -190,8 +192,9 @@ RESIDUAL_CASES = [(7, 5, 1), (12, 9, 1), (17, 31, 1), (7, 31, 3), (7, 9, 3)]
                          ids=[f"c{c}_w{w}_k{k}" for c, w, k in RESIDUAL_CASES])
 def test_conv_writes_over_its_dying_residual(channels: int, width: int, kernel: int, tmp_path) -> None:  # noqa: ANN001
     model, feeds = residual_block(channels, width, kernel)
-    planned = plan_program(lowered(model))
-    without = plan_program(lowered(model), in_place=False).memory
+    tiles = PipelineOptions().tiles  # this machine's, as `aot inspect` plans below
+    planned = plan_program(lowered(model, tiles))
+    without = plan_program(lowered(model, tiles), in_place=False).memory
     program, memory = planned.program, planned.memory
     residual_kernels = [k for k, kernel_ in enumerate(program.kernels) if "Add" in kernel_.op]
     assert [k for k, _, _ in program.in_place] == residual_kernels

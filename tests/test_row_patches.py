@@ -111,7 +111,7 @@ def fire_and_residual() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 MODELS = {"mobilenet_stage": mobilenet_stage, "fire_and_residual": fire_and_residual}
 # Budgets as a share of today's arena that only bands of rows reach (the forms alone cannot).
-SHARES = {"mobilenet_stage": 0.4, "fire_and_residual": 0.4}
+SHARES = {"mobilenet_stage": 0.4, "fire_and_residual": 0.3}  # below what the forms alone reach
 
 
 def _budget(name: str) -> int:

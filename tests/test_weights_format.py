@@ -69,7 +69,9 @@ def test_binary_package_holds_the_weights_struct_image(binary_package, tmp_path:
 
     graph, _ = load(EXAMPLE)
     run_passes(graph)
-    slots, struct_bytes = layout_weights(lower_graph(graph).weights)
+    from aot.pipeline import PipelineOptions
+
+    slots, struct_bytes = layout_weights(lower_graph(graph, tiles=PipelineOptions().tiles).weights)
     assert struct_bytes <= len(blob) < struct_bytes + 64
     for slot in slots:
         data = slot.tensor.data.astype(slot.tensor.data.dtype.newbyteorder("<")).tobytes()

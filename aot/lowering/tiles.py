@@ -66,6 +66,7 @@ class TileConfig:
         return -(-limit // count)
 
 
-# A package for no particular target: AVX2-sized (16 registers of 8 floats); 128-bit NEON splits
-# each vector in two, which aarch64's 32 registers hold.
+# AVX2-sized tiles (16 registers of 8 floats), the lowering's default where no target is given
+# (tests lowering a graph directly). A package compiled without --target gets this machine's
+# preset's tiles instead (aot/pipeline.py tiles_for).
 DEFAULT_TILES = TileConfig()

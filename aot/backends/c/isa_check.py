@@ -42,6 +42,8 @@ def vector_isa_check(file_name: str, lanes: int) -> str:
     macros, flags, isa = _X86_NEEDS[lanes]
     have = " && ".join(f"defined({m})" for m in macros)
     message = f"{file_name}: its register tiles need {isa}: compile with -march=native or {flags}"
+    if lanes > 8:  # a package compiled without --target on an AVX-512 machine, built on another
+        message += " (for a CPU without AVX-512, compile the model with --target x86_64-v3)"
     return f"""\
 /* The register tiles are vectors of {lanes} floats: on x86 they need {isa}, or the compiler splits
  * them into scalar code (15x slower). The package's Makefile and CMakeLists pass -march=native

@@ -27,7 +27,7 @@ class FlatDepthwise(TiledConv):
 
     def _prepare(self, ctx: LoweringContext, node: Node, w: Tensor) -> None:
         self._init_flat(ctx, node, self.s.out_h * self.s.out_w)
-        self._pack(ctx, w, self.width)
+        self._pack(ctx, node, w, self.width)
 
     def emit_image(self, n: Expr) -> list[Stmt]:
         return self._flat(n)

@@ -97,22 +97,38 @@ class TiledConv:
                                                       "grid")).buffer
         else:
             width = min(self.cols, spec.out_w)
-        self._pack(ctx, w, width)
+        self._pack(ctx, node, w, width)
         if self.mode == "pointwise":
             # A strided view of the input (a strided 1x1 conv's subsampled image, tiled.py).
             self.subsampled = self.xv.strides[-1] != 1 or (spec.out_h > 1 and self.xv.strides[-2] != spec.in_w)
             self._prepare_panel(ctx, node)
 
-    def _pack(self, ctx: LoweringContext, w: Tensor, width: int) -> None:
+    def _pack(self, ctx: LoweringContext, node: Node, w: Tensor, width: int) -> None:
         """Tiles `width` pixels wide, and the weights packed for their rows (packing.py)."""
         spec = self.s
-        self.width = width
-        self.rows = self.tile.rows_for(width, spec.per_group)
+        self.width, self.rows = self._adopted_rows(ctx, node, width)
         weights = np.asarray(w.data)
         if self.rows_first:  # the reduction runs over (kernel row, channel, kernel column)
             weights = weights.reshape(spec.out_channels, spec.group_in, spec.k_h, spec.k_w).transpose(0, 2, 1, 3)
         packed = pack_weights(weights, spec.groups, self.rows)
         self.wbuf: Buffer = self.kb.input(ctx.constant(packed, w.name)).buffer
+
+    def _adopted_rows(self, ctx: LoweringContext, node: Node, width: int) -> tuple[int, int]:
+        """The tile width and rows (output channels per tile, which fix the weights' packing):
+        the register budget's for `width`, or the rows the model's first shape chose
+        (ctx.preferred), so that shape variants in one package share one packed array. Fewer
+        rows fit any width; more fit a narrower tile (keyword_cnn's second conv at 49 and 98
+        frames: 12 rows of 24 pixels, then 12 of 32 rather than 8 of 48)."""
+        key = ("tile rows", node.outputs[0].name if node.outputs[0] is not None else node.name)
+        rows = self.tile.rows_for(width, self.s.per_group)
+        preferred = ctx.preferred.get(key)
+        if self.mode != "grid" and isinstance(preferred, int) and preferred != rows:
+            fitting = next((w for w in range(width, 0, -1) if self.tile.rows_for(w, self.s.per_group) >= preferred),
+                           None)
+            if fitting is not None:
+                width, rows = fitting, preferred
+        ctx.choices.append((key, rows))
+        return width, rows
 
     def _prepare_panel(self, ctx: LoweringContext, node: Node) -> None:
         """Pointwise convolutions with long reductions (a tile's input column beyond

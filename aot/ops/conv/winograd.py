@@ -149,7 +149,10 @@ class _Winograd:
         # Whole runs per block, unless the block is the whole image.
         self.block_rows = block if block == self.tiles_h else max(self.run_rows, block // self.run_rows * self.run_rows)
         self.run_cols = self.run_rows * self.tiles_w if self.run_rows > 1 else min(cols, self.tiles_w)
-        self.rows = tiles.rows_for(self.run_cols, self.out_channels)
+        # Output channels per register tile, which fixes the transformed weights' packing: sized
+        # for a full run of tiles whatever this image's width, so that shape variants of one
+        # model (one package, aot/compiler.py) share one array of them.
+        self.rows = tiles.rows_for(cols, self.out_channels)
         self.lanes = tiles.lanes
         u = tf.filter_transform(np.asarray(w.data))  # [xi][OC][C]
         packed = np.concatenate([pack_weights(u[xi].reshape(self.out_channels, self.channels, 1, 1), 1, self.rows)
