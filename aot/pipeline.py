@@ -85,7 +85,7 @@ def tiles_for(targets: tuple[Target, ...] | list[Target]) -> TileConfig:
     # (the C header then picks each one's by its compiler flags), else the portable loops
     int8_dot = dots.pop() if len(dots) == 1 else "portable" if "portable" in dots else "auto"
     return TileConfig.for_registers(min(t.vector_bits for t in targets), min(t.vector_registers for t in targets),
-                                    int8_dot)
+                                    int8_dot, lane_broadcasts=all(t.arch == "aarch64" for t in targets))
 
 
 @functools.cache

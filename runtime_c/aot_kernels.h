@@ -64,7 +64,8 @@ static inline float aot_select_float32(int cond, float a, float b)
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
  * AOT_F32X<lanes>_LOAD, _WIDEN (lanes int8_t or int16_t converted to float: weights kept
  * quantised), _STORE, _SPLAT, _SPLAT_LOAD(p) (the float at p in every lane: one vld1 on armv7,
- * where gcc loads the float into a core register and copies it over), _LOAD_STEP(p) (4 lanes
+ * where gcc loads the float into a core register and copies it over), _LANE(v, i) (4 lanes only:
+ * lane i of v in every lane), _LOAD_STEP(p) (4 lanes
  * only: the vector at the pointer p, which then moves past it; armv7 gcc: a post-increment vld1),
  * _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where
  * a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
@@ -96,6 +97,7 @@ typedef float32x4_t aot_f32x4;
 #define AOT_F32X4_STORE(p, v) vst1q_f32((float *)(void *)(p), (v))
 #define AOT_F32X4_SPLAT(x) vdupq_n_f32(x)
 #define AOT_F32X4_SPLAT_LOAD(p) vld1q_dup_f32((const float *)(const void *)(p))
+#define AOT_F32X4_LANE(v, i) vdupq_n_f32(vgetq_lane_f32((v), (i)))
 /* A walk over consecutive vectors (AOT_F32X4_LOAD_STEP(p): the 4 floats at p, then p moves past
  * them; aot/backends/c/load_walks.py). vld1 has no offset form, and gcc computes each address of
  * a tile's operand vectors with an add of its own (a quarter of a conv kernel's instructions);
@@ -149,6 +151,8 @@ typedef float aot_f32x4_unaligned __attribute__((vector_size(16), aligned(4), ma
 #define AOT_F32X4_WIDEN(p) ((aot_f32x4){ (float)(p)[0], (float)(p)[1], (float)(p)[2], (float)(p)[3] })
 #define AOT_F32X4_STORE(p, v) (*(aot_f32x4_unaligned *)(void *)(p) = (v))
 #define AOT_F32X4_SPLAT(x) ((aot_f32x4){ (x), (x), (x), (x) })
+/* aarch64 gcc and clang fold a lane copied over into the by-element fmla */
+#define AOT_F32X4_LANE(v, i) ((aot_f32x4){ (v)[i], (v)[i], (v)[i], (v)[i] })
 #define AOT_F32X4_MULADD(acc, a, b) ((acc) + (a) * (b))
 typedef int32_t aot_f32x4_mask __attribute__((vector_size(16)));
 #define AOT_F32X4_PICK(m, a, b) ((aot_f32x4)(((aot_f32x4_mask)(a) & (m)) | ((aot_f32x4_mask)(b) & ~(m))))
@@ -189,6 +193,7 @@ static inline aot_f32x4 aot_f32x4_muladd(aot_f32x4 acc, aot_f32x4 a, aot_f32x4 b
                                        : aot_f32x4_widen_i16((const int16_t *)(const void *)(p)))
 #define AOT_F32X4_STORE(p, v) aot_f32x4_store((p), (v))
 #define AOT_F32X4_SPLAT(x) aot_f32x4_splat(x)
+#define AOT_F32X4_LANE(v, i) aot_f32x4_splat((v).lane[i])
 #define AOT_F32X4_MULADD(acc, a, b) aot_f32x4_muladd((acc), (a), (b))
 static inline aot_f32x4 aot_f32x4_max(aot_f32x4 a, aot_f32x4 b)
 { int i; for (i = 0; i < 4; ++i) if (!(a.lane[i] > b.lane[i] || a.lane[i] != a.lane[i])) a.lane[i] = b.lane[i];

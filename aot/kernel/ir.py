@@ -235,6 +235,20 @@ class Splat(Expr):
 
 
 @dataclass(frozen=True, eq=True)
+class LaneSplat(Expr):
+    """Lane `lane` of `vector` copied into every lane. A register tile's broadcasts of four
+    consecutive floats become one vector load and four of these, which aarch64 folds into its
+    by-element fused multiply-add (`fmla v.4s, v.4s, v.s[lane]`): one load where there were four."""
+
+    vector: Expr
+    lane: int
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.vector.dtype
+
+
+@dataclass(frozen=True, eq=True)
 class MulAdd(OperandDtype):
     """acc + a * b (lane by lane for vectors), which the backends may fuse into one rounding (FMA):
     C's `acc + a * b` under -ffp-contract=fast, LLVM's llvm.fmuladd. Scalar ones are float32 only

@@ -84,6 +84,9 @@ class KernelBuilder:
         self.op = op
         self.sources = sources
         self.whole_run_in_place = False  # see Kernel.whole_run_in_place
+        # Register tiles may load four consecutive broadcast operands as one vector and take
+        # its lanes (TileConfig.lane_broadcasts).
+        self.lane_broadcasts = False
         self._resolve = resolve
         self._roles = roles or ParamRoles(None)
         self.params: list[Buffer] = []

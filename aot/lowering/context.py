@@ -130,7 +130,9 @@ class LoweringContext:
             sources += [n.name for n in chain]
         if op is None:
             op = "+".join([node.op_type, *(n.op_type for n in chain)]) if node is not None else "Copy"
-        return KernelBuilder(op, sources, self.resolve, ParamRoles(node, chain))
+        kb = KernelBuilder(op, sources, self.resolve, ParamRoles(node, chain))
+        kb.lane_broadcasts = self.tiles.lane_broadcasts
+        return kb
 
     def epilogue(self, node: Node, kb: KernelBuilder) -> tuple[Tensor, Epilogue]:
         """Where `node`'s kernel stores its result (its own output, or the fused chain's last

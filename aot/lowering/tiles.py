@@ -21,13 +21,19 @@ class TileConfig:
     # uses the tiles with the instruction the C compiler's flags allow (runtime_c/aot_kernels.h).
     int8_dot: str = "auto"
     registers: int = 16      # the target's vector registers
+    # Whether the target multiplies by one lane of a vector register in its fused multiply-add
+    # (aarch64's by-element fmla): a tile's broadcast operands, four consecutive floats, are then
+    # one vector load instead of four (register_tiles.py). x86 broadcasts from memory for free,
+    # and armv7's by-scalar multiply-add is not fused.
+    lane_broadcasts: bool = False
 
     @classmethod
-    def for_registers(cls, vector_bits: int, registers: int, int8_dot: str = "auto") -> TileConfig:
+    def for_registers(cls, vector_bits: int, registers: int, int8_dot: str = "auto",
+                      lane_broadcasts: bool = False) -> TileConfig:
         # A quarter of the registers stays free for the operand vectors, the broadcasts and the
         # compiler's own use (measured: 24 of AVX-512's 32 beat 16 and 28 on SqueezeNet).
         return cls(lanes=vector_bits // 32 if vector_bits else 1, accumulators=max(4, registers * 3 // 4),
-                   int8_dot=int8_dot, registers=registers)
+                   int8_dot=int8_dot, registers=registers, lane_broadcasts=lane_broadcasts)
 
     @property
     def cols(self) -> int:

@@ -24,6 +24,7 @@ from aot.kernel.ir import (
     Expr,
     If,
     Kernel,
+    LaneSplat,
     Load,
     Loop,
     MulAdd,
@@ -309,6 +310,8 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_WIDEN(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, VecLoad):
             return f"{self._vector(e.dtype)}_LOAD(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, LaneSplat):
+            return f"{self._vector(e.dtype)}_LANE({self.expr(e.vector)}, {e.lane})"
         if isinstance(e, Splat) and isinstance(e.a, Load) and e.a.buffer.dtype == "float32":
             return f"{self._vector(e.dtype)}_SPLAT_LOAD(&{e.a.buffer.name}[{self.expr(e.a.index)}])"
         if isinstance(e, Splat):

@@ -302,6 +302,11 @@ class _FunctionEmitter:
             return self.b.load(ptr, typ=t.storage_type(e.dtype), align=t.itemsize(buf.dtype))
         if isinstance(e, kernel_ir.Splat):
             return self.splat(self.expr(e.a), t.storage_type(e.dtype))
+        if isinstance(e, kernel_ir.LaneSplat):
+            vector = self.expr(e.vector)
+            count = vector.type.count
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), count), [e.lane] * count)
+            return self.b.shuffle_vector(vector, vector, mask)
         if isinstance(e, kernel_ir.VecMax):
             a, b = self.expr(e.a), self.expr(e.b)
             pick_a = self.b.or_(self.b.fcmp_ordered(">", a, b), self.b.fcmp_unordered("uno", a, a))

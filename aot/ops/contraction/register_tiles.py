@@ -28,6 +28,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from aot.kernel.affine import affine
 from aot.kernel.ir import (
     INDEX,
     INT_DTYPES,
@@ -36,6 +37,7 @@ from aot.kernel.ir import (
     Const,
     Declare,
     Expr,
+    LaneSplat,
     Load,
     MulAdd,
     Splat,
@@ -124,8 +126,17 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
             var = kb.var("b", dtype)
             body.append(Declare(var, _operand(buf, base + j, dtype)))
             b_s.append(var)
+        a_values = [a_at(i, k) for i in range(rows)]
+        by_lane: list[Expr | None] = [None] * rows
+        if kb.lane_broadcasts and vectors and not scalars and lanes == LANE_GROUP:
+            declared, by_lane = _lane_broadcasts(kb, a_values, vdtype)
+            body += declared
         for i in range(rows):
-            a_value = a_at(i, k)
+            a_value = a_values[i]
+            lane_value = by_lane[i]
+            if lane_value is not None:
+                body += [Assign(acc, MulAdd(acc, lane_value, b)) for acc, b in zip(acc_v[i], b_v)]
+                continue
             if vectors and not scalars and isinstance(a_value, Load):
                 # broadcast straight from memory (armv7: one vld1 instead of a load and a copy)
                 a_v = kb.var("va", vdtype)
@@ -152,6 +163,39 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     stmts += kb.loops(looped, loop_body, prefix="k")
     return stmts + _store_tile(kb, rows, cols, lanes, vdtype, starts, scalars, acc_v, acc_s, out, out_at, finish,
                                dtype)
+
+
+LANE_GROUP = 4  # broadcast operands loaded as one vector of four floats
+
+
+def _lane_broadcasts(kb: KernelBuilder, a_values: list[Expr], vdtype: str) -> tuple[list[Stmt], list[Expr | None]]:
+    """The rows' broadcast operands as lanes of vector loads, where all of them are consecutive
+    floats of one buffer (a packed weight panel's rows, a row of pixels) and there are at least
+    four: rows 4g..4g+3 from the load at row 4g, a ragged last group from the load ending at the
+    last row (it overlaps the group before, and reads nothing the rows do not). (declarations,
+    per-row operand), or ([], Nones) where the rows are not such a run."""
+    rows = len(a_values)
+    first = a_values[0]
+    none: list[Expr | None] = [None] * rows
+    if rows < LANE_GROUP or not all(isinstance(a, Load) and a.buffer == first.buffer for a in a_values):
+        return [], none
+    assert isinstance(first, Load)
+    if first.buffer.dtype != "float32":
+        return [], none
+    start = affine(first.index)
+    if start is None or any(affine(a.index) != (start[0], start[1] + i)  # type: ignore[attr-defined]
+                            for i, a in enumerate(a_values)):
+        return [], none
+    declared: list[Stmt] = []
+    by_lane: list[Expr | None] = []
+    for group in range(0, rows, LANE_GROUP):
+        base = min(group, rows - LANE_GROUP)
+        vector = kb.var("vab", vdtype)
+        load = a_values[base]
+        assert isinstance(load, Load)
+        declared.append(Declare(vector, VecLoad(load.buffer, load.index, LANE_GROUP)))
+        by_lane += [LaneSplat(vector, i - base) for i in range(group, min(group + LANE_GROUP, rows))]
+    return declared, by_lane
 
 
 def _operand_row(buf: Buffer, index: Expr, lanes: int) -> Expr:
