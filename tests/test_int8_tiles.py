@@ -31,6 +31,10 @@ CASES = {
     "5x3_dilated_s3": ((1, 8, 12, 40), (12, 8, 5, 3), {"pads": [2, 2, 2, 2], "strides": [1, 3], "dilations": [1, 2]}),
     "pointwise_small_plane": ((1, 10, 5, 5), (7, 10, 1, 1), {}),
     "pointwise_wide_row": ((1, 64, 3, 56), (64, 64, 1, 1), {}),
+    # pointwise convolutions copy their input in bands of a tile's pixels (integer_tiles.banded):
+    # two images, channels past a quad, a ragged last band; a strided one copies the whole image
+    "pointwise_batch2_ragged": ((2, 6, 7, 9), (5, 6, 1, 1), {}),
+    "pointwise_s2": ((1, 8, 9, 13), (6, 8, 1, 1), {"strides": [2, 2]}),
     "1d": ((1, 5, 37), (9, 5, 3), {"pads": [1, 1]}),
     # one input channel: a 1x1 convolution over the taps (integer_conv._tap_columns), with padding
     # on every side and strides (DS-CNN's first layer), without padding, dilated, and 1-D

@@ -96,22 +96,9 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     vectors = len(starts)
     scalars = [] if vectors else list(range(cols))
     vdtype = vector_of(dtype, lanes) if vectors else dtype
-    stmts: list[Stmt] = []
-    acc_v: list[list[Var]] = []
-    acc_s: list[list[Var]] = []
-    for i in range(rows):
-        acc_v.append([kb.var("vacc", vdtype) for _ in range(vectors)])
-        acc_s.append([kb.var("acc", dtype) for _ in scalars])
-        if resume:
-            stmts += [Declare(v, VecLoad(out, out_at(i, const(at, INDEX)), lanes)) for at, v in zip(starts, acc_v[i])]
-            stmts += [Declare(v, Load(out, out_at(i, const(j, INDEX)))) for j, v in zip(scalars, acc_s[i])]
-            continue
-        start = init[i]
-        if not isinstance(start, (Var, Const)) and cols > 1:  # one load of the bias, not one per column
-            start_var = kb.var("bias", dtype)
-            stmts.append(Declare(start_var, start))
-            start = start_var
-        stmts += [Declare(v, Splat(start, lanes)) for v in acc_v[i]] + [Declare(v, start) for v in acc_s[i]]
+    acc_v = [[kb.var("vacc", vdtype) for _ in range(vectors)] for _ in range(rows)]
+    acc_s = [[kb.var("acc", dtype) for _ in scalars] for _ in range(rows)]
+    stmts = _accumulators(kb, dtype, lanes, starts, scalars, acc_v, acc_s, init, (out, out_at) if resume else None)
 
     def step(k: list[Expr]) -> list[Stmt]:
         body: list[Stmt] = []
@@ -163,6 +150,27 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     stmts += kb.loops(looped, loop_body, prefix="k")
     return stmts + _store_tile(kb, rows, cols, lanes, vdtype, starts, scalars, acc_v, acc_s, out, out_at, finish,
                                dtype)
+
+
+def _accumulators(kb: KernelBuilder, dtype: str, lanes: int, starts: list[int], scalars: list[int],
+                  acc_v: list[list[Var]], acc_s: list[list[Var]], init: Sequence[Expr],
+                  resumed: tuple[Buffer, Callable[[int, Expr], Expr]] | None) -> list[Stmt]:
+    """The accumulators declared: from what `resumed` = (out, out_at) holds (a partial sum
+    resumed), else from `init` (a bias loaded once per row, not once per column)."""
+    stmts: list[Stmt] = []
+    for i, (row_v, row_s) in enumerate(zip(acc_v, acc_s)):
+        if resumed is not None:
+            out, out_at = resumed
+            stmts += [Declare(v, VecLoad(out, out_at(i, const(at, INDEX)), lanes)) for at, v in zip(starts, row_v)]
+            stmts += [Declare(v, Load(out, out_at(i, const(j, INDEX)))) for j, v in zip(scalars, row_s)]
+            continue
+        start = init[i]
+        if not isinstance(start, (Var, Const)) and (starts or len(scalars) > 1):  # more than one column
+            start_var = kb.var("bias", dtype)  # one load of the bias, not one per column
+            stmts.append(Declare(start_var, start))
+            start = start_var
+        stmts += [Declare(v, Splat(start, lanes)) for v in row_v] + [Declare(v, start) for v in row_s]
+    return stmts
 
 
 LANE_GROUP = 4  # broadcast operands loaded as one vector of four floats

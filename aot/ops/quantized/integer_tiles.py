@@ -110,16 +110,55 @@ def packed_weights(weights: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(shaped.transpose(0, 4, 5, 2, 1, 3)).astype(np.int8)
 
 
-def quad_image(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, g: ConvGeometry, fill: Expr,
+def banded(g: ConvGeometry) -> bool:
+    """Whether the quad image can hold one band of a tile's pixels at a time: pointwise
+    convolutions (1x1, stride 1, no padding: a pixel reads its own column only), whose band is
+    copied in just before the tiles over it. DS-CNN's int8 arena held a whole 8000-byte quad
+    image beside the conv's input and output."""
+    return (g.kernel == (1, 1) and tuple(g.strides) == (1, 1) and tuple(g.pad_begin) == (0, 0)
+            and tuple(g.padded_hw) == tuple(g.in_spatial))
+
+
+def quad_image(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, fill: Expr,
                width: int) -> tuple[list[Stmt], Buffer, Layout]:
-    """The quad image of input `x` ([n][c][h][w]) and the statements that fill it: every byte
-    `fill` (x_zero_point, as uint8), then the input's values at their padded places.
-    `width` bytes of slack at the end cover the lanes a ragged last tile reads past a row."""
-    (in_h, in_w), (top, left), s_w = g.in_spatial, g.pad_begin, g.strides[1]
+    """The quad image of the input (banded: of `width` columns of one row) and the statements
+    that fill it with `fill` (x_zero_point, as uint8); copy_rows and copy_band put the input's
+    values in. `width` bytes of slack at the end cover the lanes a ragged last tile reads past
+    a row."""
     hp, wp = g.padded_hw
-    layout = Layout(g.batch, hp, -(-g.channels // QUAD), s_w, -(-wp // s_w))
+    s_w = g.strides[1]
+    batch, rows, columns = (1, 1, width) if banded(g) else (g.batch, hp, -(-wp // s_w))
+    layout = Layout(batch, rows, -(-g.channels // QUAD), s_w, columns)
     image = kb.output(scratch_tensor(ctx, node, (layout.size + width * QUAD,), np.uint8, "quads")).buffer
-    body: list[Stmt] = kb.loops([image.size], lambda i: [Store(image, i[0], fill)], prefix="z")
+    return kb.loops([image.size], lambda i: [Store(image, i[0], fill)], prefix="z"), image, layout
+
+
+def copy_band(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout: Layout, n: Expr, row: Expr,
+              col0: Expr, count: int) -> list[Stmt]:
+    """Columns [col0, col0 + count) of the input's row `row` in image n copied into a banded
+    quad image's columns [0, count)."""
+    whole, rest = divmod(g.channels, QUAD)
+    zero = const(0, INDEX)
+
+    def copy(i: list[Expr], lanes: int = QUAD, quad_base: int = 0) -> list[Stmt]:
+        quad, col = i[0] + quad_base, i[1]
+        return [Store(image, layout.at(zero, zero, quad, 0, col) + j,
+                      _byte(x.load([n, quad * QUAD + j, row, col0 + col]))) for j in range(lanes)]
+
+    body = kb.loops([whole, count], copy, prefix="s") if whole else []
+    if rest:
+        body += kb.loops([1, count], lambda i: copy(i, lanes=rest, quad_base=whole), prefix="s")
+    return body
+
+
+def _byte(value: Expr) -> Expr:
+    return value if value.dtype == "uint8" else unsigned_byte(value)
+
+
+def copy_rows(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout: Layout) -> list[Stmt]:
+    """The input ([n][c][h][w]) copied to its padded places in the quad image."""
+    (in_h, in_w), (top, left), s_w = g.in_spatial, g.pad_begin, g.strides[1]
+    body: list[Stmt] = []
     whole, rest = divmod(g.channels, QUAD)
     for phase in range(s_w):
         # padded columns q * s_w + phase that hold an input column (left <= col < left + in_w)
@@ -136,12 +175,8 @@ def quad_image(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, g: 
             n, r, q, col = i
             quad = q + quad_base
             column = col + first
-            stores: list[Stmt] = []
-            for j in range(lanes):
-                value = x.load([n, quad * QUAD + j, r, column * s_w + phase - left])
-                byte = value if value.dtype == "uint8" else unsigned_byte(value)
-                stores.append(Store(image, layout.at(n, r + top, quad, phase, column) + j, byte))
-            return stores
+            return [Store(image, layout.at(n, r + top, quad, phase, column) + j,
+                          _byte(x.load([n, quad * QUAD + j, r, column * s_w + phase - left]))) for j in range(lanes)]
 
         count = last - first + 1
         if whole:
@@ -149,7 +184,7 @@ def quad_image(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, g: 
         if rest:
             body += kb.loops([g.batch, in_h, 1, count],
                              lambda i, copy=copy: copy(i, lanes=rest, quad_base=whole), prefix="s")
-    return body, image, layout
+    return body
 
 
 def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: View,
@@ -162,22 +197,23 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
     (k_h, k_w), (s_h, s_w), (d_h, d_w) = g.kernel, g.strides, g.dilations
     (out_h, out_w), m_count = g.out_spatial, g.out_channels
     shape = tile_shape(lanes, accumulators, out_w, m_count)
-    copy, image, layout = quad_image(node, ctx, kb, x, g, fill, shape.width)
+    fills, image, layout = quad_image(node, ctx, kb, g, fill, shape.width)
+    band = banded(g)
     packed = kb.input(ctx.constant(packed_weights(weights, shape.channels), f"{node.name}_tiles")).buffer
     blocks = -(-m_count // shape.channels)
     scratch = kb.output(scratch_tensor(ctx, node, (shape.channels * shape.width,), np.int32, "tile")).buffer
-    full, tail = divmod(out_w, shape.width)
 
-    def tile(n: Expr, oh: Expr, block: Expr, ow0: Expr, pixels: int) -> list[Stmt]:
+    def tile(n: Expr, oh: Expr, block: Expr, ow0: Expr, pixels: int, column: Expr) -> list[Stmt]:
+        """Output pixels [ow0, ow0 + pixels) of row oh, read from the image's `column` on."""
         vectors = -(-pixels // shape.lanes)
         accs = [[kb.var("acc", f"int32x{shape.lanes}") for _ in range(vectors)] for _ in range(shape.channels)]
         zero = Splat(const(0, ACCUMULATOR), shape.lanes)
         body: list[Stmt] = [Declare(a, zero) for row in accs for a in row]
 
         def step(kh: Expr, kw: int, quad: Expr) -> list[Stmt]:
-            row = oh * s_h + kh * d_h
+            image_n, row = (const(0, INDEX), kh) if band else (n, oh * s_h + kh * d_h)
             shift, phase = divmod(kw * d_w, s_w)  # the padded column (ow + shift) * s_w + phase
-            operands = [QuadLoad(image, layout.at(n, row, quad, phase, ow0 + (v * shape.lanes + shift)),
+            operands = [QuadLoad(image, layout.at(image_n, row, quad, phase, column + (v * shape.lanes + shift)),
                                  shape.lanes * QUAD) for v in range(vectors)]
             at = (((block * k_h + kh) * k_w + kw) * layout.quads + quad) * shape.channels
             out: list[Stmt] = []
@@ -206,21 +242,33 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
 
         return body + kb.loops([shape.channels], guarded, prefix="c")
 
-    def row(i: list[Expr]) -> list[Stmt]:
-        n, oh, block = i
-        out: list[Stmt] = []
-        if full:
-            out += kb.loops([full], lambda b: tile(n, oh, block, b[0] * shape.width, shape.width), prefix="b")
-        if tail and full and overlap:
-            # the last tile ends at the row's end, over pixels the one before stored too: a tile as
-            # wide as the others, whose outputs are one loop the compilers vectorise whole (a tail
-            # of 24 of 32 pixels took 12% of a 3x3 conv's time)
-            out += tile(n, oh, block, const(out_w - shape.width, INDEX), shape.width)
-        elif tail:
-            out += tile(n, oh, block, const(full * shape.width, INDEX), tail)
-        return out
+    def pieces(piece: Callable[[Expr, int], list[Stmt]]) -> list[Stmt]:
+        return along_row(kb, out_w, shape.width, overlap, piece)
 
-    return copy + kb.loops([g.batch, out_h, blocks], row, prefix="t")
+    if band:  # each band of pixels copied in just before the tiles over it, of every block
+        def band_tiles(n: Expr, oh: Expr, ow0: Expr, pixels: int) -> list[Stmt]:
+            return copy_band(kb, x, g, image, layout, n, oh, ow0, pixels) + kb.loops(
+                [blocks], lambda b: tile(n, oh, b[0], ow0, pixels, const(0, INDEX)), prefix="t")
+
+        return fills + kb.loops([g.batch, out_h], lambda i: pieces(
+            lambda ow0, pixels: band_tiles(i[0], i[1], ow0, pixels)), prefix="r")
+    return fills + copy_rows(kb, x, g, image, layout) + kb.loops([g.batch, out_h, blocks], lambda i: pieces(
+        lambda ow0, pixels: tile(i[0], i[1], i[2], ow0, pixels, ow0)), prefix="t")
+
+
+def along_row(kb: KernelBuilder, out_w: int, width: int, overlap: bool,
+              piece: Callable[[Expr, int], list[Stmt]]) -> list[Stmt]:
+    """`piece(ow0, pixels)` over an output row: the full tiles, then a last one, narrower, or
+    when `overlap` (storing an output twice is harmless) as wide, ending at the row's end (a
+    tail of 24 of 32 pixels took 12% of a 3x3 conv's time: as wide, its outputs are one loop
+    the compilers vectorise whole)."""
+    full, tail = divmod(out_w, width)
+    out = kb.loops([full], lambda b: piece(b[0] * width, width), prefix="b") if full else []
+    if tail and full and overlap:
+        out += piece(const(out_w - width, INDEX), width)
+    elif tail:
+        out += piece(const(full * width, INDEX), tail)
+    return out
 
 
 def unrolled_taps(kb: KernelBuilder, k_h: int, k_w: int, quads: int,
