@@ -85,7 +85,13 @@ def tiles_for(targets: tuple[Target, ...] | list[Target]) -> TileConfig:
     # (the C header then picks each one's by its compiler flags), else the portable loops
     int8_dot = dots.pop() if len(dots) == 1 else "portable" if "portable" in dots else "auto"
     return TileConfig.for_registers(min(t.vector_bits for t in targets), min(t.vector_registers for t in targets),
-                                    int8_dot, lane_broadcasts=all(t.arch == "aarch64" for t in targets))
+                                    int8_dot, lane_broadcasts=all(_multiplies_by_lane(t) for t in targets))
+
+
+def _multiplies_by_lane(target: Target) -> bool:
+    """Whether the target's vector multiply-add takes one lane of a register as a factor: NEON,
+    aarch64 (fused) and armv7 (vmla by scalar)."""
+    return target.arch in ("aarch64", "armv7") and target.vector_bits == 128
 
 
 @functools.cache

@@ -64,8 +64,8 @@ static inline float aot_select_float32(int cond, float a, float b)
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
  * AOT_F32X<lanes>_LOAD, _WIDEN (lanes int8_t or int16_t converted to float: weights kept
  * quantised), _STORE, _SPLAT, _SPLAT_LOAD(p) (the float at p in every lane: one vld1 on armv7,
- * where gcc loads the float into a core register and copies it over), _LANE(v, i) (4 lanes only:
- * lane i of v in every lane), _LOAD_STEP(p) (4 lanes
+ * where gcc loads the float into a core register and copies it over), _LANE(v, i) and
+ * _MULADD_LANE(acc, b, v, i) (4 lanes only: lane i of v in every lane; acc + b times it), _LOAD_STEP(p) (4 lanes
  * only: the vector at the pointer p, which then moves past it; armv7 gcc: a post-increment vld1),
  * _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where
  * a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
@@ -98,6 +98,14 @@ typedef float32x4_t aot_f32x4;
 #define AOT_F32X4_SPLAT(x) vdupq_n_f32(x)
 #define AOT_F32X4_SPLAT_LOAD(p) vld1q_dup_f32((const float *)(const void *)(p))
 #define AOT_F32X4_LANE(v, i) vdupq_n_f32(vgetq_lane_f32((v), (i)))
+/* acc + b * lane i of v: NEON's multiply-accumulate by scalar, `vmla.f32 q, q, d[i]`, which
+ * rounds the product before the add (armv7 has no fused form by scalar; the LLVM backend's
+ * armv7 code uses vmla too). */
+#define AOT_F32X4_MULADD_LANE(acc, b, v, i) AOT_F32X4_MULADD_LANE_##i((acc), (b), (v))
+#define AOT_F32X4_MULADD_LANE_0(acc, b, v) vmlaq_lane_f32((acc), (b), vget_low_f32(v), 0)
+#define AOT_F32X4_MULADD_LANE_1(acc, b, v) vmlaq_lane_f32((acc), (b), vget_low_f32(v), 1)
+#define AOT_F32X4_MULADD_LANE_2(acc, b, v) vmlaq_lane_f32((acc), (b), vget_high_f32(v), 0)
+#define AOT_F32X4_MULADD_LANE_3(acc, b, v) vmlaq_lane_f32((acc), (b), vget_high_f32(v), 1)
 /* A walk over consecutive vectors (AOT_F32X4_LOAD_STEP(p): the 4 floats at p, then p moves past
  * them; aot/backends/c/load_walks.py). vld1 has no offset form, and gcc computes each address of
  * a tile's operand vectors with an add of its own (a quarter of a conv kernel's instructions);
@@ -242,6 +250,9 @@ static inline float aot_f32x4_reduce_max(aot_f32x4 v)
 #endif
 #ifndef AOT_F32X4_SPLAT_LOAD
 #define AOT_F32X4_SPLAT_LOAD(p) AOT_F32X4_SPLAT(*(p))
+#endif
+#ifndef AOT_F32X4_MULADD_LANE
+#define AOT_F32X4_MULADD_LANE(acc, b, v, i) AOT_F32X4_MULADD((acc), AOT_F32X4_LANE((v), i), (b))
 #endif
 #ifndef AOT_F32X4_LOAD_STEP
 #define AOT_F32X4_LOAD_STEP(p) ((p) += 4, AOT_F32X4_LOAD((p) - 4))

@@ -23,6 +23,8 @@ SHAPES = {
     "scalar": TileConfig(1, 12),
     # aarch64's: broadcast operands loaded four at a time, each row taking one lane
     "aarch64-lanes": TileConfig(4, 24, registers=32, lane_broadcasts=True),
+    # armv7's: 4 rows x 2 vectors, multiplied by lane (vmla by scalar on the target)
+    "armv7-lanes": TileConfig(4, 12, registers=16, lane_broadcasts=True),
 }
 
 
@@ -48,15 +50,20 @@ def test_tile_shapes_follow_the_registers() -> None:
 
 
 def test_aarch64_tiles_take_broadcasts_by_lane(tmp_path: Path) -> None:
-    """On aarch64 a tile's broadcast operands, consecutive floats, are one vector load whose
-    lanes the by-element fmla takes (fewer instructions: SqueezeNet on rpi4 125 -> 106 M); x86
-    broadcasts from memory and armv7 has no fused by-lane form, so they keep their broadcasts."""
-    assert [aot.pipeline.tiles_for([load_target(t)]).lane_broadcasts for t in ("rpi4", "rpi5", "aarch64")] == [True] * 3
-    assert not any(aot.pipeline.tiles_for([load_target(t)]).lane_broadcasts for t in ("rpi3", "x86_64", "x86_64-v4"))
+    """On Arm a tile's broadcast operands, consecutive floats, are one vector load whose lanes
+    the multiply-add takes (aarch64's by-element fmla: SqueezeNet on rpi4 125 -> 106 M
+    instructions; armv7's vmla by scalar, in tiles of 4 rows x 2 vectors); x86 broadcasts from
+    memory, so it keeps its broadcasts."""
+    lanes = {t: aot.pipeline.tiles_for([load_target(t)]) for t in ("rpi4", "rpi5", "aarch64", "rpi3", "rpi-zero2",
+                                                                     "x86_64", "x86_64-v4", "cortex-m7")}
+    assert [t for t, tiles in lanes.items() if tiles.lane_broadcasts] == ["rpi4", "rpi5", "aarch64", "rpi3", "rpi-zero2"]
+    # armv7 (16 registers): tiles of 4 rows x 2 vectors, where broadcasts by lane pay
+    assert lanes["rpi3"].by_scalar and lanes["rpi3"].cols == 8 and lanes["rpi3"].rows_for(8, 64) == 4
+    assert lanes["rpi3"].one_by_one().cols == 16 and not lanes["rpi4"].by_scalar
     model, _ = _conv((1, 16, 12, 12), 22, kernel=(1, 1))  # 22 output channels: 4 groups and a ragged one
     text = compile_model(model, target="rpi4", conv_algorithm="direct").files["test_graph.c"].decode()
-    assert "AOT_F32X4_LANE(" in text
-    assert "AOT_F32X4_LANE(" not in compile_model(model, target="x86_64", conv_algorithm="direct").files[
+    assert "AOT_F32X4_MULADD_LANE(" in text
+    assert "_LANE(" not in compile_model(model, target="x86_64", conv_algorithm="direct").files[
         "test_graph.c"].decode()
     # The header's portable form (no GNU vectors) has the macro too.
     package = compile_model(model, target="rpi4", conv_algorithm="direct").write(tmp_path / "pkg")

@@ -6,7 +6,7 @@ A lowering parameter like the target itself: the compiler derives it from the --
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,17 @@ class TileConfig:
 
     @property
     def cols(self) -> int:
-        """Outputs along the contiguous axis per tile: at least 16, two vectors on wide targets."""
-        return max(16, 2 * self.lanes)
+        """Outputs along the contiguous axis per tile: at least 16, two vectors on wide targets;
+        two vectors on armv7, whose tiles multiply by lane (by_scalar)."""
+        return 2 * self.lanes if self.by_scalar else max(16, 2 * self.lanes)
+
+    @property
+    def by_scalar(self) -> bool:
+        """armv7 NEON (16 registers of 4 floats) with broadcasts by lane: its multiply-accumulate
+        by a lane (`vmla.f32 q, q, d[i]`, rounded after the product, not fused) lets a tile of
+        4 rows x 2 vectors load 3 operands per 8 multiply-adds, where 2 rows x 4 vectors with
+        broadcasts loaded 6 (a hand-written loop of each: 11 instructions against 14 per 8)."""
+        return self.lane_broadcasts and self.registers <= 16
 
     @property
     def wide_cols(self) -> int:
@@ -48,6 +57,13 @@ class TileConfig:
         AVX-512 Xeon, aot's own time under the profiler: 10% less over its convolutions, the
         14x14 Winograd ones 1834 -> 1474 us). Elsewhere `cols`."""
         return 3 * self.lanes if self.lanes >= 16 else self.cols
+
+    def one_by_one(self) -> TileConfig:
+        """These tiles for broadcast operands that are not consecutive floats (a matrix's rows
+        K apart, pixels across an image's rows): armv7's by-lane shape does not pay there, so
+        it keeps its broadcast tiles (MNIST's 5x5 conv in channel tiles: 0.43 -> 0.46 M
+        instructions with 4 x 8)."""
+        return replace(self, lane_broadcasts=False) if self.by_scalar else self
 
     def width_for(self, cols: int) -> int:
         """Lanes of the vectors covering `cols` columns: the register width, or a narrower vector
@@ -67,7 +83,7 @@ class TileConfig:
         tile were 36% of its instructions, so there the tiles have 2 rows."""
         vectors = max(1, -(-cols // self.width_for(cols)))
         fitting = (self.registers - vectors - 1) // vectors
-        most = max(1, min(limit, self.accumulators // vectors, fitting, 16))
+        most = max(1, min(limit, self.accumulators // vectors, fitting, 4 if self.by_scalar else 16))
         count = -(-limit // most)
         return -(-limit // count)
 

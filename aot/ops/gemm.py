@@ -179,7 +179,9 @@ def tileable(n: int, dtype: str) -> bool:
 
 def matmul_tile_shape(tiles: TileConfig, m: int, n: int) -> tuple[int, int]:
     """(rows, cols) of the tiles of an m x n product. With few rows (a batch-1 fully connected
-    layer) the tiles widen along the columns so that enough accumulators are in flight."""
+    layer) the tiles widen along the columns so that enough accumulators are in flight. A's
+    rows are K apart: broadcast one by one."""
+    tiles = tiles.one_by_one()
     rows = min(m, tiles.rows_for(tiles.cols, m))
     vectors = tiles.accumulators // rows
     if tiles.lanes <= 4:
@@ -202,7 +204,7 @@ def packed_tile_shape(node: Node, ctx: LoweringContext, m: int, n: int,
     shape = own
     if isinstance(preferred, tuple) and len(preferred) == 2 and preferred[1] != own[1]:
         cols = min(int(preferred[1]), n)
-        shape = (min(m, ctx.tiles.rows_for(cols, m)), cols)
+        shape = (min(m, ctx.tiles.one_by_one().rows_for(cols, m)), cols)
     ctx.choices.append((key, shape))
     return shape
 

@@ -327,6 +327,9 @@ class KernelPrinter:
                     f"{self.expr(e.x)}, {self.expr(e.y)})")
         if isinstance(e, VecReduce):  # the lanes' halving tree (the header's _REDUCE_ macros)
             return f"{self._vector(e.a.dtype)}_REDUCE_{e.op.upper()}({self.expr(e.a)})"
+        if isinstance(e, MulAdd) and isinstance(e.a, LaneSplat):  # by a lane (armv7: vmla by scalar)
+            return (f"{self._vector(e.dtype)}_MULADD_LANE({self.expr(e.acc)}, {self.expr(e.b)}, "
+                    f"{self.expr(e.a.vector)}, {e.a.lane})")
         if isinstance(e, MulAdd):
             return f"{self._vector(e.dtype)}_MULADD({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
         raise TypeError(f"cannot print {e!r}")

@@ -42,6 +42,8 @@ class ChannelTiles(TiledConv):
         is one pixel, broadcast from the input. The tile lands in a small scratch that a second
         pass writes out channel-major, adding the bias and the fused epilogue."""
         s, tile = self.s, self.tile
+        if not (s.k_h == s.k_w == 1 and s.s_h == s.s_w == 1):
+            tile = tile.one_by_one()  # a tile's pixels cross the image's rows: not consecutive
         self.mode = "channels"
         # 512-bit vectors: four of output channels by 6 pixels (24 accumulators, 10 loads per 24
         # multiply-adds) rather than two by 10 (12 loads per 20): ResNet-50's 1x1 convs at 7x7

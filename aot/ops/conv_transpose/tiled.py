@@ -66,7 +66,7 @@ class _PhaseTiles:
             self.copy, self.xv = [], View(kb.input(x).buffer, (geo.batch, geo.channels, in_h, in_w))
         self.yv = View(kb.output(final).buffer, (geo.batch, geo.out_channels, out_h, out_w))
         self.bv = kb.input(bias) if bias is not None else None
-        self.dt, self.tile = final.dtype.name, ctx.tiles
+        self.dt, self.tile = final.dtype.name, ctx.tiles.one_by_one()
         self.width = min(self.tile.cols, max(ph.outputs for ph in self.cols))
         # Accumulator rows a tile of `width` columns affords, evened out over all the rows.
         budget = self.tile.rows_for(self.width, geo.per_group * len([ph for ph in self.cols if ph.outputs]))
