@@ -56,7 +56,8 @@ def test_aarch64_tiles_take_broadcasts_by_lane(tmp_path: Path) -> None:
     memory, so it keeps its broadcasts."""
     lanes = {t: aot.pipeline.tiles_for([load_target(t)]) for t in ("rpi4", "rpi5", "aarch64", "rpi3", "rpi-zero2",
                                                                      "x86_64", "x86_64-v4", "cortex-m7")}
-    assert [t for t, tiles in lanes.items() if tiles.lane_broadcasts] == ["rpi4", "rpi5", "aarch64", "rpi3", "rpi-zero2"]
+    by_lane = [t for t, tiles in lanes.items() if tiles.lane_broadcasts]
+    assert by_lane == ["rpi4", "rpi5", "aarch64", "rpi3", "rpi-zero2"]
     # armv7 (16 registers): tiles of 4 rows x 2 vectors, where broadcasts by lane pay
     assert lanes["rpi3"].by_scalar and lanes["rpi3"].cols == 8 and lanes["rpi3"].rows_for(8, 64) == 4
     assert lanes["rpi3"].one_by_one().cols == 16 and not lanes["rpi4"].by_scalar
