@@ -111,9 +111,32 @@ static int check_f32x4_walk(void)
 """
 
 
+# The 4-lane products by lane (register_tiles.py: broadcasts loaded four at a time): lane l of v
+# in every lane, and acc + b * that (armv7: vmla by scalar; the values make every product exact,
+# so fused and unfused agree).
+_CHECK_LANES = """
+static int check_f32x4_lanes(void)
+{
+    float v[4] = { -2.0f, 0.5f, 3.0f, -0.25f }, acc[4] = { 1.0f, 2.0f, -3.0f, 0.5f };
+    float b[4] = { 4.0f, -1.0f, 0.5f, 2.0f }, out[4];
+    aot_f32x4 vv = AOT_F32X4_LOAD(v), va = AOT_F32X4_LOAD(acc), vb = AOT_F32X4_LOAD(b);
+    int i, bad = 0;
+#define LANE_CHECK(l) \
+    AOT_F32X4_STORE(out, AOT_F32X4_LANE(vv, l)); \
+    for (i = 0; i < 4; ++i) if (out[i] != v[l]) { bad = 1; printf("LANE %d lane %d: %g\\n", l, i, (double)out[i]); } \
+    AOT_F32X4_STORE(out, AOT_F32X4_MULADD_LANE(va, vb, vv, l)); \
+    for (i = 0; i < 4; ++i) if (out[i] != acc[i] + b[i] * v[l]) { \
+        bad = 1; printf("MULADD_LANE %d lane %d: %g\\n", l, i, (double)out[i]); }
+    LANE_CHECK(0) LANE_CHECK(1) LANE_CHECK(2) LANE_CHECK(3)
+#undef LANE_CHECK
+    return bad;
+}
+"""
+
+
 def _program(tmp_path: Path) -> Path:
-    checks = "".join(_CHECK.format(n=n) for n in LANES) + _CHECK_WALK
-    calls = " | ".join(f"check_f32x{n}()" for n in LANES) + " | check_f32x4_walk()"
+    checks = "".join(_CHECK.format(n=n) for n in LANES) + _CHECK_WALK + _CHECK_LANES
+    calls = " | ".join(f"check_f32x{n}()" for n in LANES) + " | check_f32x4_walk() | check_f32x4_lanes()"
     source = tmp_path / "vectors.c"
     source.write_text(
         "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n"
