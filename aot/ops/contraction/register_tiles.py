@@ -183,25 +183,20 @@ def _lane_broadcasts(kb: KernelBuilder, a_values: list[Expr], vdtype: str) -> tu
     last row (it overlaps the group before, and reads nothing the rows do not). (declarations,
     per-row operand), or ([], Nones) where the rows are not such a run."""
     rows = len(a_values)
-    first = a_values[0]
     none: list[Expr | None] = [None] * rows
-    if rows < LANE_GROUP or not all(isinstance(a, Load) and a.buffer == first.buffer for a in a_values):
+    loads = [a for a in a_values if isinstance(a, Load)]
+    if rows < LANE_GROUP or len(loads) != rows or loads[0].buffer.dtype != "float32" \
+            or any(a.buffer != loads[0].buffer for a in loads):
         return [], none
-    assert isinstance(first, Load)
-    if first.buffer.dtype != "float32":
-        return [], none
-    start = affine(first.index)
-    if start is None or any(affine(a.index) != (start[0], start[1] + i)  # type: ignore[attr-defined]
-                            for i, a in enumerate(a_values)):
+    start = affine(loads[0].index)
+    if start is None or any(affine(a.index) != (start[0], start[1] + i) for i, a in enumerate(loads)):
         return [], none
     declared: list[Stmt] = []
     by_lane: list[Expr | None] = []
     for group in range(0, rows, LANE_GROUP):
         base = min(group, rows - LANE_GROUP)
         vector = kb.var("vab", vdtype)
-        load = a_values[base]
-        assert isinstance(load, Load)
-        declared.append(Declare(vector, VecLoad(load.buffer, load.index, LANE_GROUP)))
+        declared.append(Declare(vector, VecLoad(loads[base].buffer, loads[base].index, LANE_GROUP)))
         by_lane += [LaneSplat(vector, i - base) for i in range(group, min(group + LANE_GROUP, rows))]
     return declared, by_lane
 

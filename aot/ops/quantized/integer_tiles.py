@@ -137,7 +137,6 @@ def copy_band(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
               col0: Expr, count: int) -> list[Stmt]:
     """Columns [col0, col0 + count) of the input's row `row` in image n copied into a banded
     quad image's columns [0, count)."""
-    whole, rest = divmod(g.channels, QUAD)
     zero = const(0, INDEX)
 
     def copy(i: list[Expr], lanes: int = QUAD, quad_base: int = 0) -> list[Stmt]:
@@ -145,9 +144,17 @@ def copy_band(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
         return [Store(image, layout.at(zero, zero, quad, 0, col) + j,
                       _byte(x.load([n, quad * QUAD + j, row, col0 + col]))) for j in range(lanes)]
 
-    body = kb.loops([whole, count], copy, prefix="s") if whole else []
+    return _quads(kb, [], g.channels, count, copy)
+
+
+def _quads(kb: KernelBuilder, outer: list[int], channels: int, count: int,
+           copy: Callable[..., list[Stmt]]) -> list[Stmt]:
+    """`copy(index, lanes, quad_base)` over the loops `outer` x channel quads x `count` columns:
+    the whole quads, then the channels past the last one as a quad of fewer lanes."""
+    whole, rest = divmod(channels, QUAD)
+    body = kb.loops([*outer, whole, count], copy, prefix="s") if whole else []
     if rest:
-        body += kb.loops([1, count], lambda i: copy(i, lanes=rest, quad_base=whole), prefix="s")
+        body += kb.loops([*outer, 1, count], lambda i: copy(i, lanes=rest, quad_base=whole), prefix="s")
     return body
 
 
@@ -159,7 +166,6 @@ def copy_rows(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
     """The input ([n][c][h][w]) copied to its padded places in the quad image."""
     (in_h, in_w), (top, left), s_w = g.in_spatial, g.pad_begin, g.strides[1]
     body: list[Stmt] = []
-    whole, rest = divmod(g.channels, QUAD)
     for phase in range(s_w):
         # padded columns q * s_w + phase that hold an input column (left <= col < left + in_w)
         first = max(0, -(-(left - phase) // s_w))
@@ -178,12 +184,7 @@ def copy_rows(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
             return [Store(image, layout.at(n, r + top, quad, phase, column) + j,
                           _byte(x.load([n, quad * QUAD + j, r, column * s_w + phase - left]))) for j in range(lanes)]
 
-        count = last - first + 1
-        if whole:
-            body += kb.loops([g.batch, in_h, whole, count], copy, prefix="s")
-        if rest:
-            body += kb.loops([g.batch, in_h, 1, count],
-                             lambda i, copy=copy: copy(i, lanes=rest, quad_base=whole), prefix="s")
+        body += _quads(kb, [g.batch, in_h], g.channels, last - first + 1, copy)
     return body
 
 
