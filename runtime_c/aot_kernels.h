@@ -67,6 +67,8 @@ static inline float aot_select_float32(int cond, float a, float b)
  * where gcc loads the float into a core register and copies it over), _LANE(v, i) and
  * _MULADD_LANE(acc, b, v, i) (4 lanes only: lane i of v in every lane; acc + b times it), _LOAD_STEP(p) (4 lanes
  * only: the vector at the pointer p, which then moves past it; armv7 gcc: a post-increment vld1),
+ * _ZIP_LO(a, b) and _ZIP_HI(a, b) (4 lanes only: a0 b0 a1 b1, a2 b2 a3 b3: values for every
+ * other element stored as whole vectors),
  * _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where
  * a < b ..., else y), and _REDUCE_ADD/_REDUCE_MAX(v)
  * (the lanes of v combined into one float in the kernel IR's VecReduce order, a halving tree;
@@ -139,6 +141,8 @@ static inline uint32x4_t aot_f32x4_cge(float32x4_t a, float32x4_t b)
 #endif
 #define AOT_F32X4_MAX(a, b) vbslq_f32(vorrq_u32(AOT_F32X4_CGT((a), (b)), vmvnq_u32(vceqq_f32((a), (a)))), (a), (b))
 #define AOT_F32X4_MIN(a, b) vbslq_f32(vorrq_u32(AOT_F32X4_CGT((b), (a)), vmvnq_u32(vceqq_f32((a), (a)))), (a), (b))
+#define AOT_F32X4_ZIP_LO(a, b) (vzipq_f32((a), (b)).val[0])
+#define AOT_F32X4_ZIP_HI(a, b) (vzipq_f32((a), (b)).val[1])
 #define AOT_F32X4_ADD(a, b) vaddq_f32((a), (b))
 #define AOT_F32X4_SUB(a, b) vsubq_f32((a), (b))
 #define AOT_F32X4_MUL(a, b) vmulq_f32((a), (b))
@@ -166,6 +170,8 @@ typedef int32_t aot_f32x4_mask __attribute__((vector_size(16)));
 #define AOT_F32X4_PICK(m, a, b) ((aot_f32x4)(((aot_f32x4_mask)(a) & (m)) | ((aot_f32x4_mask)(b) & ~(m))))
 #define AOT_F32X4_MAX(a, b) AOT_F32X4_PICK(((a) > (b)) | ((a) != (a)), (a), (b))
 #define AOT_F32X4_MIN(a, b) AOT_F32X4_PICK(((a) < (b)) | ((a) != (a)), (a), (b))
+#define AOT_F32X4_ZIP_LO(a, b) ((aot_f32x4){ (a)[0], (b)[0], (a)[1], (b)[1] })
+#define AOT_F32X4_ZIP_HI(a, b) ((aot_f32x4){ (a)[2], (b)[2], (a)[3], (b)[3] })
 #define AOT_F32X4_ADD(a, b) ((a) + (b))
 #define AOT_F32X4_SUB(a, b) ((a) - (b))
 #define AOT_F32X4_MUL(a, b) ((a) * (b))
@@ -214,6 +220,11 @@ static inline aot_f32x4 aot_f32x4_min(aot_f32x4 a, aot_f32x4 b)
 static inline aot_f32x4 aot_f32x4_add(aot_f32x4 a, aot_f32x4 b)
 { int i; for (i = 0; i < 4; ++i) a.lane[i] = a.lane[i] + b.lane[i]; return a; }
 #define AOT_F32X4_ADD(a, b) aot_f32x4_add((a), (b))
+static inline aot_f32x4 aot_f32x4_zip(aot_f32x4 a, aot_f32x4 b, int first)
+{ aot_f32x4 v; int i; for (i = 0; i < 2; ++i) { v.lane[2 * i] = a.lane[first + i]; v.lane[2 * i + 1] = b.lane[first + i]; }
+  return v; }
+#define AOT_F32X4_ZIP_LO(a, b) aot_f32x4_zip((a), (b), 0)
+#define AOT_F32X4_ZIP_HI(a, b) aot_f32x4_zip((a), (b), 2)
 static inline aot_f32x4 aot_f32x4_sub(aot_f32x4 a, aot_f32x4 b)
 { int i; for (i = 0; i < 4; ++i) a.lane[i] = a.lane[i] - b.lane[i]; return a; }
 #define AOT_F32X4_SUB(a, b) aot_f32x4_sub((a), (b))

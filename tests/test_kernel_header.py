@@ -129,6 +129,10 @@ static int check_f32x4_lanes(void)
         bad = 1; printf("MULADD_LANE %d lane %d: %g\\n", l, i, (double)out[i]); }
     LANE_CHECK(0) LANE_CHECK(1) LANE_CHECK(2) LANE_CHECK(3)
 #undef LANE_CHECK
+    AOT_F32X4_STORE(out, AOT_F32X4_ZIP_LO(vv, vb));
+    for (i = 0; i < 4; ++i) if (out[i] != (i % 2 ? b : v)[i / 2]) { bad = 1; printf("ZIP_LO lane %d\\n", i); }
+    AOT_F32X4_STORE(out, AOT_F32X4_ZIP_HI(vv, vb));
+    for (i = 0; i < 4; ++i) if (out[i] != (i % 2 ? b : v)[2 + i / 2]) { bad = 1; printf("ZIP_HI lane %d\\n", i); }
     return bad;
 }
 """

@@ -301,6 +301,18 @@ class VecSelect(OperandDtype):
     y: Expr
 
 
+@dataclass(frozen=True, eq=True)
+class VecZip(OperandDtype):
+    """Two vectors interleaved lane by lane, one half of the result: a0 b0 a1 b1 ... from their
+    lower halves (`high` False) or from their upper halves (True). Values bound for every other
+    element (Winograd F(2x2, 3x3)'s two output columns per tile) are then stored as whole
+    vectors: NEON's vzip, LLVM's shufflevector."""
+
+    a: Expr
+    b: Expr
+    high: bool
+
+
 VECTOR_REDUCTIONS = ("add", "max")
 
 
@@ -323,7 +335,8 @@ class VecReduce(Expr):
 
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
 # ThresholdedRelu: x > a ? x : 0 ...) is as long as the model's chain, so it is followed by a loop.
-_DTYPE_OPERAND = {Select: "a", MulAdd: "acc", DotAdd: "acc", VecMax: "a", VecMin: "a", VecArith: "a", VecSelect: "x"}
+_DTYPE_OPERAND = {Select: "a", MulAdd: "acc", DotAdd: "acc", VecMax: "a", VecMin: "a", VecArith: "a", VecSelect: "x",
+                  VecZip: "a"}
 
 
 def inherited_dtype(e: Expr) -> str:

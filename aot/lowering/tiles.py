@@ -50,6 +50,15 @@ class TileConfig:
         return self.lane_broadcasts and self.registers <= 16
 
     @property
+    def loops_in_vectors(self) -> int:
+        """Lanes in which a kernel writes out the plain float loops (transforms, copies) that
+        compilers vectorise by themselves elsewhere (1: left to them): armv7 NEON, where gcc
+        vectorises no float loop without -funsafe-math-optimizations (NEON flushes denormals)
+        and LLVM none without fast-math flags, so Winograd's transforms ran as scalar VFP
+        instructions (a third of ResNet-8's armv7 instructions)."""
+        return self.lanes if self.by_scalar else 1
+
+    @property
     def wide_cols(self) -> int:
         """`cols` for the tiles of long reductions (pointwise, rows and Winograd convolutions,
         pixel_tiles.WIDE_TILE_REDUCTION): three vectors on 512-bit targets, where 8 rows of 3

@@ -43,6 +43,7 @@ from aot.kernel.ir import (
     VecReduce,
     VecSelect,
     VecStore,
+    VecZip,
     WidenLoad,
     walk_stmts,
 )
@@ -325,6 +326,8 @@ class KernelPrinter:
         if isinstance(e, VecSelect):
             return (f"{self._vector(e.dtype)}_SELECT_{e.cmp.upper()}({self.expr(e.a)}, {self.expr(e.b)}, "
                     f"{self.expr(e.x)}, {self.expr(e.y)})")
+        if isinstance(e, VecZip):
+            return f"{self._vector(e.dtype)}_ZIP_{'HI' if e.high else 'LO'}({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, VecReduce):  # the lanes' halving tree (the header's _REDUCE_ macros)
             return f"{self._vector(e.a.dtype)}_REDUCE_{e.op.upper()}({self.expr(e.a)})"
         if isinstance(e, MulAdd) and isinstance(e.a, LaneSplat):  # by a lane (armv7: vmla by scalar)

@@ -304,9 +304,12 @@ class _FunctionEmitter:
             return self.splat(self.expr(e.a), t.storage_type(e.dtype))
         if isinstance(e, kernel_ir.LaneSplat):
             vector = self.expr(e.vector)
-            count = vector.type.count
-            mask = ir.Constant(ir.VectorType(ir.IntType(32), count), [e.lane] * count)
-            return self.b.shuffle_vector(vector, vector, mask)
+            return self.shuffle(vector, vector, [e.lane] * vector.type.count)
+        if isinstance(e, kernel_ir.VecZip):
+            a, b = self.expr(e.a), self.expr(e.b)
+            count = a.type.count
+            first = count // 2 if e.high else 0
+            return self.shuffle(a, b, [index for i in range(first, first + count // 2) for index in (i, count + i)])
         if isinstance(e, kernel_ir.VecMax):
             a, b = self.expr(e.a), self.expr(e.b)
             pick_a = self.b.or_(self.b.fcmp_ordered(">", a, b), self.b.fcmp_unordered("uno", a, a))
@@ -359,6 +362,10 @@ class _FunctionEmitter:
                 pick = self.b.or_(self.b.fcmp_ordered(">", low, high), self.b.fcmp_unordered("uno", low, low))
                 v = self.b.select(pick, low, high)
         return self.b.extract_element(v, ir.Constant(t.I32, 0))
+
+    def shuffle(self, a: ir.Value, b: ir.Value, lanes: list[int]) -> ir.Value:
+        """The lanes of a, then b (numbered on from a's), picked in this order."""
+        return self.b.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes))
 
     def splat(self, value: ir.Value, vector: ir.VectorType) -> ir.Value:
         lane0 = self.b.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(t.I32, 0))

@@ -40,7 +40,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Buffer, Declare, Expr, If, Load, Loop, Stmt, Store, Var, const, lt
+from aot.kernel.ir import (
+    INDEX,
+    VECTOR_DTYPES,
+    Buffer,
+    Const,
+    Declare,
+    Expr,
+    If,
+    Load,
+    Loop,
+    Splat,
+    Stmt,
+    Store,
+    Var,
+    VecArith,
+    VecLoad,
+    VecStore,
+    VecZip,
+    binary,
+    const,
+    lt,
+    vector_of,
+)
+from aot.kernel.vectorize import lanewise
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, pays, slot_blocks
@@ -90,21 +113,47 @@ V_BLOCK_BYTES = 32 * 1024
 
 
 def combine(coefficients: Sequence[float], terms: Sequence[Expr]) -> Expr:
-    """sum_k coefficients[k] * terms[k], skipping zeros and multiplying only by non-units."""
+    """sum_k coefficients[k] * terms[k], skipping zeros and multiplying only by non-units; lane by
+    lane for vector terms."""
+    pairs = [(c, term) for c, term in zip(coefficients, terms) if c != 0]
+    lanes = VECTOR_DTYPES[pairs[0][1].dtype][1] if pairs[0][1].dtype in VECTOR_DTYPES else 1
+    if lanes > 1 and len(pairs) > 1 and pairs[0][0] == -1 and pairs[1][0] == 1:
+        # Vectors have no negation: -t0 + t1 is t1 - t0, exactly (IEEE subtraction adds the negation).
+        pairs[0], pairs[1] = pairs[1], pairs[0]
     value: Expr | None = None
-    for c, term in zip(coefficients, terms):
-        if c == 0:
-            continue
+    for c, term in pairs:
         if value is None:
-            value = term if c == 1 else (-term if c == -1 else const(float(c), "float32") * term)
+            value = term if c == 1 else _arith("mul", _scalar(float(c), lanes), term)
         elif c == 1:
-            value = value + term
+            value = _arith("add", value, term)
         elif c == -1:
-            value = value - term
+            value = _arith("sub", value, term)
         else:
-            value = value + const(float(c), "float32") * term
+            value = _arith("add", value, _arith("mul", _scalar(float(c), lanes), term))
     assert value is not None
     return value
+
+
+def _scalar(value: float, lanes: int) -> Expr:
+    c = const(value, "float32")
+    return c if lanes == 1 else Splat(c, lanes)
+
+
+def _arith(op: str, a: Expr, b: Expr) -> Expr:
+    """a op b, lane by lane for vectors; -1 * t as the negation it is for scalars."""
+    if a.dtype in VECTOR_DTYPES:
+        return VecArith(op, a, b)
+    if op == "mul" and isinstance(a, Const) and a.value == -1.0:
+        return -b
+    return binary(op, a, b)
+
+
+def _load(buffer: Buffer, index: Expr, lanes: int) -> Expr:
+    return Load(buffer, index) if lanes == 1 else VecLoad(buffer, index, lanes)
+
+
+def _store(buffer: Buffer, index: Expr, value: Expr, lanes: int) -> Stmt:
+    return Store(buffer, index, value) if lanes == 1 else VecStore(buffer, index, value)
 
 
 def lower_conv_winograd(node: Node, ctx: LoweringContext, geometry: ConvGeometry) -> None:
@@ -177,6 +226,31 @@ class _Winograd:
         self.mbuf = kb.output(scratch_tensor(ctx, node, (self.slots, self.m_size), self.dt, "winograd_m")).buffer
         probe = Var("probe", self.dt)
         self.has_epilogue = epilogue.apply(probe, [const(0, INDEX)] * 4) is not probe
+        # Lanes of the transforms written as vectors (1: the compiler's vectoriser does it). The
+        # output transform's vectors hold one output column of 4 tiles each, zipped into
+        # consecutive columns: F(2x2) only, and only with an epilogue that has a lane-wise form.
+        self.transform_lanes = tiles.loops_in_vectors
+        self.output_lanes = self.transform_lanes if tf.m == 2 and self.transform_lanes == 4 else 1
+        if self.output_lanes > 1 and self.has_epilogue:
+            at = [Var(name, INDEX) for name in "nchw"]
+            vector = Var("vector", vector_of(self.dt, self.output_lanes))
+            if self._epilogue_lanes(vector, at) is None:
+                self.output_lanes = 1
+
+    def _epilogue_lanes(self, vector: Expr, index: list[Expr]) -> Expr | None:
+        """The epilogue applied to `vector`, the outputs at `index` and the next lanes - 1 columns."""
+        probe = Var("probe", self.dt)
+        after = index[:-1] + [index[-1] + 1]
+        return lanewise(self.epilogue.apply(probe, index), self.epilogue.apply(probe, after), probe, vector,
+                        self.output_lanes)
+
+    def _along(self, extent: int, lanes: int, body: Callable[[Expr, int], list[Stmt]], prefix: str) -> list[Stmt]:
+        """body(start, width) over [0, extent): vectors of `lanes`, then the rest one by one."""
+        whole = extent // lanes if lanes > 1 else 0
+        stmts = self.kb.loops([whole], lambda i: body(i[0] * lanes, lanes), prefix=prefix) if whole else []
+        if extent > whole * lanes:
+            stmts += self.kb.loops([extent - whole * lanes], lambda i: body(i[0] + whole * lanes, 1), prefix=prefix)
+        return stmts
 
     def image(self, n: Expr) -> list[Stmt]:
         zero = const(0, INDEX)
@@ -206,16 +280,18 @@ class _Winograd:
         tf, kb = self.tf, self.kb
         m, alpha = tf.m, tf.alpha
 
-        def body(idx: list[Expr]) -> list[Stmt]:
-            c, r, tx = idx
+        def tiles(c: Expr, r: Expr, tx: Expr, lanes: int) -> list[Stmt]:
+            """Tiles tx .. tx + lanes - 1 of tile row r (their patches' elements are consecutive)."""
             top = (ty0 + r) * m
-            patch = [[self.xv.load([n, c, top + i, j % m, tx + j // m]) for j in range(alpha)] for i in range(alpha)]
+            patch = [[_load(self.xv.buffer, self.xv.index([n, c, top + i, j % m, tx + j // m]), lanes)
+                      for j in range(alpha)] for i in range(alpha)]
+            dtype = self.dt if lanes == 1 else vector_of(self.dt, lanes)
             stmts: list[Stmt] = []
             rows: list[list[Expr]] = []  # d B: row i, column j = sum_k d[i][k] B^T[j][k]
             for i in range(alpha):
                 row = []
                 for j in range(alpha):
-                    v = kb.var("wt", self.dt)
+                    v = kb.var("wt", dtype)
                     stmts.append(Declare(v, combine(tf.bt[j], patch[i])))
                     row.append(v)
                 rows.append(row)
@@ -223,10 +299,11 @@ class _Winograd:
             for i in range(alpha):
                 for j in range(alpha):
                     value = combine(tf.bt[i], [rows[k][j] for k in range(alpha)])
-                    stmts.append(Store(self.vbuf, self._v_at(slot, i * alpha + j, c, tile), value))
+                    stmts.append(_store(self.vbuf, self._v_at(slot, i * alpha + j, c, tile), value, lanes))
             return stmts
 
-        return kb.loops([self.channels, count, self.tiles_w], body, prefix="v")
+        return kb.loops([self.channels, count], lambda idx: self._along(
+            self.tiles_w, self.transform_lanes, lambda tx, lanes: tiles(idx[0], idx[1], tx, lanes), "v"), prefix="v")
 
     def _channel_block(self, n: Expr, ty0: Expr, count: int, v_slot: Expr, oc0: Expr, rows: int,
                        m_slot: Expr) -> list[Stmt]:
@@ -289,9 +366,11 @@ class _Winograd:
         cols_in_last = self.out_w - m * (self.tiles_w - 1)
         partial_cols = last_column and cols_in_last < m
 
-        def tiles(r: Expr, q: Expr, cols_here: int, out_rows: range) -> list[Stmt]:
+        def tiles(r: Expr, q: Expr, cols_here: int, out_rows: range, lanes: int) -> list[Stmt]:
+            """Tiles q .. q + lanes - 1 of the run's tile row r."""
             j = r * width + q
-            tile_m = [[Load(self.mbuf, m_at(a * alpha + b, j)) for b in range(alpha)] for a in range(alpha)]
+            tile_m = [[_load(self.mbuf, m_at(a * alpha + b, j), lanes) for b in range(alpha)] for a in range(alpha)]
+            dtype = self.dt if lanes == 1 else vector_of(self.dt, lanes)
             stmts: list[Stmt] = []
             left: list[list[Expr]] = []  # A^T M: row a, column b
             # Only the columns of A^T M that the stored outputs use (a partial tile uses fewer).
@@ -301,13 +380,15 @@ class _Winograd:
                 for k in range(alpha):
                     value = combine(tf.at[a], [tile_m[t][k] for t in range(alpha)])
                     if used[k]:
-                        v = kb.var("ot", self.dt)
+                        v = kb.var("ot", dtype)
                         stmts.append(Declare(v, value))
                         value = v
                     row.append(value)
                 left.append(row)
             oh0, ow0 = (ty + r) * m, (tx0 + q) * m
             bias = self.bv.load([oc]) if self.bv is not None else None
+            if lanes > 1:
+                return stmts + self._zipped_rows(n, oc, oh0, ow0, out_rows, left, bias, lanes)
             for a, row in zip(out_rows, left):
                 for b in range(cols_here):
                     value = combine(tf.at[b], row)
@@ -321,9 +402,9 @@ class _Winograd:
 
         def all_columns(r: Expr, out_rows: range) -> list[Stmt]:
             full = width - 1 if partial_cols else width
-            stmts = kb.loops([full], lambda q: tiles(r, q[0], m, out_rows), prefix="q")
+            stmts = self._along(full, self.output_lanes, lambda q, lanes: tiles(r, q, m, out_rows, lanes), "q")
             if partial_cols:
-                stmts += tiles(r, const(width - 1, INDEX), cols_in_last, out_rows)
+                stmts += tiles(r, const(width - 1, INDEX), cols_in_last, out_rows, 1)
             return stmts
 
         def tile_row(idx: list[Expr]) -> list[Stmt]:
@@ -335,3 +416,27 @@ class _Winograd:
                 If(lt(ty + r, const(self.tiles_h - 1, INDEX)), all_columns(r, range(rows_in_last, m)))]
 
         return kb.loops([run_rows], tile_row, prefix="rr")
+
+    def _zipped_rows(self, n: Expr, oc: Expr, oh0: Expr, ow0: Expr, out_rows: range, left: list[list[Expr]],
+                     bias: Expr | None, lanes: int) -> list[Stmt]:
+        """Output rows `out_rows` of `lanes` whole F(2x2) tiles from A^T M (`left`, vectors over the
+        tiles): each row's two columns as vectors, zipped into 2 * lanes consecutive outputs."""
+        stmts: list[Stmt] = []
+        for a, row in zip(out_rows, left):
+            columns = []
+            for b in range(self.tf.m):
+                value = combine(self.tf.at[b], row)
+                if bias is not None:
+                    value = VecArith("add", value, Splat(bias, lanes))
+                v = self.kb.var("ot", value.dtype)
+                stmts.append(Declare(v, value))
+                columns.append(v)
+            for half in range(2):
+                index = [n, oc, oh0 + a, ow0 + half * lanes]
+                zipped: Expr | None = self.kb.var("oz", columns[0].dtype)
+                stmts.append(Declare(zipped, VecZip(columns[0], columns[1], half == 1)))
+                if self.has_epilogue:
+                    zipped = self._epilogue_lanes(zipped, index)
+                    assert zipped is not None  # checked when the lanes were chosen
+                stmts.append(VecStore(self.yv.buffer, self.yv.index(index), zipped))
+        return stmts
