@@ -67,6 +67,7 @@ static inline float aot_select_float32(int cond, float a, float b)
  * where gcc loads the float into a core register and copies it over), _LANE(v, i) and
  * _MULADD_LANE(acc, b, v, i) (4 lanes only: lane i of v in every lane; acc + b times it), _LOAD_STEP(p) (4 lanes
  * only: the vector at the pointer p, which then moves past it; armv7 gcc: a post-increment vld1),
+ * _LOAD2_STEP(p, a, b) (two such steps, into a and b: one vld1 on armv7 gcc),
  * _ZIP_LO(a, b) and _ZIP_HI(a, b) (4 lanes only: a0 b0 a1 b1, a2 b2 a3 b3: values for every
  * other element stored as whole vectors),
  * _MULADD, _MAX, _MIN, _ADD, _SUB, _MUL, _DIV and _SELECT_LT/_LE/_GT/_GE(a, b, x, y) (x where
@@ -118,6 +119,13 @@ typedef struct { float f[4]; } aot_f32x4_bytes;
 static inline float32x4_t aot_f32x4_load_step(const float **p)
 { float32x4_t v; __asm__("vld1.32 {%e0-%f0}, [%1]!" : "=w"(v), "+r"(*p) : "m"(*(const aot_f32x4_bytes *)*p)); return v; }
 #define AOT_F32X4_LOAD_STEP(p) aot_f32x4_load_step(&(p))
+/* Two steps at once, into a and b: one vld1 of four d registers ("%h": the register list of
+ * the pair). */
+typedef struct { float f[8]; } aot_f32x4x2_bytes;
+static inline float32x4x2_t aot_f32x4_load2_step(const float **p)
+{ float32x4x2_t v; __asm__("vld1.32 %h0, [%1]!" : "=w"(v), "+r"(*p) : "m"(*(const aot_f32x4x2_bytes *)*p)); return v; }
+#define AOT_F32X4_LOAD2_STEP(p, a, b) do { float32x4x2_t aot_pair_ = aot_f32x4_load2_step(&(p)); \
+    (a) = aot_pair_.val[0]; (b) = aot_pair_.val[1]; } while (0)
 #endif
 #if defined(__ARM_FEATURE_FMA)
 #define AOT_F32X4_MULADD(acc, a, b) vfmaq_f32((acc), (a), (b))
@@ -267,6 +275,9 @@ static inline float aot_f32x4_reduce_max(aot_f32x4 v)
 #endif
 #ifndef AOT_F32X4_LOAD_STEP
 #define AOT_F32X4_LOAD_STEP(p) ((p) += 4, AOT_F32X4_LOAD((p) - 4))
+#endif
+#ifndef AOT_F32X4_LOAD2_STEP
+#define AOT_F32X4_LOAD2_STEP(p, a, b) ((a) = AOT_F32X4_LOAD_STEP(p), (b) = AOT_F32X4_LOAD_STEP(p))
 #endif
 #endif /* AOT_WANT_F32X4 */
 

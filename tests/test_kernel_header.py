@@ -89,23 +89,27 @@ static int check_f32x{n}(void)
 
 
 # The 4-lane walk (aot/backends/c/load_walks.py): three steps read three consecutive vectors and
-# leave the pointer past them (armv7 gcc: a post-increment vld1 as inline assembly).
+# leave the pointer past them (armv7 gcc: a post-increment vld1 as inline assembly; LOAD2_STEP two
+# at once, one vld1 of four d registers).
 _CHECK_WALK = """
 static int check_f32x4_walk(void)
 {
-    float data[16], out[12];
+    float data[24], out[20];
     const float *walk = &data[2];
-    aot_f32x4 v0, v1, v2;
+    aot_f32x4 v0, v1, v2, v3, v4;
     int i, bad = 0;
-    for (i = 0; i < 16; ++i) data[i] = 0.25f * (float)i - 1.0f;
+    for (i = 0; i < 24; ++i) data[i] = 0.25f * (float)i - 1.0f;
     v0 = AOT_F32X4_LOAD_STEP(walk);
     v1 = AOT_F32X4_LOAD_STEP(walk);
     v2 = AOT_F32X4_LOAD_STEP(walk);
+    AOT_F32X4_LOAD2_STEP(walk, v3, v4);
     AOT_F32X4_STORE(&out[0], v0);
     AOT_F32X4_STORE(&out[4], v1);
     AOT_F32X4_STORE(&out[8], v2);
-    for (i = 0; i < 12; ++i) if (out[i] != data[2 + i]) { bad = 1; printf("walk lane %d: %g\\n", i, (double)out[i]); }
-    if (walk != &data[14]) { bad = 1; puts("walk: the pointer did not move past the three vectors"); }
+    AOT_F32X4_STORE(&out[12], v3);
+    AOT_F32X4_STORE(&out[16], v4);
+    for (i = 0; i < 20; ++i) if (out[i] != data[2 + i]) { bad = 1; printf("walk lane %d: %g\\n", i, (double)out[i]); }
+    if (walk != &data[22]) { bad = 1; puts("walk: the pointer did not move past the five vectors"); }
     return bad;
 }
 """

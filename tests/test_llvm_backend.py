@@ -49,6 +49,8 @@ from aot.kernel.ir import (
     Stmt,
     Store,
     Var,
+    VecLoad,
+    VecStore,
     cast,
     const,
     eq,
@@ -394,6 +396,28 @@ def test_select_branches_only_around_operands_that_could_fault() -> None:
     assert len(loads["sel.then"]) == 1 and "sel.then" not in loads["i0.loop"]
     assert sum(len(v) for v in loads.values()) == 4  # x[i] three times (GVN merges them), unguarded
     assert len(selects) == 1 and "float" in selects[0]
+
+
+def test_armv7_loads_consecutive_operand_vectors_as_one_pair() -> None:
+    """32-bit Arm NEON: two Declares of consecutive float32x4 loads (a register tile's row of
+    operands) become one vld1x2 (one vld1 of four d registers); a gap, another buffer, or
+    paired_loads off (every other target) keeps two loads."""
+    w, y = Buffer("w", "float32", 64, False), Buffer("out1", "float32", 64, True)
+    k = Var("k", INDEX)
+    vector = "float32x4"
+
+    def emitted(offsets: list[int], paired: bool) -> str:
+        loads = [Declare(Var(f"v{n}", vector), VecLoad(w, k * 16 + at, 4)) for n, at in enumerate(offsets)]
+        stores = [VecStore(y, k * 16 + 4 * n, Var(f"v{n}", vector)) for n in range(len(offsets))]
+        kernel = Kernel("k0", [w, y], [Loop(k, 4, loads + stores)], [], "Test")
+        module = llvm_ir.Module()
+        KernelEmitter(module, MathLibrary(module), paired).emit(kernel, "k0", [ParamInfo(4, True)] * 2)
+        return str(module)
+
+    pair = "call {<4 x float>, <4 x float>} @\"llvm.arm.neon.vld1x2.v4f32.p0\""
+    assert emitted([0, 4], True).count(pair) == 1
+    assert emitted([0, 4, 8], True).count(pair) == 1  # a pair, then a load alone
+    assert "vld1x2" not in emitted([0, 8], True) and "vld1x2" not in emitted([0, 4], False)
 
 
 def test_sibling_scopes_reuse_names_and_zero_trip_loops(monkeypatch: pytest.MonkeyPatch) -> None:

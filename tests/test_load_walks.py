@@ -51,8 +51,24 @@ def test_a_loop_a_store_or_an_assignment_to_an_index_variable_ends_a_walk() -> N
 def test_rpi3_packages_walk_their_tile_operands() -> None:
     source = compile_model(str(EXAMPLE), backend="c", target="rpi3").files["tiny_cnn.c"]
     text = source.decode() if isinstance(source, bytes) else source
-    assert "AOT_F32X4_LOAD_STEP(" in text
+    # a tile's two operand vectors per row load as one pair (armv7 gcc: one vld1 of 4 d registers)
+    assert "AOT_F32X4_LOAD2_STEP(" in text
     # each walk's pointer is declared once, at the address of its first vector
     pointers = [line.split("*", 1)[1].split(" =", 1)[0] for line in text.splitlines()
                 if line.strip().startswith("const float *") and "_walk" in line]
-    assert pointers and all(text.count(f"LOAD_STEP({p})") >= 2 for p in pointers)
+    assert pointers and all(text.count(f"LOAD_STEP({p})") + 2 * text.count(f"LOAD2_STEP({p},") >= 2
+                            for p in pointers)
+
+
+def test_walk_steps_print_in_pairs_then_alone() -> None:
+    """Three steps of a walk: the first two as one LOAD2_STEP into both variables, the third alone."""
+    from aot.backends.c.kernel_printer import KernelPrinter
+
+    out: list[str] = []
+    printer = KernelPrinter("m")
+    printer._block([load("v0", 16), load("v1", 20), load("v2", 24)], 1, out)
+    assert [line.strip() for line in out] == [
+        "const float *w_walk0 = &w[k * 64 + 16];",
+        "aot_f32x4 v0, v1;",
+        "AOT_F32X4_LOAD2_STEP(w_walk0, v0, v1);",
+        "aot_f32x4 v2 = AOT_F32X4_LOAD_STEP(w_walk0);"]

@@ -89,7 +89,9 @@ class ModelModule:
         return f"{self.run.weights_name}_weights"
 
     def build(self) -> ir.Module:
-        emitter = KernelEmitter(self.module, MathLibrary(self.module))
+        # 32-bit Arm NEON: vld1 loads up to four d registers at once (kernel_emitter._load_pairs).
+        paired_loads = self.spec.arch.startswith(("arm", "thumb")) and "+neon" in self.spec.features.split(",")
+        emitter = KernelEmitter(self.module, MathLibrary(self.module), paired_loads)
         kernels: list[list[tuple[Call, ir.Function]]] = []
         serial_forms: list[tuple[Call, ir.Function] | None] = []
         for step in self.run.steps:
