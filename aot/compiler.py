@@ -159,7 +159,7 @@ def compile_models(
         raise AotError("--shared-arena: the package has one model (it shares an arena among several)")
     _check_distinct([_package_name(spec.name) for spec in models if spec.name is not None])
     budget = parse_arena_bytes(max_arena) if max_arena is not None else None
-    options = PipelineOptions(tuple(targets), parallel, conv_algorithm, max_arena=budget)
+    options = PipelineOptions(tuple(targets), parallel, conv_algorithm, max_arena=budget, backend=backend)
     objects = _llvm_objects(targets) if backend == "llvm" else []
     planned = _plan_models(models, targets, options, progress)
     package = _bundle_name([p.ident for p in planned], package_name)

@@ -48,6 +48,9 @@ class PipelineOptions:
     # Forms imposed on some nodes, by node key (LoweringContext.overrides): what a --max-arena
     # plan chose; they win over `preferred` and over the lowerings' own choices.
     overrides: tuple[tuple[str, object], ...] = ()
+    # The backend whose compiler builds the kernels ("c" or "llvm"): the loops it vectorises by
+    # itself are left to it (TileConfig.vectorises_loops).
+    backend: str = "c"
 
     def __post_init__(self) -> None:
         if self.conv_algorithm not in CONV_ALGORITHMS:
@@ -57,7 +60,7 @@ class PipelineOptions:
 
     @property
     def tiles(self) -> TileConfig:
-        return tiles_for(self.targets)
+        return tiles_for(self.targets, self.backend)
 
     @property
     def alignment(self) -> int:
@@ -71,21 +74,23 @@ class PipelineOptions:
         return self.parallel and not any(t.bare_metal for t in self.targets)
 
 
-def tiles_for(targets: tuple[Target, ...] | list[Target]) -> TileConfig:
+def tiles_for(targets: tuple[Target, ...] | list[Target], backend: str = "c") -> TileConfig:
     """Register tiles for the targets' vector registers: the narrowest of them when a package is
     built for several (one C source serves them all). A package for no particular target is for
     the machine that compiles it, whose build files pass -march=native: its tiles are those of
     this machine's preset (host_preset_name: 16 floats on an AVX-512 CPU, 8 on an AVX2 one), as
     `aot bench` times them. Plain `make` on the default package ran 1.2-1.5x slower than `aot
-    bench` with the 8-float tiles on an AVX-512 Xeon (benchmarks/build_paths.py)."""
+    bench` with the 8-float tiles on an AVX-512 Xeon (benchmarks/build_paths.py). `backend`: the
+    llvm backend vectorises fewer plain loops by itself than gcc (TileConfig.vectorises_loops)."""
     if not targets:
-        return _host_tiles()
+        return replace(_host_tiles(), vectorises_loops=backend != "llvm")
     dots = {t.int8_dot for t in targets}
     # one C source serves them all: the tiles where every target has an instruction for them
     # (the C header then picks each one's by its compiler flags), else the portable loops
     int8_dot = dots.pop() if len(dots) == 1 else "portable" if "portable" in dots else "auto"
     return TileConfig.for_registers(min(t.vector_bits for t in targets), min(t.vector_registers for t in targets),
-                                    int8_dot, lane_broadcasts=all(_multiplies_by_lane(t) for t in targets))
+                                    int8_dot, lane_broadcasts=all(_multiplies_by_lane(t) for t in targets),
+                                    vectorises_loops=backend != "llvm")
 
 
 def _multiplies_by_lane(target: Target) -> bool:

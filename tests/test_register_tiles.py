@@ -121,7 +121,7 @@ CASES = {
 def test_conv_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: str, case: str) -> None:
     """The direct convolutions' tile modes (the 3x3 cases would otherwise go through Winograd,
     which tests/test_ops_conv_winograd.py checks through the same shapes)."""
-    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets, backend="c": SHAPES[shape])
     model, inputs = CASES[case]()
     assert_matches_onnxruntime(model, inputs, conv_algorithm="direct")
 
@@ -129,7 +129,7 @@ def test_conv_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: st
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_channel_tiles_with_residual_epilogue(monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
     """A 1x1 conv on a 3x3 image whose epilogue adds a same-shape residual and clips."""
-    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets, backend="c": SHAPES[shape])
     x, r = rand(1, 20, 3, 3), rand(1, 48, 3, 3, seed=5)
     w, b = rand(48, 20, 1, 1, seed=1), rand(48, seed=2)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Add", ["c", "r"], ["s"]),
@@ -143,7 +143,7 @@ def test_channel_tiles_with_residual_epilogue(monkeypatch: pytest.MonkeyPatch, s
 @pytest.mark.parametrize("m,k,n", [(1, 37, 50), (7, 19, 33), (16, 64, 40)])
 def test_gemm_and_matmul_through_each_tile_shape(monkeypatch: pytest.MonkeyPatch, shape: str, m: int, k: int,
                                                  n: int) -> None:
-    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets, backend="c": SHAPES[shape])
     a, w, c = rand(m, k), rand(n, k, seed=1), rand(n, seed=2)
     gemm = make_model([helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=1, alpha=0.5)], {"a": a}, ["y"],
                       initializers={"w": w, "c": c})
@@ -170,7 +170,7 @@ def test_max_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs: di
     """MaxPool in vectors, window rows then window columns (-inf padding). A NaN propagates to
     every window holding it, as a +inf would (onnxruntime's result for NaN depends on where in the
     window it sits, so the reference is computed with +inf in its place)."""
-    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets, backend="c": SHAPES[shape])
     attrs = dict(attrs)
     x = rand(1, 3, *attrs.pop("size", (19, 37)))
     model = make_model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], {"x": x}, ["y"])
@@ -198,7 +198,7 @@ def test_average_pool_vectors(monkeypatch: pytest.MonkeyPatch, shape: str, attrs
     """AveragePool in the same two vector passes as MaxPool (sums, zero padding), each output
     divided by its window's count: the counted rows times the counted columns, with and without
     count_include_pad, ceil_mode windows passing even the padding."""
-    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets, backend="c": SHAPES[shape])
     attrs = dict(attrs)
     x = rand(1, 3, *attrs.pop("size", (19, 37)))
     model = make_model([helper.make_node("AveragePool", ["x"], ["y"], **attrs)], {"x": x}, ["y"], opset=19)
@@ -210,7 +210,7 @@ def test_flat_depthwise_keeps_inf_out_of_the_padding(monkeypatch: pytest.MonkeyP
     """The flat depthwise conv reads across row ends into cells its shifted copies zero: an
     infinity in the first or last column must reach only the outputs whose window holds it
     (multiplying by a 0/1 mask instead would turn inf * 0 into NaN in the next row)."""
-    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets: SHAPES[shape])
+    monkeypatch.setattr(aot.pipeline, "tiles_for", lambda targets, backend="c": SHAPES[shape])
     model, inputs = _conv((1, 4, 6, 5), 4, group=4, pads=[1, 1, 1, 1])
     x = inputs["x"].copy()
     x[0, :, 2, 4] = np.inf

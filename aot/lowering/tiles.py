@@ -26,14 +26,19 @@ class TileConfig:
     # one vector load instead of four (register_tiles.py). x86 broadcasts from memory for free,
     # and armv7's by-scalar multiply-add is not fused.
     lane_broadcasts: bool = False
+    # Whether the code's compiler vectorises the kernels' plain float loops (transforms, copies)
+    # by itself: gcc does on aarch64; LLVM (the llvm backend) left Winograd's output transform,
+    # whose vectors zip into pairs of output columns, scalar (loops_in_vectors).
+    vectorises_loops: bool = True
 
     @classmethod
     def for_registers(cls, vector_bits: int, registers: int, int8_dot: str = "auto",
-                      lane_broadcasts: bool = False) -> TileConfig:
+                      lane_broadcasts: bool = False, vectorises_loops: bool = True) -> TileConfig:
         # A quarter of the registers stays free for the operand vectors, the broadcasts and the
         # compiler's own use (measured: 24 of AVX-512's 32 beat 16 and 28 on SqueezeNet).
         return cls(lanes=vector_bits // 32 if vector_bits else 1, accumulators=max(4, registers * 3 // 4),
-                   int8_dot=int8_dot, registers=registers, lane_broadcasts=lane_broadcasts)
+                   int8_dot=int8_dot, registers=registers, lane_broadcasts=lane_broadcasts,
+                   vectorises_loops=vectorises_loops)
 
     @property
     def cols(self) -> int:
@@ -55,8 +60,13 @@ class TileConfig:
         compilers vectorise by themselves elsewhere (1: left to them): armv7 NEON, where gcc
         vectorises no float loop without -funsafe-math-optimizations (NEON flushes denormals)
         and LLVM none without fast-math flags, so Winograd's transforms ran as scalar VFP
-        instructions (a third of ResNet-8's armv7 instructions)."""
-        return self.lanes if self.by_scalar else 1
+        instructions (a third of ResNet-8's armv7 instructions). On aarch64 too where the
+        compiler leaves them scalar (vectorises_loops: the llvm backend), not for gcc, whose own
+        vectors ran 1-2% fewer instructions (ResNet-8 rpi4 C 3.70 -> 3.78 M written as vectors;
+        LLVM 3.40 -> 3.31, SqueezeNet 121 -> 115)."""
+        if self.by_scalar or (self.lane_broadcasts and not self.vectorises_loops):
+            return self.lanes
+        return 1
 
     @property
     def wide_cols(self) -> int:
