@@ -309,7 +309,8 @@ def test_unread_locals_and_parameters_print_warning_free() -> None:
     compilers = [cc for cc in ("gcc", "clang") if shutil.which(cc)]
     if not compilers:
         pytest.skip("needs gcc or clang")
-    source = "#include <stdint.h>\n" + text + "\nvoid call(const float *x, const int64_t *i, float *y);\n" \
+    source = "#include <stdint.h>\n#define AOT_KERNEL\n" + text \
+        + "\nvoid call(const float *x, const int64_t *i, float *y);\n" \
         "void call(const float *x, const int64_t *i, float *y) { m_k0(x, i, y); }\n"
     for cc in compilers:
         compiled = subprocess.run([cc, *STRICT, "-x", "c", "-fsyntax-only", "-"], input=source, capture_output=True,

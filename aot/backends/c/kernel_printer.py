@@ -195,7 +195,7 @@ class KernelPrinter:
             # A parallel segment (aot/kernel/parallel.py): runs iterations [first, last).
             params += ["int32_t first", "int32_t last"]
             hint += "AOT_PARALLEL_SEGMENT "
-        return f"{hint}static void {self.function_name(kernel)}({', '.join(params) or 'void'})"
+        return f"AOT_KERNEL {hint}static void {self.function_name(kernel)}({', '.join(params) or 'void'})"
 
     def kernel(self, kernel: Kernel, may_alias: set[int] | frozenset[int] = frozenset()) -> str:
         """`may_alias`: params that share memory with another param (printed without restrict)."""

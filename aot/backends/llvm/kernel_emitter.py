@@ -98,10 +98,13 @@ class MathLibrary:
 class KernelEmitter:
     """Emits each kernel of a module as an internal function `void name(ptr, ...)`."""
 
-    def __init__(self, module: ir.Module, math: MathLibrary, paired_loads: bool = False) -> None:
+    def __init__(self, module: ir.Module, math: MathLibrary, paired_loads: bool = False,
+                 separate_kernels: bool = False) -> None:
         self.module = module
         self.math = math
         self.paired_loads = paired_loads
+        # Kernels kept out of the run function (noinline): see module.py's build.
+        self.separate_kernels = separate_kernels
 
     def emit(self, kernel: kernel_ir.Kernel, name: str, params: Sequence[ParamInfo]) -> ir.Function:
         if len(params) != len(kernel.params):
@@ -112,6 +115,8 @@ class KernelEmitter:
         fn = ir.Function(self.module, ir.FunctionType(t.VOID, [t.PTR] * len(kernel.params) + bounds), name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
+        if self.separate_kernels:
+            fn.attributes.add("noinline")
         if parallel:
             fn.args[-2].name, fn.args[-1].name = "first", "last"
         for arg, buf, info in zip(fn.args, kernel.params, params):
