@@ -74,6 +74,34 @@ def test_aarch64_tiles_take_broadcasts_by_lane(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr
 
 
+def test_armv7_tiles_keep_their_broadcasts_four_rows_per_load() -> None:
+    """armv7's by-lane tiles: 9 pixels go as 5 + 4 rows (two broadcast loads each), not 3 x 3
+    rows (an operand load per row); long runs stay 4 rows."""
+    rpi3 = aot.pipeline.tiles_for([load_target("rpi3")])
+    assert [rpi3.rows_for(8, n) for n in (4, 5, 6, 9, 10, 49, 64, 196)] == [4, 5, 4, 5, 5, 4, 4, 4]
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_armv7_five_row_tiles_under_qemu(backend: str) -> None:
+    """A 1x1 conv over 3x3 pixels (MobileNet's last stage) in armv7's 5 + 4 row tiles, under qemu:
+    the second broadcast load of a 5-row block overlaps the first."""
+    from aot.toolchain.target_build import TargetModel
+    from tests.conformance import cross_unavailable
+    from tests.helpers import assert_outputs_match
+
+    problem = cross_unavailable("rpi3")
+    if problem:
+        pytest.skip(problem)
+    model, feeds = _conv((1, 32, 3, 3), 20, kernel=(1, 1))
+    package = compile_model(model, backend=backend, target="rpi3")
+    text = package.files["test_graph.c"].decode()
+    # the 5th row from lane 3 of the load at the 2nd: blocks of 5 rows x 2 vectors, then 4 rows
+    assert "vacc9 = AOT_F32X4_MULADD_LANE(vacc9, vb1, vab1, 3);" in text
+    built = TargetModel.build(package, load_target("rpi3"))
+    assert_outputs_match(built.run(feeds), model, feeds)
+
+
 def _conv(shape: tuple[int, ...], out_channels: int, group: int = 1, kernel: tuple[int, int] = (3, 3),
           **attrs: object):
     x = rand(*shape)
