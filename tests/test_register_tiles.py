@@ -102,6 +102,28 @@ def test_armv7_five_row_tiles_under_qemu(backend: str) -> None:
     assert_outputs_match(built.run(feeds), model, feeds)
 
 
+@pytest.mark.qemu
+@pytest.mark.parametrize(("target", "backend"), [("rpi3", "c"), ("rpi3", "llvm"), ("rpi4", "c"), ("rpi4", "llvm")])
+def test_arm_kernel_row_taps_by_lane_under_qemu(target: str, backend: str) -> None:
+    """A 5x5 conv in channel tiles (MNIST's second): a tile's 2 pixels x 5 taps of a kernel row
+    are 6 consecutive floats, loaded as 2 vectors whose lanes the taps multiply by, under qemu
+    (TileConfig.lanes_across_steps: not for gcc on aarch64, whose tiles keep their broadcasts)."""
+    from aot.toolchain.target_build import TargetModel
+    from tests.conformance import cross_unavailable
+    from tests.helpers import assert_outputs_match
+
+    problem = cross_unavailable(target)
+    if problem:
+        pytest.skip(problem)
+    model, feeds = _conv((1, 8, 14, 14), 16, kernel=(5, 5), pads=[2, 2, 2, 2])
+    package = compile_model(model, backend=backend, target=target)
+    text = package.files["test_graph.c"].decode()
+    shared = (target, backend) != ("rpi4", "c")
+    assert ("AOT_F32X4_SPLAT_LOAD(" not in text) == shared and "AOT_F32X4_MULADD_LANE(" in text
+    built = TargetModel.build(package, load_target(target))
+    assert_outputs_match(built.run(feeds), model, feeds)
+
+
 def _conv(shape: tuple[int, ...], out_channels: int, group: int = 1, kernel: tuple[int, int] = (3, 3),
           **attrs: object):
     x = rand(*shape)

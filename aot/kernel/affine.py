@@ -37,3 +37,21 @@ def _terms(e: Expr) -> dict[str, int] | None:
             out[v] = out.get(v, 0) + sign * c
         return out
     return None
+
+
+def offset_form(e: Expr) -> tuple[tuple[tuple[int, str], ...], int]:
+    """`e` as (its non-constant addends, a constant): the addends of a sum, each with its sign,
+    whatever they are (divisions too), and the constants summed. Two indices with the same
+    addends differ by the difference of their constants whatever the variables hold."""
+    terms: list[tuple[int, str]] = []
+    constant = 0
+    pending: list[tuple[int, Expr]] = [(1, e)]
+    while pending:
+        sign, x = pending.pop()
+        if isinstance(x, Binary) and x.op in ("add", "sub"):
+            pending += [(sign, x.a), (sign if x.op == "add" else -sign, x.b)]
+        elif isinstance(x, Const) and isinstance(x.value, int) and not isinstance(x.value, bool):
+            constant += sign * x.value
+        else:
+            terms.append((sign, repr(x)))
+    return tuple(sorted(terms)), constant

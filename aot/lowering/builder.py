@@ -87,6 +87,9 @@ class KernelBuilder:
         # Register tiles may load four consecutive broadcast operands as one vector and take
         # its lanes (TileConfig.lane_broadcasts).
         self.lane_broadcasts = False
+        # ... and share such a vector among the written-out steps of a reduction (the taps of a
+        # kernel row: TileConfig.lanes_across_steps).
+        self.lanes_across_steps = False
         self._resolve = resolve
         self._roles = roles or ParamRoles(None)
         self.params: list[Buffer] = []

@@ -132,6 +132,7 @@ class LoweringContext:
             op = "+".join([node.op_type, *(n.op_type for n in chain)]) if node is not None else "Copy"
         kb = KernelBuilder(op, sources, self.resolve, ParamRoles(node, chain))
         kb.lane_broadcasts = self.tiles.lane_broadcasts
+        kb.lanes_across_steps = self.tiles.lanes_across_steps
         return kb
 
     def epilogue(self, node: Node, kb: KernelBuilder) -> tuple[Tensor, Epilogue]:

@@ -69,6 +69,16 @@ class TileConfig:
         return 1
 
     @property
+    def lanes_across_steps(self) -> bool:
+        """Whether a tile's written-out reduction steps share the vectors their broadcasts are
+        lanes of: a conv's kernel row, whose taps' pixels are one run of consecutive floats (MNIST's
+        5x5 conv: 2 pixels x 5 taps, 2 vector loads for 10 broadcasts; MNIST rpi3 C 0.41 -> 0.38,
+        LLVM 0.51 -> 0.41 M instructions, rpi4 LLVM 0.45 -> 0.35). Not with gcc on aarch64, whose
+        scheduling of long multiply-add bodies before register allocation hoisted the shared
+        loads, and its 6-row tiles spilled (rpi4 C 0.46 -> 0.49)."""
+        return self.lane_broadcasts and (self.by_scalar or not self.vectorises_loops)
+
+    @property
     def wide_cols(self) -> int:
         """`cols` for the tiles of long reductions (pointwise, rows and Winograd convolutions,
         pixel_tiles.WIDE_TILE_REDUCTION): three vectors on 512-bit targets, where 8 rows of 3

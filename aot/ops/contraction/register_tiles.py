@@ -28,7 +28,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aot.kernel.affine import affine
+from aot.kernel.affine import offset_form
 from aot.kernel.ir import (
     INDEX,
     INT_DTYPES,
@@ -100,7 +100,7 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     acc_s = [[kb.var("acc", dtype) for _ in scalars] for _ in range(rows)]
     stmts = _accumulators(kb, dtype, lanes, starts, scalars, acc_v, acc_s, init, (out, out_at) if resume else None)
 
-    def step(k: list[Expr]) -> list[Stmt]:
+    def step(k: list[Expr], a_values: list[Expr], lanes_of: _StepLanes | None) -> list[Stmt]:
         body: list[Stmt] = []
         buf, base = b_base(k)
         b_v: list[Var] = []
@@ -113,10 +113,9 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
             var = kb.var("b", dtype)
             body.append(Declare(var, _operand(buf, base + j, dtype)))
             b_s.append(var)
-        a_values = [a_at(i, k) for i in range(rows)]
         by_lane: list[Expr | None] = [None] * rows
-        if kb.lane_broadcasts and vectors and not scalars and lanes == LANE_GROUP:
-            declared, by_lane = _lane_broadcasts(kb, a_values, vdtype)
+        if lanes_of is not None:
+            declared, by_lane = lanes_of
             body += declared
         for i in range(rows):
             a_value = a_values[i]
@@ -144,8 +143,13 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     looped, inner = extents[:split], extents[split:]
 
     def loop_body(k: list[Expr]) -> list[Stmt]:
-        return [s for u in itertools.product(*(range(e) for e in inner))
-                for s in step([*k, *(const(v, INDEX) for v in u)])]
+        steps = [[*k, *(const(v, INDEX) for v in u)] for u in itertools.product(*(range(e) for e in inner))]
+        a_values = [[a_at(i, ks) for i in range(rows)] for ks in steps]
+        plans: list[_StepLanes | None] = [None] * len(steps)
+        if kb.lane_broadcasts and vectors and not scalars and lanes == LANE_GROUP:
+            plans = (_lane_broadcasts(kb, a_values, vdtype) if kb.lanes_across_steps
+                     else [_lane_broadcasts(kb, [values], vdtype)[0] for values in a_values])
+        return [s for ks, values, plan in zip(steps, a_values, plans) for s in step(ks, values, plan)]
 
     stmts += kb.loops(looped, loop_body, prefix="k")
     return stmts + _store_tile(kb, rows, cols, lanes, vdtype, starts, scalars, acc_v, acc_s, out, out_at, finish,
@@ -176,29 +180,75 @@ def _accumulators(kb: KernelBuilder, dtype: str, lanes: int, starts: list[int], 
 LANE_GROUP = 4  # broadcast operands loaded as one vector of four floats
 
 
-def _lane_broadcasts(kb: KernelBuilder, a_values: list[Expr], vdtype: str) -> tuple[list[Stmt], list[Expr | None]]:
-    """The rows' broadcast operands as lanes of vector loads, where all of them are consecutive
-    floats of one buffer (a packed weight panel's rows, a row of pixels) and there are at least
-    four: rows 4g..4g+3 from the load at row 4g, a ragged last group from the load ending at the
-    last row (it overlaps the group before, and reads nothing the rows do not). (declarations,
-    per-row operand), or ([], Nones) where the rows are not such a run."""
-    rows = len(a_values)
-    none: list[Expr | None] = [None] * rows
-    loads = [a for a in a_values if isinstance(a, Load)]
-    if rows < LANE_GROUP or len(loads) != rows or loads[0].buffer.dtype != "float32" \
-            or any(a.buffer != loads[0].buffer for a in loads):
-        return [], none
-    start = affine(loads[0].index)
-    if start is None or any(affine(a.index) != (start[0], start[1] + i) for i, a in enumerate(loads)):
-        return [], none
-    declared: list[Stmt] = []
-    by_lane: list[Expr | None] = []
-    for group in range(0, rows, LANE_GROUP):
-        base = min(group, rows - LANE_GROUP)
-        vector = kb.var("vab", vdtype)
-        declared.append(Declare(vector, VecLoad(loads[base].buffer, loads[base].index, LANE_GROUP)))
-        by_lane += [LaneSplat(vector, i - base) for i in range(group, min(group + LANE_GROUP, rows))]
-    return declared, by_lane
+_StepLanes = tuple[list[Stmt], list[Expr | None]]  # a step's vector loads, then each row's lane
+
+
+def _lane_broadcasts(kb: KernelBuilder, a_values: list[list[Expr]], vdtype: str) -> list[_StepLanes | None]:
+    """Per written-out reduction step (a_values[step][row]), its rows' broadcast operands as lanes
+    of vector loads where at least four of the operands of the steps are consecutive floats of
+    one buffer: a packed weight panel's rows, a row of pixels, or the pixels of a convolution's
+    kernel row, shared by its taps (a 5x5 conv's 2 pixels x 5 taps are 6 consecutive floats: 2
+    loads, not 10; TileConfig.lanes_across_steps, else one step at a time). A run of consecutive
+    operands goes in vectors of four from its start, the last one ending at the run's end (it
+    overlaps the one before and reads nothing the rows do not); each vector is loaded by the
+    first step that uses it. Operands in shorter runs stay broadcasts (None)."""
+    loads = [a for values in a_values for a in values]
+    if not loads or any(not isinstance(a, Load) or a.buffer.dtype != "float32" for a in loads):
+        return [None] * len(a_values)
+    lane_at = _runs_in_vectors(loads)  # offset key -> (the load that starts its vector, lane)
+    declared: dict[int, Var] = {}
+    plans: list[_StepLanes | None] = []
+    for values in a_values:
+        loaded: list[Stmt] = []
+        by_lane: list[Expr | None] = []
+        for a in values:
+            assert isinstance(a, Load)
+            place = lane_at.get(_offset_key(a))
+            if place is None:
+                by_lane.append(None)
+                continue
+            first, lane = place
+            vector = declared.get(id(first))
+            if vector is None:
+                vector = declared[id(first)] = kb.var("vab", vdtype)
+                loaded.append(Declare(vector, VecLoad(first.buffer, first.index, LANE_GROUP)))
+            by_lane.append(LaneSplat(vector, lane))
+        plans.append((loaded, by_lane))
+    return plans
+
+
+def _offset_key(load: Load) -> tuple[str, tuple[tuple[int, str], ...], int]:
+    terms, constant = offset_form(load.index)
+    return load.buffer.name, terms, constant
+
+
+def _runs_in_vectors(loads: list[Load]) -> dict[tuple[str, tuple[tuple[int, str], ...], int], tuple[Load, int]]:
+    """For each operand in a run of at least four consecutive floats: the load starting the
+    vector of four that holds it, and its lane."""
+    by_address = {_offset_key(a): a for a in reversed(loads)}  # the first load of each address
+    groups: dict[tuple[str, tuple[tuple[int, str], ...]], list[int]] = {}
+    for name, terms, constant in by_address:
+        groups.setdefault((name, terms), []).append(constant)
+    placed: dict[tuple[str, tuple[tuple[int, str], ...], int], tuple[Load, int]] = {}
+    for (name, terms), offsets in groups.items():
+        for run in _consecutive_runs(sorted(offsets)):
+            if len(run) < LANE_GROUP:
+                continue
+            for start in vector_starts(len(run), LANE_GROUP):
+                first = by_address[(name, terms, run[start])]
+                for lane in range(LANE_GROUP):
+                    placed.setdefault((name, terms, run[start + lane]), (first, lane))
+    return placed
+
+
+def _consecutive_runs(offsets: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for offset in offsets:
+        if runs and runs[-1][-1] + 1 == offset:
+            runs[-1].append(offset)
+        else:
+            runs.append([offset])
+    return runs
 
 
 def _operand_row(buf: Buffer, index: Expr, lanes: int) -> Expr:
