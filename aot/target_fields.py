@@ -43,9 +43,11 @@ _FLOAT_ABIS = ("hard", "soft", "softfp")
 _OSES = ("linux", "none")
 _VECTOR_BITS = (0, 128, 256, 512)
 # The int8 tiles' dot-product step (aot/ops/quantized/integer_tiles.py): x86's vpdpbusd (AVX-512
-# VNNI or AVX-VNNI), AVX2's exact vpmaddwd sequence, or "portable": the plain integer loops. Arm's
-# sdot / smlal (aarch64), vmlal (armv7) and smlad (Cortex-M DSP) are to come.
-INT8_DOTS = ("vpdpbusd", "vpmaddwd", "portable")
+# VNNI or AVX-VNNI), AVX2's exact vpmaddwd sequence, aarch64 NEON's exact sequence ("neon": 16-bit
+# products, pairwise widening adds; runtime_c/aot_kernels.h AOT_I32X4_DOTADD), or "portable": the
+# plain integer loops. Arm's sdot (the dot-product extension), vmlal (armv7) and smlad (Cortex-M
+# DSP) are to come.
+INT8_DOTS = ("vpdpbusd", "vpmaddwd", "neon", "portable")
 
 Check = Callable[[Any], "str | None"]  # the problem with a value, None when it is fine
 

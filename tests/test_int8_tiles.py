@@ -1,7 +1,8 @@
 """The int8 register tiles of QLinearConv and ConvInteger (aot/ops/quantized/integer_tiles.py)
 against onnxruntime, for each dot-product instruction a preset may choose (targets/*.toml
 int8_dot): vpdpbusd (x86_64-v4-vnni: AVX-512 VNNI), the exact vpmaddwd sequence (x86_64-v3:
-AVX2) and, for a package for no particular target, the GNU C vectors. Shapes that are ragged
+AVX2), for a package for no particular target the GNU C vectors, and aarch64 NEON's exact
+sequence (rpi4: 4 lanes, both backends, under qemu-user). Shapes that are ragged
 everywhere: channels not a multiple of 4 (the quad's padding), output channels not a multiple
 of the tile's, rows shorter and longer than a tile, padding, strides 2 and 3 with dilation."""
 
@@ -70,6 +71,19 @@ def check_tiled(model, feeds: dict[str, np.ndarray], target: str | None) -> None
     assert_quantized_match(run_aot(model, feeds, backend=BACKEND, target=target), run_onnxruntime(model, feeds))
 
 
+def check_under_qemu(model, feeds: dict[str, np.ndarray], target: str, backend: str) -> None:
+    """Cross-built for `target` with `backend`, run under qemu-user."""
+    from aot.toolchain.target_build import TargetModel
+    from tests.conformance import cross_unavailable
+
+    problem = cross_unavailable(target)
+    if problem:
+        pytest.skip(problem)
+    package = compile_model(model, backend=backend, target=target)
+    built = TargetModel.build(package, load_target(target))
+    assert_quantized_match(built.run(dict(feeds)), run_onnxruntime(model, feeds))
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -77,6 +91,25 @@ def test_qlinear_conv_tiles_match_onnxruntime(case: str, x_dtype: str, target: s
     values, attrs = values_for(case, x_dtype, "int8")
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
     check_tiled(model, feeds, target)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_neon_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, backend: str) -> None:
+    """rpi4's 4-lane tiles (AOT_I32X4_DOTADD; LLVM: saddlp and addp), cross-built and run."""
+    values, attrs = values_for(case, x_dtype, "int8")
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    check_under_qemu(model, feeds, "rpi4", backend)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_neon_conv_integer_tiles_give_exact_int32_under_qemu(backend: str) -> None:
+    values, attrs = values_for("3x3_s2_batch2", "int8", "int8", seed=2)
+    model, feeds = model_of("ConvInteger", ["x", "w", "x_zero_point", "w_zero_point"], values, {"x"}, ["y"], **attrs)
+    check_under_qemu(model, feeds, "rpi4", backend)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -97,7 +130,8 @@ def test_conv_integer_tiles_give_exact_int32(target: str | None) -> None:
 
 
 @pytest.mark.parametrize("target, macro", [("x86_64-v4-vnni", "AOT_I32X16_DOTADD"), ("x86_64-v3", "AOT_I32X8_DOTADD"),
-                                           (None, "this machine's"), ("x86_64", None), ("rpi4", None)])
+                                           (None, "this machine's"), ("x86_64", None), ("rpi4", "AOT_I32X4_DOTADD"),
+                                           ("rpi3", None), ("cortex-m7", None)])
 def test_each_preset_takes_its_int8_dot_step(target: str | None, macro: str | None) -> None:
     """Presets with a dot-product instruction get the tiles; the others keep the integer loops."""
     values, attrs = values_for("3x3_ragged", "int8", "int8")
@@ -116,10 +150,12 @@ def test_each_preset_takes_its_int8_dot_step(target: str | None, macro: str | No
 def test_int8_dot_defaults_from_the_features_and_is_validated(tmp_path: Path) -> None:
     assert load_target("x86_64-v4-vnni").int8_dot == "vpdpbusd"
     assert load_target("x86_64-v3").int8_dot == "vpmaddwd"
-    assert load_target("rpi5").int8_dot == "portable"
+    assert [load_target(t).int8_dot for t in ("rpi4", "rpi5", "aarch64")] == ["neon"] * 3
+    assert [load_target(t).int8_dot for t in ("rpi3", "rpi-zero2", "cortex-m7", "x86_64")] == ["portable"] * 4
     assert default_int8_dot("x86_64", "+avx2,+fma,+avxvnni") == "vpdpbusd"
     assert default_int8_dot("x86_64", "+avx2,+fma") == "vpmaddwd"
-    assert default_int8_dot("aarch64", "+neon,+dotprod") == "portable"
+    assert default_int8_dot("aarch64", "+neon,+dotprod") == "neon"
+    assert default_int8_dot("aarch64", "-neon") == "portable"
     text = Path(load_target("x86_64-v3").source).read_text().replace('int8_dot = "vpmaddwd"', 'int8_dot = "sdot4"')
     board = tmp_path / "board.toml"
     board.write_text(text)

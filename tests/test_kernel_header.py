@@ -191,3 +191,73 @@ def test_a_model_asks_for_exactly_the_vector_widths_its_kernels_use(target: str,
     assert wanted == used == lanes
     assert package.files["runtime/aot_kernels.h"] == (resource_dir("runtime_c") / "aot_kernels.h").read_bytes()
     assert "typedef float aot_f32x" not in source  # the types come from the header only
+
+
+# The int8 tiles' int32 vectors (aot/ops/quantized/integer_tiles.py): DOTADD lane by lane against
+# the plain sum of four products of unsigned by signed bytes, with the extremes (255 * -128 four
+# times in a lane: -130560, past what 16 bits hold), and accumulators at both ends of int32, where
+# the sum wraps.
+_CHECK_DOTADD = """
+static int check_i32x{n}_dotadd(void)
+{{
+    uint8_t a[4 * {n}];
+    int8_t b[4 * {n}], quad[4] = {{ -128, 127, -128, -1 }};
+    int32_t acc[{n}], out[{n}];
+    int i, j, bad = 0;
+    for (i = 0; i < 4 * {n}; ++i) {{
+        a[i] = (uint8_t)(i < 8 ? 255 : (i * 67 + 11) % 256);
+        b[i] = (int8_t)(i < 4 ? -128 : i < 8 ? 127 : (i * 89 + 5) % 256 - 128);
+    }}
+    for (i = 0; i < {n}; ++i) acc[i] = i == 1 ? INT32_MAX : i == 2 ? INT32_MIN : (int32_t)(i * 1000003 - 7);
+    {{
+        aot_i32x{n} va = AOT_I32X{n}_QUADS(a), vacc = AOT_I32X{n}_QUADS((const uint8_t *)acc);
+        AOT_I32X{n}_STORE(out, AOT_I32X{n}_DOTADD(vacc, va, AOT_I32X{n}_QUADS((const uint8_t *)b)));
+        for (i = 0; i < {n}; ++i) {{
+            uint32_t want = (uint32_t)acc[i];
+            for (j = 0; j < 4; ++j) want += (uint32_t)((int32_t)a[4 * i + j] * (int32_t)b[4 * i + j]);
+            if ((uint32_t)out[i] != want) {{ bad = 1; printf("i32x{n} DOTADD lane %d: %ld\\n", i, (long)out[i]); }}
+        }}
+        AOT_I32X{n}_STORE(out, AOT_I32X{n}_DOTADD(AOT_I32X{n}_SPLAT(-5), va, AOT_I32X{n}_SPLAT_QUAD(quad)));
+        for (i = 0; i < {n}; ++i) {{
+            int32_t want = -5;
+            for (j = 0; j < 4; ++j) want += (int32_t)a[4 * i + j] * (int32_t)quad[j];
+            if (out[i] != want) {{ bad = 1; printf("i32x{n} DOTADD of SPLAT_QUAD lane %d: %ld\\n", i, (long)out[i]); }}
+        }}
+    }}
+    return bad;
+}}
+"""
+
+
+def _dotadd_program(tmp_path: Path, lanes: tuple[int, ...]) -> Path:
+    source = tmp_path / "dotadd.c"
+    source.write_text("#include <stdint.h>\n#include <stdio.h>\n"
+                      + "".join(f"#define AOT_WANT_I32X{n}\n" for n in lanes)
+                      + '#include "aot_kernels.h"\n' + "".join(_CHECK_DOTADD.format(n=n) for n in lanes)
+                      + "int main(void)\n{\n    int bad = " + " | ".join(f"check_i32x{n}_dotadd()" for n in lanes)
+                      + ";\n    puts(bad ? \"FAIL\" : \"OK\");\n    return bad;\n}\n")
+    return source
+
+
+@pytest.mark.parametrize("cc,flags", [
+    ("gcc", "-march=native"), ("clang", "-march=native"), ("gcc", "-mavx2"), ("gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
+    # aarch64 NEON (rpi4): the 16-bit products and pairwise adds, under qemu
+    ("aarch64-linux-gnu-gcc", "-mcpu=cortex-a72"), ("clang", "--target=aarch64-linux-gnu -mcpu=cortex-a72"),
+    ("aarch64-linux-gnu-gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
+])
+def test_every_dotadd_gives_the_exact_wrapping_sum(tmp_path: Path, cc: str, flags: str) -> None:
+    if not shutil.which(cc):
+        pytest.skip(f"{cc} not installed")
+    runner = []
+    if cc.startswith("aarch64-") or "--target=aarch64" in flags:
+        if not shutil.which("qemu-aarch64"):
+            pytest.skip("qemu-aarch64 not installed")
+        runner = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
+    lanes = (4,) if runner else (4, 8, 16)
+    program = tmp_path / "dotadd"
+    build = subprocess.run([cc, *STRICT_CFLAGS.split(), "-pedantic", "-O1", *flags.split(),
+                            "-I", str(resource_dir("runtime_c")), str(_dotadd_program(tmp_path, lanes)),
+                            "-o", str(program)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    result = subprocess.run([*runner, str(program)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr

@@ -34,7 +34,7 @@ BITWISE_OPS = {"shl", "shr", "bitand", "bitor"}
 VECTOR_DTYPES = {f"float32x{n}": ("float32", n) for n in (4, 8, 16)}
 # int32 vectors hold the int8 tiles' accumulators and their operands, four bytes per lane
 # (aot/ops/quantized/integer_tiles.py).
-VECTOR_DTYPES.update({f"int32x{n}": ("int32", n) for n in (8, 16)})
+VECTOR_DTYPES.update({f"int32x{n}": ("int32", n) for n in (4, 8, 16)})
 UNARY_OPS = {
     "neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",

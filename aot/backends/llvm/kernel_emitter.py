@@ -81,6 +81,14 @@ class MathLibrary:
             self._cache[symbol] = fn
         return fn
 
+    def declared(self, symbol: str, result: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """A function or target intrinsic of that type, declared once."""
+        fn = self._cache.get(symbol)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(result, args), symbol)
+            self._cache[symbol] = fn
+        return fn
+
     def libm(self, name: str, typ: ir.Type, arity: int = 1) -> ir.Function:
         symbol = name + ("f" if typ == t.F32 else "")
         fn = self._cache.get(symbol)
@@ -405,9 +413,12 @@ class _FunctionEmitter:
 
     def dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
         """acc + per lane the dot product of a's four bytes (unsigned) and b's (signed), in the
-        portable form: the bytes widened, multiplied, each lane's four products summed (wrapping)."""
+        portable form: the bytes widened, multiplied, each lane's four products summed (wrapping);
+        aarch64's 4 lanes as NEON's sequence (neon_dot)."""
         lanes = acc.type.count
         as_bytes = ir.VectorType(t.I8, 4 * lanes)
+        if lanes == 4 and self.fn.module.triple.startswith("aarch64"):
+            return self.b.add(acc, self.neon_dot(self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes)))
         wide = ir.VectorType(t.I32, 4 * lanes)
         products = self.b.mul(self.b.zext(self.b.bitcast(a, as_bytes), wide),
                               self.b.sext(self.b.bitcast(b, as_bytes), wide))
@@ -416,6 +427,23 @@ class _FunctionEmitter:
             mask = ir.Constant(ir.VectorType(t.I32, lanes), [4 * i + j for i in range(lanes)])
             total = self.b.add(total, self.b.shuffle_vector(products, ir.Constant(wide, ir.Undefined), mask))
         return total
+
+    def neon_dot(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        """The four sums of four products of 16 bytes, a's unsigned and b's signed, as aarch64 NEON
+        computes them (runtime_c/aot_kernels.h AOT_I32X4_DOTADD): the products in 16 bits (exact:
+        |255 * -128| = 32640), each half's adjacent pairs summed into int32 (saddlp), then the
+        halves' adjacent pairs (addp). LLVM lowered the plain form (products in int32, four
+        shuffled adds) to smull and zip/uzp/trn shuffles: rpi4 int8 ResNet-8 ran 21.9 M
+        instructions under qemu, 7.95 M with these intrinsics."""
+        wide = ir.VectorType(t.I16, 16)
+        products = self.b.mul(self.b.zext(a, wide), self.b.sext(b, wide))
+        undefined = ir.Constant(wide, ir.Undefined)
+        eight = ir.VectorType(t.I32, 8)
+        halves = [self.b.shuffle_vector(products, undefined, ir.Constant(eight, list(range(k, k + 8)))) for k in (0, 8)]
+        sums = ir.VectorType(t.I32, 4)
+        widening = self.math.declared("llvm.aarch64.neon.saddlp.v4i32.v8i16", sums, [ir.VectorType(t.I16, 8)])
+        pairwise = self.math.declared("llvm.aarch64.neon.addp.v4i32", sums, [sums, sums])
+        return self.b.call(pairwise, [self.b.call(widening, [h]) for h in halves])
 
     def const(self, e: kernel_ir.Const) -> ir.Value:
         typ = t.value_type(e.dtype)

@@ -91,10 +91,16 @@ def fits(weights: np.ndarray) -> bool:
 
 def tile_shape(lanes: int, accumulators: int, out_w: int, out_channels: int) -> TileShape:
     """Vectors of `lanes` pixels (8 for rows of at most 8: no half-empty 16-lane vectors), two
-    along the row where it is that wide, then as many channels as the accumulators allow."""
+    along the row where it is that wide (NEON's 4 lanes: up to four, 16 pixels), then as many
+    channels as the accumulators allow."""
     if lanes > 8 and out_w <= 8:
         lanes = 8
     vectors = 2 if out_w > lanes else 1
+    if lanes == 4:
+        # gcc vectorises the epilogue's loop over a tile's 16 pixels, not over 8 ("not
+        # worthwhile": its int8 stores fill 16-byte vectors): with 8, VWW's int8 C code ran
+        # 10.7 M instructions, more than the portable loops' 9.49 M.
+        vectors = min(4, -(-out_w // lanes))
     channels = max(1, min(out_channels, accumulators // vectors, 8))
     return TileShape(lanes, vectors, channels)
 
