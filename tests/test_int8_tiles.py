@@ -98,7 +98,7 @@ def test_qlinear_conv_tiles_match_onnxruntime(case: str, x_dtype: str, target: s
 @pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_neon_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, backend: str) -> None:
-    """rpi4's 4-lane tiles (AOT_I32X4_DOTADD; LLVM: saddlp and addp), cross-built and run."""
+    """rpi4's 4-lane tiles (AOT_I32X4_DOTADD; LLVM: the same 16-bit products and sadalp), cross-built and run."""
     values, attrs = values_for(case, x_dtype, "int8")
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
     check_under_qemu(model, feeds, "rpi4", backend)

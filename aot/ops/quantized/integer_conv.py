@@ -334,10 +334,10 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
         return store([n, m, oh, ow], value)
 
     # Without vpdpbusd each step needs four more registers (the operands' even and odd bytes):
-    # measured on AVX2, 12 accumulators spilled to the stack, 8 did not. NEON's step widens each
-    # operand vector into two registers of 16-bit values: of its 32 registers, 16 accumulators
-    # (4 vectors x 4 channels) ran fewer instructions than 12 (4 x 3) under qemu, rpi4 int8
-    # ResNet-8 C 8.24 -> 7.54 M, LLVM 7.53 -> 6.87 M.
+    # measured on AVX2, 12 accumulators spilled to the stack, 8 did not. NEON's step splits each
+    # operand vector and each weight quad into two registers of 16-bit values: of its 32
+    # registers, 16 accumulators (4 vectors x 4 channels) ran fewer instructions under qemu than
+    # 12 (4 x 3), spills and all: rpi4 int8 ResNet-8 C 7.15 -> 6.71 M, LLVM 6.48 -> 5.82 M.
     accumulators = ctx.tiles.accumulators if ctx.tiles.int8_dot == "vpdpbusd" else ctx.tiles.accumulators * 2 // 3
     return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init, finish, out_store, lanes, accumulators, overlap)
 
