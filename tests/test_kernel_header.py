@@ -165,16 +165,34 @@ def _program(tmp_path: Path) -> Path:
     ("clang", "--target=arm-linux-gnueabihf -mcpu=cortex-a53 -mfpu=neon-fp-armv8 -mfloat-abi=hard"),
 ])
 def test_every_vector_macro_gives_the_scalar_result(tmp_path: Path, cc: str, flags: str) -> None:
+    runner = _runner(cc, flags)
+    _assert_prints_ok(tmp_path, cc, flags, _program(tmp_path), runner, ["-lm"])
+
+
+# Cross compilers' programs run under qemu-user with the Debian cross sysroot.
+_QEMU = {"arm": ["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"],
+         "aarch64": ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]}
+
+
+def _runner(cc: str, flags: str) -> list[str]:
+    """How to run what `cc flags` builds (skipping the test when this machine cannot): natively,
+    or under qemu-user for an Arm cross compiler or clang --target."""
     if not shutil.which(cc):
         pytest.skip(f"{cc} not installed")
-    runner = []
-    if cc.startswith("arm-") or "--target=arm" in flags:
-        if not shutil.which("qemu-arm"):
-            pytest.skip("qemu-arm not installed")
-        runner = ["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"]
-    program = tmp_path / "vectors"
+    for arch, runner in _QEMU.items():
+        if cc.startswith(f"{arch}-") or f"--target={arch}-" in flags:
+            if not shutil.which(runner[0]):
+                pytest.skip(f"{runner[0]} not installed")
+            return runner
+    return []
+
+
+def _assert_prints_ok(tmp_path: Path, cc: str, flags: str, source: Path, runner: list[str],
+                      libs: list[str]) -> None:
+    """`source` builds warning-free with the header and prints OK when run."""
+    program = tmp_path / source.stem
     build = subprocess.run([cc, *STRICT_CFLAGS.split(), "-pedantic", "-O1", *flags.split(),
-                            "-I", str(resource_dir("runtime_c")), str(_program(tmp_path)), "-o", str(program), "-lm"],
+                            "-I", str(resource_dir("runtime_c")), str(source), "-o", str(program), *libs],
                            capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     result = subprocess.run([*runner, str(program)], capture_output=True, text=True)
@@ -246,18 +264,6 @@ def _dotadd_program(tmp_path: Path, lanes: tuple[int, ...]) -> Path:
     ("aarch64-linux-gnu-gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
 ])
 def test_every_dotadd_gives_the_exact_wrapping_sum(tmp_path: Path, cc: str, flags: str) -> None:
-    if not shutil.which(cc):
-        pytest.skip(f"{cc} not installed")
-    runner = []
-    if cc.startswith("aarch64-") or "--target=aarch64" in flags:
-        if not shutil.which("qemu-aarch64"):
-            pytest.skip("qemu-aarch64 not installed")
-        runner = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
+    runner = _runner(cc, flags)
     lanes = (4,) if runner else (4, 8, 16)
-    program = tmp_path / "dotadd"
-    build = subprocess.run([cc, *STRICT_CFLAGS.split(), "-pedantic", "-O1", *flags.split(),
-                            "-I", str(resource_dir("runtime_c")), str(_dotadd_program(tmp_path, lanes)),
-                            "-o", str(program)], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
-    result = subprocess.run([*runner, str(program)], capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
+    _assert_prints_ok(tmp_path, cc, flags, _dotadd_program(tmp_path, lanes), runner, [])
