@@ -1,8 +1,9 @@
 """The int8 register tiles of QLinearConv and ConvInteger (aot/ops/quantized/integer_tiles.py)
 against onnxruntime, for each dot-product instruction a preset may choose (targets/*.toml
 int8_dot): vpdpbusd (x86_64-v4-vnni: AVX-512 VNNI), the exact vpmaddwd sequence (x86_64-v3:
-AVX2), for a package for no particular target the GNU C vectors, and aarch64 NEON's exact
-sequence (rpi4: 4 lanes, both backends, under qemu-user). Shapes that are ragged
+AVX2), for a package for no particular target the GNU C vectors, and the NEON sequences (rpi4
+aarch64, rpi3 armv7: 4 lanes, both backends, under qemu-user): DotAdd's unsigned-by-signed bytes
+where a weight is -128, PairDotAdd's signed bytes where none is. Shapes that are ragged
 everywhere: channels not a multiple of 4 (the quad's padding), output channels not a multiple
 of the tile's, rows shorter and longer than a tile, padding, strides 2 and 3 with dilation."""
 
@@ -46,14 +47,21 @@ CASES = {
 }
 
 
-def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0) -> tuple[dict[str, np.ndarray], dict]:
+def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0,
+               symmetric: bool = False) -> tuple[dict[str, np.ndarray], dict]:
+    """Inputs of `case`; `symmetric`: int8 weights in -127..127 (onnxruntime.quantization's
+    symmetric weights, which NEON's PairDotAdd multiplies), the input at its least value in
+    places, so two products of -128 * -127 meet in 16 bits."""
     x_shape, w_shape, attrs = CASES[case]
     rng = np.random.default_rng(seed)
     m, taps = w_shape[0], int(np.prod(w_shape[1:]))
     x_scale, w_scale = np.float32(0.02), (0.001 + 0.01 * rng.random(m)).astype(np.float32)
     y_scale = np.float32(x_scale * float(w_scale.mean()) * 74 * 74 * np.sqrt(taps) / 50)
     w = quantized(rng, w_shape, w_dtype)
-    if w_dtype == "int8":
+    if symmetric:
+        w = np.clip(w, -127, 127)
+        w[0].flat[:2], w[-1].flat[-1] = -127, 127
+    elif w_dtype == "int8":
         w[0].flat[0], w[-1].flat[-1] = -128, 127  # the extremes of the signed bytes
     values = {
         "x": quantized(rng, x_shape, x_dtype), "x_scale": x_scale,
@@ -64,6 +72,8 @@ def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0) -> tuple[di
         "B": rng.integers(-20000, 20000, size=m).astype(np.int32),
     }
     values["x"].flat[:4] = np.iinfo(x_dtype).max  # 255 * -128 overflows 16 bits: exact only with a real dot
+    if symmetric:
+        values["x"][:, :2] = np.iinfo(x_dtype).min  # signed -128 in the first quad's pair
     return values, attrs
 
 
@@ -94,22 +104,40 @@ def test_qlinear_conv_tiles_match_onnxruntime(case: str, x_dtype: str, target: s
 
 
 @pytest.mark.qemu
+@pytest.mark.parametrize("target", ["rpi4", "rpi3"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 @pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_neon_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, backend: str) -> None:
-    """rpi4's 4-lane tiles (AOT_I32X4_DOTADD; LLVM: the same 16-bit products and sadalp), cross-built and run."""
+def test_neon_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, backend: str, target: str) -> None:
+    """The 4-lane NEON tiles of aarch64 (rpi4) and armv7 (rpi3): AOT_I32X4_DOTADD; LLVM the same
+    16-bit products and sadalp / vpadal.s16, cross-built and run."""
     values, attrs = values_for(case, x_dtype, "int8")
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
-    check_under_qemu(model, feeds, "rpi4", backend)
+    check_under_qemu(model, feeds, target, backend)
 
 
 @pytest.mark.qemu
+@pytest.mark.parametrize("target", ["rpi4", "rpi3"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
-def test_neon_conv_integer_tiles_give_exact_int32_under_qemu(backend: str) -> None:
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_neon_pair_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, backend: str, target: str) -> None:
+    """Weights in -127..127 take PairDotAdd (signed bytes: vmull.s8 / smull, vmlal.s8 / smlal2,
+    vpadal.s16 / sadalp), with the input's least value against -127 in both halves of a quad."""
+    values, attrs = values_for(case, x_dtype, "int8", symmetric=True)
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    source = compile_model(model, backend="c", target=target).files["test_graph.c"]
+    assert "AOT_I32X4_PAIR_DOTADD" in (source.decode() if isinstance(source, bytes) else source)
+    check_under_qemu(model, feeds, target, backend)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["rpi4", "rpi3"])
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_neon_conv_integer_tiles_give_exact_int32_under_qemu(backend: str, target: str) -> None:
     values, attrs = values_for("3x3_s2_batch2", "int8", "int8", seed=2)
     model, feeds = model_of("ConvInteger", ["x", "w", "x_zero_point", "w_zero_point"], values, {"x"}, ["y"], **attrs)
-    check_under_qemu(model, feeds, "rpi4", backend)
+    check_under_qemu(model, feeds, target, backend)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -131,7 +159,7 @@ def test_conv_integer_tiles_give_exact_int32(target: str | None) -> None:
 
 @pytest.mark.parametrize("target, macro", [("x86_64-v4-vnni", "AOT_I32X16_DOTADD"), ("x86_64-v3", "AOT_I32X8_DOTADD"),
                                            (None, "this machine's"), ("x86_64", None), ("rpi4", "AOT_I32X4_DOTADD"),
-                                           ("rpi3", None), ("cortex-m7", None)])
+                                           ("rpi3", "AOT_I32X4_DOTADD"), ("cortex-m7", None)])
 def test_each_preset_takes_its_int8_dot_step(target: str | None, macro: str | None) -> None:
     """Presets with a dot-product instruction get the tiles; the others keep the integer loops."""
     values, attrs = values_for("3x3_ragged", "int8", "int8")
@@ -150,8 +178,8 @@ def test_each_preset_takes_its_int8_dot_step(target: str | None, macro: str | No
 def test_int8_dot_defaults_from_the_features_and_is_validated(tmp_path: Path) -> None:
     assert load_target("x86_64-v4-vnni").int8_dot == "vpdpbusd"
     assert load_target("x86_64-v3").int8_dot == "vpmaddwd"
-    assert [load_target(t).int8_dot for t in ("rpi4", "rpi5", "aarch64")] == ["neon"] * 3
-    assert [load_target(t).int8_dot for t in ("rpi3", "rpi-zero2", "cortex-m7", "x86_64")] == ["portable"] * 4
+    assert [load_target(t).int8_dot for t in ("rpi4", "rpi5", "aarch64", "rpi3", "rpi-zero2")] == ["neon"] * 5
+    assert [load_target(t).int8_dot for t in ("cortex-m4f", "cortex-m7", "x86_64")] == ["portable"] * 3
     assert default_int8_dot("x86_64", "+avx2,+fma,+avxvnni") == "vpdpbusd"
     assert default_int8_dot("x86_64", "+avx2,+fma") == "vpmaddwd"
     assert default_int8_dot("aarch64", "+neon,+dotprod") == "neon"

@@ -247,12 +247,33 @@ static int check_i32x{n}_dotadd(void)
 """
 
 
+# PAIR_DOTADD (4 lanes): signed bytes, the weights never -128; -128 * -127 twice in each 16-bit sum.
+_CHECK_PAIR_DOTADD = """
+static int check_i32x4_pair_dotadd(void)
+{
+    int8_t a[16], quad[4] = { -127, -127, 127, -1 };
+    int32_t acc[4] = { 7, INT32_MAX, INT32_MIN, -3 }, out[4];
+    int i, j, bad = 0;
+    for (i = 0; i < 16; ++i) a[i] = (int8_t)(i < 6 || i % 4 == 1 ? -128 : (i * 67 + 11) % 256 - 128);
+    AOT_I32X4_STORE(out, AOT_I32X4_PAIR_DOTADD(AOT_I32X4_QUADS((const uint8_t *)acc), AOT_I32X4_PAIRS(a),
+                                               AOT_I32X4_SPLAT_PAIRS(quad)));
+    for (i = 0; i < 4; ++i) {
+        uint32_t want = (uint32_t)acc[i];
+        for (j = 0; j < 4; ++j) want += (uint32_t)((int32_t)a[4 * i + j] * (int32_t)quad[j]);
+        if ((uint32_t)out[i] != want) { bad = 1; printf("i32x4 PAIR_DOTADD lane %d: %ld\\n", i, (long)out[i]); }
+    }
+    return bad;
+}
+"""
+
+
 def _dotadd_program(tmp_path: Path, lanes: tuple[int, ...]) -> Path:
     source = tmp_path / "dotadd.c"
+    checks = [f"check_i32x{n}_dotadd()" for n in lanes] + ["check_i32x4_pair_dotadd()"]
     source.write_text("#include <stdint.h>\n#include <stdio.h>\n"
                       + "".join(f"#define AOT_WANT_I32X{n}\n" for n in lanes)
                       + '#include "aot_kernels.h"\n' + "".join(_CHECK_DOTADD.format(n=n) for n in lanes)
-                      + "int main(void)\n{\n    int bad = " + " | ".join(f"check_i32x{n}_dotadd()" for n in lanes)
+                      + _CHECK_PAIR_DOTADD + "int main(void)\n{\n    int bad = " + " | ".join(checks)
                       + ";\n    puts(bad ? \"FAIL\" : \"OK\");\n    return bad;\n}\n")
     return source
 
@@ -262,6 +283,9 @@ def _dotadd_program(tmp_path: Path, lanes: tuple[int, ...]) -> Path:
     # aarch64 NEON (rpi4): the 16-bit products and pairwise adds, under qemu
     ("aarch64-linux-gnu-gcc", "-mcpu=cortex-a72"), ("clang", "--target=aarch64-linux-gnu -mcpu=cortex-a72"),
     ("aarch64-linux-gnu-gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
+    # armv7 NEON (rpi3): the same with vmul.i16 and vpadal.s16
+    ("arm-linux-gnueabihf-gcc", "-mcpu=cortex-a53 -mfpu=neon-fp-armv8 -mfloat-abi=hard"),
+    ("clang", "--target=arm-linux-gnueabihf -mcpu=cortex-a53 -mfpu=neon-fp-armv8 -mfloat-abi=hard"),
 ])
 def test_every_dotadd_gives_the_exact_wrapping_sum(tmp_path: Path, cc: str, flags: str) -> None:
     runner = _runner(cc, flags)

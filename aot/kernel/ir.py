@@ -223,6 +223,44 @@ class DotAdd(OperandDtype):
 
 
 @dataclass(frozen=True, eq=True)
+class PairLoad(VecLoad):
+    """A QuadLoad (`lanes` = 16 bytes, four quads, of an int8 `buffer`) in pair order: the 16-bit
+    halves of the quads de-interleaved, the first halves of quads 0-3 (bytes 0-1 of each) in
+    16-bit elements 0-3 and the second halves (bytes 2-3) in elements 4-7. The activation operand
+    of PairDotAdd: NEON's vld2.16 loads it in one instruction."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return vector_of("int32", self.lanes // 4)
+
+
+@dataclass(frozen=True, eq=True)
+class PairSplat(VecLoad):
+    """The four bytes (`lanes` = 4) of an int8 `buffer` at `index` in pair order in every lane of
+    an int32x4: bytes 0-1 in 16-bit elements 0-3, bytes 2-3 in elements 4-7 (NEON: vld2.16 with
+    the halves duplicated). The weight operand of PairDotAdd."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return vector_of("int32", 4)
+
+
+@dataclass(frozen=True, eq=True)
+class PairDotAdd(OperandDtype):
+    """acc (int32x4) + in lane p the dot product of a's and b's signed bytes of 16-bit elements p
+    and p + 4 (PairLoad, PairSplat: one quad of each), exactly in int32 (acc wraps as the integer
+    ops' accumulation does), where no byte of b is -128. NEON multiplies signed bytes into 16 bits
+    (vmull.s8 / smull), adds the other half's products there (vmlal.s8 / smlal: two products of
+    which at most one is 128 * 128 fit in int16 when b is never -128), then adds those pairwise
+    into the int32 lanes (vpadal.s16 / sadalp): 3 instructions per vector and weight quad, where
+    DotAdd's unsigned-by-signed bytes take 6 (splitting a's bytes by masks and shifts)."""
+
+    acc: Expr
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True, eq=True)
 class Splat(Expr):
     """A scalar copied into every lane."""
 
@@ -335,8 +373,8 @@ class VecReduce(Expr):
 
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
 # ThresholdedRelu: x > a ? x : 0 ...) is as long as the model's chain, so it is followed by a loop.
-_DTYPE_OPERAND = {Select: "a", MulAdd: "acc", DotAdd: "acc", VecMax: "a", VecMin: "a", VecArith: "a", VecSelect: "x",
-                  VecZip: "a"}
+_DTYPE_OPERAND = {Select: "a", MulAdd: "acc", DotAdd: "acc", PairDotAdd: "acc", VecMax: "a", VecMin: "a",
+                  VecArith: "a", VecSelect: "x", VecZip: "a"}
 
 
 def inherited_dtype(e: Expr) -> str:

@@ -28,6 +28,9 @@ from aot.kernel.ir import (
     Load,
     Loop,
     MulAdd,
+    PairDotAdd,
+    PairLoad,
+    PairSplat,
     QuadLoad,
     QuadSplat,
     Select,
@@ -330,6 +333,12 @@ class KernelPrinter:
         return self._vector_expr(e), PRIMARY
 
     def _vector_expr(self, e: Expr) -> str:
+        if isinstance(e, PairLoad):  # (a VecLoad too)
+            return f"{self._vector(e.dtype)}_PAIRS(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, PairSplat):
+            return f"{self._vector(e.dtype)}_SPLAT_PAIRS(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, PairDotAdd):
+            return f"{self._vector(e.dtype)}_PAIR_DOTADD({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, QuadLoad):  # (a VecLoad too)
             return f"{self._vector(e.dtype)}_QUADS(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, QuadSplat):

@@ -319,6 +319,10 @@ class _FunctionEmitter:
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             raw = self.b.load(ptr, typ=t.storage_type(buf.dtype), align=t.itemsize(buf.dtype))
             return self.promote(raw, buf.dtype)
+        if isinstance(e, (kernel_ir.PairLoad, kernel_ir.PairSplat)):
+            return self.pair_order(e)
+        if isinstance(e, kernel_ir.PairDotAdd):
+            return self.pair_dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b))
         if isinstance(e, kernel_ir.QuadLoad):  # (a VecLoad too): 4 * lanes bytes as int32 lanes
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
@@ -417,7 +421,7 @@ class _FunctionEmitter:
         aarch64's 4 lanes as NEON's sequence (neon_dot)."""
         lanes = acc.type.count
         as_bytes = ir.VectorType(t.I8, 4 * lanes)
-        if lanes == 4 and self.fn.module.triple.startswith("aarch64"):
+        if lanes == 4 and self.neon_pairwise_add is not None:
             return self.neon_dot(acc, a, b)
         wide = ir.VectorType(t.I32, 4 * lanes)
         products = self.b.mul(self.b.zext(self.b.bitcast(a, as_bytes), wide),
@@ -428,11 +432,74 @@ class _FunctionEmitter:
             total = self.b.add(total, self.b.shuffle_vector(products, ir.Constant(wide, ir.Undefined), mask))
         return total
 
+    @property
+    def neon_pairwise_add(self) -> str | None:
+        """The intrinsic that adds a vector of 8 int16 pairwise into 4 int32 (saddlp, armv7's
+        vpaddl.s16) where the module's target has NEON, else None. (paired_loads is set for
+        32-bit Arm with NEON: module.py.)"""
+        if self.fn.module.triple.startswith("aarch64"):
+            return "llvm.aarch64.neon.saddlp.v4i32.v8i16"
+        return "llvm.arm.neon.vpaddls.v4i32.v8i16" if self.paired_loads else None
+
+    def pair_order(self, e: kernel_ir.PairLoad | kernel_ir.PairSplat) -> ir.Value:
+        """PairLoad (16 bytes, the quads' 16-bit halves de-interleaved) or PairSplat (one quad's
+        halves, each in 4 elements) as an int32x4. armv7: vld2.16 (with duplication for a
+        splat), whose two d registers make the q register: the shuffles of the plain form became
+        element moves there (int8 ResNet-8 on rpi3: 13.9 M instructions). Elsewhere a load and a
+        shuffle (aarch64: one tbl)."""
+        buf, arg = self.buffers[e.buffer.name]
+        ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+        splat = isinstance(e, kernel_ir.PairSplat)
+        halves = ir.VectorType(t.I16, 4)
+        if self.paired_loads:  # 32-bit Arm NEON (module.py)
+            name = f"llvm.arm.neon.{'vld2dup' if splat else 'vld2'}.v4i16.p0"
+            vld2 = self.math.module.declare_intrinsic(
+                name, fnty=ir.FunctionType(ir.LiteralStructType([halves, halves]), [t.PTR, t.I32]))
+            pair = self.b.call(vld2, [ptr, ir.Constant(t.I32, 1)])
+            both = self.b.shuffle_vector(self.b.extract_value(pair, 0), self.b.extract_value(pair, 1),
+                                         _mask(list(range(8))))
+        elif splat:
+            quad = self.b.load(ptr, typ=ir.VectorType(t.I16, 2), align=1)
+            both = self.b.shuffle_vector(quad, ir.Constant(quad.type, ir.Undefined), _mask([0] * 4 + [1] * 4))
+        else:
+            quads = self.b.load(ptr, typ=ir.VectorType(t.I16, 8), align=1)
+            both = self.b.shuffle_vector(quads, ir.Constant(quads.type, ir.Undefined),
+                                         _mask([0, 2, 4, 6, 1, 3, 5, 7]))
+        return self.b.bitcast(both, t.storage_type(e.dtype))
+
+    def pair_dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        """kernel_ir.PairDotAdd: the low and high 8 bytes of a and b multiplied as signed bytes,
+        the two products of each byte position summed in 16 bits (smull, smlal: exact when b has
+        no -128), those added pairwise into acc's int32 lanes (sadalp / vpadal.s16). Without NEON
+        the same sums in int32."""
+        as_bytes = ir.VectorType(t.I8, 16)
+        sa, sb = self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes)
+        undef = ir.Constant(as_bytes, ir.Undefined)
+        low, high = _mask(list(range(8))), _mask(list(range(8, 16)))
+        neon = self.neon_pairwise_add
+        wide = ir.VectorType(t.I16 if neon else t.I32, 8)
+
+        def product(mask: ir.Constant) -> ir.Value:
+            return self.b.mul(self.b.sext(self.b.shuffle_vector(sa, undef, mask), wide),
+                              self.b.sext(self.b.shuffle_vector(sb, undef, mask), wide))
+
+        sums = self.b.add(product(low), product(high))
+        if self.paired_loads:  # armv7: vpadal.s16 itself (the add of vpaddl.s16 stayed apart)
+            accumulate = self.math.declared("llvm.arm.neon.vpadals.v4i32.v8i16", acc.type, [acc.type, sums.type])
+            return self.b.call(accumulate, [acc, sums])
+        if neon is not None:
+            widening = self.math.declared(neon, acc.type, [sums.type])
+            return self.b.add(acc, self.b.call(widening, [sums]))
+        even = self.b.shuffle_vector(sums, ir.Constant(wide, ir.Undefined), _mask([0, 2, 4, 6]))
+        odd = self.b.shuffle_vector(sums, ir.Constant(wide, ir.Undefined), _mask([1, 3, 5, 7]))
+        return self.b.add(acc, self.b.add(even, odd))
+
     def neon_dot(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
         """acc + per lane the dot product of a's four bytes (unsigned) and b's (signed), as aarch64
         NEON computes it (runtime_c/aot_kernels.h AOT_I32X4_DOTADD): in 16-bit lanes, the even
         bytes' products and the odd bytes' (exact: |255 * -128| = 32640), each added pairwise
-        into the int32 lanes (saddlp, which LLVM folds with the add into sadalp). LLVM lowered the
+        into the int32 lanes (saddlp, or armv7's vpaddl.s16; LLVM folds each with its add into
+        sadalp / vpadal.s16). LLVM lowered the
         plain form (products in int32, four shuffled adds) to smull and zip/uzp/trn shuffles:
         rpi4 int8 ResNet-8 ran 21.9 M instructions under qemu, 7.95 M with saddlp and addp."""
         halves = ir.VectorType(t.I16, 8)
@@ -440,7 +507,7 @@ class _FunctionEmitter:
         eight = ir.Constant(halves, 8)
         even = self.b.mul(self.b.and_(ua, ir.Constant(halves, 0xFF)), self.b.ashr(self.b.shl(sb, eight), eight))
         odd = self.b.mul(self.b.lshr(ua, eight), self.b.ashr(sb, eight))
-        widening = self.math.declared("llvm.aarch64.neon.saddlp.v4i32.v8i16", acc.type, [halves])
+        widening = self.math.declared(self.neon_pairwise_add, acc.type, [halves])
         return self.b.add(self.b.add(acc, self.b.call(widening, [even])), self.b.call(widening, [odd]))
 
     def const(self, e: kernel_ir.Const) -> ir.Value:
@@ -683,6 +750,11 @@ class _FunctionEmitter:
         if isinstance(e, kernel_ir.Binary) and e.op in RANGE_OPS:
             return combine(e.op, self.bounds(e.a), self.bounds(e.b))
         return None
+
+
+def _mask(lanes: list[int]) -> ir.Constant:
+    """A shufflevector mask picking these lanes."""
+    return ir.Constant(ir.VectorType(t.I32, len(lanes)), lanes)
 
 
 __all__ = ["KernelEmitter", "MathLibrary", "ParamInfo"]

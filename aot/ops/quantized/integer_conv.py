@@ -65,12 +65,13 @@ from aot.ops.quantized.integer_terms import (
     per_channel,
     requantize,
     scalar,
+    signed_byte,
     uniform,
     unsigned_byte,
     widened,
     wrap_int32,
 )
-from aot.ops.quantized.integer_tiles import fits, tiled_conv
+from aot.ops.quantized.integer_tiles import fits, fits_pairs, tiled_conv
 from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
@@ -266,7 +267,9 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     x_fill = x_zp
-    if conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
+    if tiled and ctx.tiles.int8_dot == "neon" and fits_pairs(weights):
+        x_zp = signed_byte(x_zp)  # the copy holds signed bytes (uint8 x - 128) for PairDotAdd
+    elif conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
         x_zp = unsigned_byte(x_zp)
     if tiled:
         init = _folded_bias(node, ctx, kb, conv, sums, x_zp)

@@ -102,6 +102,16 @@ def unsigned_byte(value: Expr) -> Expr:
     return cast(widened(value) + const(UNSIGNED_SHIFT, ACCUMULATOR), "uint8")
 
 
+def signed_byte(value: Expr) -> Expr:
+    """A uint8 value - 128 as int8 (an int8 value as it is): the signed bytes of PairDotAdd's
+    activations, which keep x - x_zero_point when the zero point is shifted the same way."""
+    if value.dtype == "int8":
+        return value
+    if isinstance(value, Const):
+        return const(int(value.value) - UNSIGNED_SHIFT, "int8")
+    return cast(widened(value) - const(UNSIGNED_SHIFT, ACCUMULATOR), "int8")
+
+
 def narrow_weights(values: np.ndarray) -> np.ndarray:
     """Integer weights (w - w_zero_point, in int64) in the narrowest type that holds them all: int8
     for symmetric int8 weights (zero point 0), int16 for the others (-255..255)."""

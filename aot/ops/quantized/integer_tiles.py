@@ -34,6 +34,9 @@ from aot.kernel.ir import (
     If,
     Load,
     Loop,
+    PairDotAdd,
+    PairLoad,
+    PairSplat,
     QuadLoad,
     QuadSplat,
     Splat,
@@ -46,7 +49,7 @@ from aot.kernel.ir import (
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.conv.geometry import ConvGeometry
-from aot.ops.quantized.integer_terms import ACCUMULATOR, PerIndex, unsigned_byte
+from aot.ops.quantized.integer_terms import ACCUMULATOR, PerIndex, signed_byte, unsigned_byte
 from aot.ops.scratch import scratch_tensor
 
 QUAD = 4  # input channels per int32 lane
@@ -89,6 +92,13 @@ def fits(weights: np.ndarray) -> bool:
     return weights.size == 0 or (int(weights.min()) >= -128 and int(weights.max()) <= 127)
 
 
+def fits_pairs(weights: np.ndarray) -> bool:
+    """Whether w - w_zero_point fits PairDotAdd's weight bytes: signed, never -128 (the weights of
+    onnxruntime.quantization's symmetric int8, -127..127), so two products of 16 bits sum
+    exactly in 16 bits."""
+    return weights.size == 0 or (int(weights.min()) >= -127 and int(weights.max()) <= 127)
+
+
 def tile_shape(lanes: int, accumulators: int, out_w: int, out_channels: int) -> TileShape:
     """Vectors of `lanes` pixels (8 for rows of at most 8: no half-empty 16-lane vectors), two
     along the row where it is that wide (NEON's 4 lanes: up to four, 16 pixels), then as many
@@ -128,14 +138,14 @@ def banded(g: ConvGeometry) -> bool:
 def quad_image(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, fill: Expr,
                width: int) -> tuple[list[Stmt], Buffer, Layout]:
     """The quad image of the input (banded: of `width` columns of one row) and the statements
-    that fill it with `fill` (x_zero_point, as uint8); copy_rows and copy_band put the input's
-    values in. `width` bytes of slack at the end cover the lanes a ragged last tile reads past
-    a row."""
+    that fill it with `fill` (x_zero_point, as uint8 for DotAdd, as int8 for PairDotAdd: the
+    image's type); copy_rows and copy_band put the input's values in. `width` bytes of slack at
+    the end cover the lanes a ragged last tile reads past a row."""
     hp, wp = g.padded_hw
     s_w = g.strides[1]
     batch, rows, columns = (1, 1, width) if banded(g) else (g.batch, hp, -(-wp // s_w))
     layout = Layout(batch, rows, -(-g.channels // QUAD), s_w, columns)
-    image = kb.output(scratch_tensor(ctx, node, (layout.size + width * QUAD,), np.uint8, "quads")).buffer
+    image = kb.output(scratch_tensor(ctx, node, (layout.size + width * QUAD,), np.dtype(fill.dtype), "quads")).buffer
     return kb.loops([image.size], lambda i: [Store(image, i[0], fill)], prefix="z"), image, layout
 
 
@@ -148,7 +158,7 @@ def copy_band(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
     def copy(i: list[Expr], lanes: int = QUAD, quad_base: int = 0) -> list[Stmt]:
         quad, col = i[0] + quad_base, i[1]
         return [Store(image, layout.at(zero, zero, quad, 0, col) + j,
-                      _byte(x.load([n, quad * QUAD + j, row, col0 + col]))) for j in range(lanes)]
+                      _byte(x.load([n, quad * QUAD + j, row, col0 + col]), image.dtype)) for j in range(lanes)]
 
     return _quads(kb, [], g.channels, count, copy)
 
@@ -164,7 +174,10 @@ def _quads(kb: KernelBuilder, outer: list[int], channels: int, count: int,
     return body
 
 
-def _byte(value: Expr) -> Expr:
+def _byte(value: Expr, dtype: str) -> Expr:
+    """An input value as the quad image's byte (`dtype`): uint8 for DotAdd, int8 for PairDotAdd."""
+    if dtype == "int8":
+        return signed_byte(value)
     return value if value.dtype == "uint8" else unsigned_byte(value)
 
 
@@ -188,7 +201,8 @@ def copy_rows(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
             quad = q + quad_base
             column = col + first
             return [Store(image, layout.at(n, r + top, quad, phase, column) + j,
-                          _byte(x.load([n, quad * QUAD + j, r, column * s_w + phase - left]))) for j in range(lanes)]
+                          _byte(x.load([n, quad * QUAD + j, r, column * s_w + phase - left]), image.dtype))
+                    for j in range(lanes)]
 
         body += _quads(kb, [g.batch, in_h], g.channels, last - first + 1, copy)
     return body
@@ -205,6 +219,7 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
     (out_h, out_w), m_count = g.out_spatial, g.out_channels
     shape = tile_shape(lanes, accumulators, out_w, m_count)
     fills, image, layout = quad_image(node, ctx, kb, g, fill, shape.width)
+    pairs = image.dtype == "int8"  # signed activations: PairDotAdd (fill's type decides)
     band = banded(g)
     packed = kb.input(ctx.constant(packed_weights(weights, shape.channels), f"{node.name}_tiles")).buffer
     blocks = -(-m_count // shape.channels)
@@ -220,13 +235,18 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
         def step(kh: Expr, kw: int, quad: Expr) -> list[Stmt]:
             image_n, row = (const(0, INDEX), kh) if band else (n, oh * s_h + kh * d_h)
             shift, phase = divmod(kw * d_w, s_w)  # the padded column (ow + shift) * s_w + phase
-            operands = [QuadLoad(image, layout.at(image_n, row, quad, phase, column + (v * shape.lanes + shift)),
-                                 shape.lanes * QUAD) for v in range(vectors)]
+            load = PairLoad if pairs else QuadLoad
+            operands = [load(image, layout.at(image_n, row, quad, phase, column + (v * shape.lanes + shift)),
+                             shape.lanes * QUAD) for v in range(vectors)]
             at = (((block * k_h + kh) * k_w + kw) * layout.quads + quad) * shape.channels
             out: list[Stmt] = []
             for c, row_accs in enumerate(accs):
-                w = QuadSplat(packed, (at + c) * QUAD, QUAD, shape.lanes)
-                out += [Assign(a, DotAdd(a, operand, w)) for a, operand in zip(row_accs, operands)]
+                if pairs:
+                    w: Expr = PairSplat(packed, (at + c) * QUAD, QUAD)
+                    out += [Assign(a, PairDotAdd(a, operand, w)) for a, operand in zip(row_accs, operands)]
+                else:
+                    w = QuadSplat(packed, (at + c) * QUAD, QUAD, shape.lanes)
+                    out += [Assign(a, DotAdd(a, operand, w)) for a, operand in zip(row_accs, operands)]
             return out
 
         body += unrolled_taps(kb, k_h, k_w, layout.quads, step)
