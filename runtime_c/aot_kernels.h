@@ -638,6 +638,108 @@ static inline aot_i32x4 aot_i32x4_pair_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i3
 #endif
 #endif /* AOT_WANT_I32X4 */
 
+/*
+ * An int8 tile's requantisation in registers, 4 lanes (the NEON targets' tiles; kernel IR int32
+ * VecArith, VecConvert, VecRoundEven, NarrowStore): AOT_I32X4_ADD(a, b) (wrapping),
+ * AOT_F32X4_CONVERT(v) (int32 lanes to float, rounded to nearest as C's cast),
+ * AOT_I32X4_CONVERT(v) (float lanes, integral and in range, to int32), AOT_F32X4_ROUND_EVEN(v)
+ * (half to even) and AOT_I32X4_STORE_NARROW(p, v) (the lanes, each within the type's range, as
+ * the four int8_t or uint8_t at p); for int8 depthwise loops AOT_I32X4_MUL(a, b) (wrapping) and
+ * AOT_I32X4_EXTEND_I8(p) / _U8(p) (the four int8_t / uint8_t at p, extended to int32 lanes;
+ * kernel IR ExtendLoad). gcc vectorises no float loop on armv7 (NEON flushes
+ * denormals), so the scalar requantisation loop after a tile ran as VFP instructions, a tenth
+ * of the int8 tiles' instructions on rpi3.
+ */
+#if defined(AOT_WANT_I32X4) && defined(AOT_WANT_F32X4)
+/* x rounded half to even without libm: 2^23 with x's sign added and taken away where |x| < 2^23
+ * (larger floats are integers), x's sign kept (-0.4 gives -0). Assumes float arithmetic in
+ * float precision, rounding to nearest (FLT_EVAL_METHOD 0, the default mode). */
+static inline float aot_round_even_f32(float x)
+{
+    float magic = x < 0.0f ? -8388608.0f : 8388608.0f, r;
+    if (!(x < 8388608.0f && x > -8388608.0f))
+        return x;
+    r = (x + magic) - magic;
+    return r == 0.0f ? x * 0.0f : r;
+}
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+#define AOT_I32X4_ADD(a, b) ((aot_i32x4)((aot_u32x4)(a) + (aot_u32x4)(b)))
+#define AOT_I32X4_MUL(a, b) ((aot_i32x4)((aot_u32x4)(a) * (aot_u32x4)(b)))
+#if defined(__ARM_NEON) && (defined(__aarch64__) || !defined(AOT_NO_NEON_INTRINSICS))
+/* Four bytes loaded as one 32-bit word, widened twice (vmovl). */
+static inline aot_i32x4 aot_i32x4_extend_i8(const int8_t *p)
+{ int32_t w; __builtin_memcpy(&w, p, 4);
+  return (aot_i32x4)vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(w))))); }
+static inline aot_i32x4 aot_i32x4_extend_u8(const uint8_t *p)
+{ uint32_t w; __builtin_memcpy(&w, p, 4);
+  return (aot_i32x4)vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(w))))); }
+#define AOT_F32X4_CONVERT(v) ((aot_f32x4)vcvtq_f32_s32((int32x4_t)(v)))
+#define AOT_I32X4_CONVERT(v) ((aot_i32x4)vcvtq_s32_f32((float32x4_t)(v)))
+#if defined(__aarch64__) || defined(__ARM_FEATURE_DIRECTED_ROUNDING)
+#define AOT_F32X4_ROUND_EVEN(v) ((aot_f32x4)vrndnq_f32((float32x4_t)(v)))
+#else
+/* ARMv7 NEON has no rounding instruction: 2^23 with v's sign added and taken away where
+ * |v| < 2^23 (NEON always rounds to nearest even; larger values are integers already), then v's
+ * sign put back (-0.4 gives -0). */
+static inline float32x4_t aot_f32x4_round_even(float32x4_t v)
+{
+    const uint32x4_t sign = vdupq_n_u32(0x80000000u);
+    const float32x4_t big = vdupq_n_f32(8388608.0f), magic = vbslq_f32(sign, v, big);
+    float32x4_t rounded = vbslq_f32(vcaltq_f32(v, big), vsubq_f32(vaddq_f32(v, magic), magic), v);
+    return vbslq_f32(sign, v, rounded);
+}
+#define AOT_F32X4_ROUND_EVEN(v) aot_f32x4_round_even(v)
+#endif
+/* Narrowed twice (vmovn), the four bytes stored as one 32-bit word (at any alignment). */
+static inline void aot_i32x4_store_narrow(void *p, aot_i32x4 v)
+{
+    int16x4_t h = vmovn_s32((int32x4_t)v);
+    int32_t bytes = vget_lane_s32(vreinterpret_s32_s8(vmovn_s16(vcombine_s16(h, h))), 0);
+    __builtin_memcpy(p, &bytes, 4);
+}
+#else
+static inline aot_f32x4 aot_f32x4_round_even(aot_f32x4 v)
+{ return (aot_f32x4){ aot_round_even_f32(v[0]), aot_round_even_f32(v[1]), aot_round_even_f32(v[2]),
+                      aot_round_even_f32(v[3]) }; }
+static inline void aot_i32x4_store_narrow(void *p, aot_i32x4 v)
+{ unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < 4; ++i) b[i] = (unsigned char)(v[i] & 0xff); }
+static inline aot_i32x4 aot_i32x4_extend_i8(const int8_t *p) { return (aot_i32x4){ p[0], p[1], p[2], p[3] }; }
+static inline aot_i32x4 aot_i32x4_extend_u8(const uint8_t *p) { return (aot_i32x4){ p[0], p[1], p[2], p[3] }; }
+#define AOT_F32X4_CONVERT(v) __builtin_convertvector((v), aot_f32x4)
+#define AOT_I32X4_CONVERT(v) __builtin_convertvector((v), aot_i32x4)
+#define AOT_F32X4_ROUND_EVEN(v) aot_f32x4_round_even(v)
+#endif
+#define AOT_I32X4_EXTEND_I8(p) aot_i32x4_extend_i8(p)
+#define AOT_I32X4_EXTEND_U8(p) aot_i32x4_extend_u8(p)
+#define AOT_I32X4_STORE_NARROW(p, v) aot_i32x4_store_narrow((void *)(p), (v))
+#else
+static inline aot_i32x4 aot_i32x4_add(aot_i32x4 a, aot_i32x4 b)
+{ int i; for (i = 0; i < 4; ++i) a.lane[i] = aot_i32x4_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x4 aot_i32x4_mul(aot_i32x4 a, aot_i32x4 b)
+{ int i; for (i = 0; i < 4; ++i) a.lane[i] = aot_i32x4_wrap((uint32_t)a.lane[i] * (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x4 aot_i32x4_extend_i8(const int8_t *p)
+{ aot_i32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = p[i]; return v; }
+static inline aot_i32x4 aot_i32x4_extend_u8(const uint8_t *p)
+{ aot_i32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = p[i]; return v; }
+static inline aot_f32x4 aot_f32x4_convert(aot_i32x4 v)
+{ aot_f32x4 f; int i; for (i = 0; i < 4; ++i) f.lane[i] = (float)v.lane[i]; return f; }
+static inline aot_i32x4 aot_i32x4_convert(aot_f32x4 f)
+{ aot_i32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = (int32_t)f.lane[i]; return v; }
+static inline aot_f32x4 aot_f32x4_round_even(aot_f32x4 v)
+{ int i; for (i = 0; i < 4; ++i) v.lane[i] = aot_round_even_f32(v.lane[i]); return v; }
+static inline void aot_i32x4_store_narrow(void *p, aot_i32x4 v)
+{ unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < 4; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
+#define AOT_I32X4_ADD(a, b) aot_i32x4_add((a), (b))
+#define AOT_I32X4_MUL(a, b) aot_i32x4_mul((a), (b))
+#define AOT_I32X4_EXTEND_I8(p) aot_i32x4_extend_i8(p)
+#define AOT_I32X4_EXTEND_U8(p) aot_i32x4_extend_u8(p)
+#define AOT_F32X4_CONVERT(v) aot_f32x4_convert(v)
+#define AOT_I32X4_CONVERT(v) aot_i32x4_convert(v)
+#define AOT_F32X4_ROUND_EVEN(v) aot_f32x4_round_even(v)
+#define AOT_I32X4_STORE_NARROW(p, v) aot_i32x4_store_narrow((void *)(p), (v))
+#endif
+#endif
+
 #ifdef AOT_WANT_I32X8
 #if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
 typedef int32_t aot_i32x8 __attribute__((vector_size(32)));

@@ -52,7 +52,7 @@ def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0,
     """Inputs of `case`; `symmetric`: int8 weights in -127..127 (onnxruntime.quantization's
     symmetric weights, which NEON's PairDotAdd multiplies), the input at its least value in
     places, so two products of -128 * -127 meet in 16 bits."""
-    x_shape, w_shape, attrs = CASES[case]
+    x_shape, w_shape, attrs = {**CASES, **DEPTHWISE}[case]
     rng = np.random.default_rng(seed)
     m, taps = w_shape[0], int(np.prod(w_shape[1:]))
     x_scale, w_scale = np.float32(0.02), (0.001 + 0.01 * rng.random(m)).astype(np.float32)
@@ -79,6 +79,15 @@ def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0,
 
 def check_tiled(model, feeds: dict[str, np.ndarray], target: str | None) -> None:
     assert_quantized_match(run_aot(model, feeds, backend=BACKEND, target=target), run_onnxruntime(model, feeds))
+
+
+# Depthwise convolutions (not tiles: integer_conv's flat depthwise loops, which armv7 writes as
+# vectors of 4 pixels requantised in registers)
+DEPTHWISE = {
+    "depthwise_3x3": ((1, 6, 9, 13), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
+    "depthwise_5x5_batch2": ((2, 3, 12, 7), (3, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 3}),
+    "depthwise_3x3_s2": ((1, 5, 11, 10), (5, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 5}),
+}
 
 
 def check_under_qemu(model, feeds: dict[str, np.ndarray], target: str, backend: str) -> None:
@@ -127,7 +136,25 @@ def test_neon_pair_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, b
     values, attrs = values_for(case, x_dtype, "int8", symmetric=True)
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
     source = compile_model(model, backend="c", target=target).files["test_graph.c"]
-    assert "AOT_I32X4_PAIR_DOTADD" in (source.decode() if isinstance(source, bytes) else source)
+    text = source.decode() if isinstance(source, bytes) else source
+    assert "AOT_I32X4_PAIR_DOTADD" in text
+    if case == "pointwise_wide_row":  # whole tiles: requantised in registers, stored 4 bytes at a time
+        assert "AOT_I32X4_STORE_NARROW" in text and "AOT_F32X4_ROUND_EVEN" in text
+    check_under_qemu(model, feeds, target, backend)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["rpi4", "rpi3"])
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", sorted(DEPTHWISE))
+def test_neon_depthwise_matches_onnxruntime_under_qemu(case: str, x_dtype: str, backend: str, target: str) -> None:
+    values, attrs = values_for(case, x_dtype, "int8")
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    if target == "rpi3" and "s2" not in case:  # armv7: vectors of 4 pixels, requantised in registers
+        source = compile_model(model, backend="c", target=target).files["test_graph.c"]
+        text = source.decode() if isinstance(source, bytes) else source
+        assert f"AOT_I32X4_EXTEND_{'I8' if x_dtype == 'int8' else 'U8'}" in text and "AOT_I32X4_STORE_NARROW" in text
     check_under_qemu(model, feeds, target, backend)
 
 

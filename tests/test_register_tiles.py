@@ -44,7 +44,8 @@ def test_tile_shapes_follow_the_registers() -> None:
     # Presets carry their register files; the compiler takes the narrowest of several targets.
     # and their int8 dot instruction (one C source for several: portable if any of them has none)
     assert aot.pipeline.tiles_for([load_target("x86_64-v4")]) == TileConfig(16, 24, "vpmaddwd", 32)
-    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12, "portable", 16)
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12, "auto", 16)
+    assert aot.pipeline.tiles_for([load_target("rpi4"), load_target("cortex-m7")]).int8_dot == "portable"
     # No target: the package is for the machine that compiles it, with its preset's tiles.
     assert aot.pipeline.tiles_for([]) == aot.pipeline.tiles_for([load_target(host_preset_name())])
 

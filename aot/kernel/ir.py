@@ -189,6 +189,17 @@ class WidenLoad(VecLoad):
 
 
 @dataclass(frozen=True, eq=True)
+class ExtendLoad(VecLoad):
+    """`lanes` contiguous int8 or uint8 elements of `buffer` as an int32 vector, each sign- or
+    zero-extended: the taps of an int8 depthwise loop written as vectors. A VecLoad for every
+    analysis of what a kernel reads."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return vector_of("int32", self.lanes)
+
+
+@dataclass(frozen=True, eq=True)
 class QuadLoad(VecLoad):
     """`lanes` contiguous bytes of a uint8 `buffer` as an int32 vector of lanes / 4 lanes, each
     lane four consecutive bytes (a quad): the activation operand of DotAdd. A VecLoad of `lanes`
@@ -314,6 +325,23 @@ class VecMin(OperandDtype):
     b: Expr
 
 
+@dataclass(frozen=True, eq=True)
+class VecConvert(Expr):
+    """Lane-wise conversion between int32xN and float32xN (`dtype`): int32 to float rounds to
+    nearest as C's cast does; float to int32 truncates, and is used on integral values in range
+    only (a requantised output). An int8 tile's requantisation in registers."""
+
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=True)
+class VecRoundEven(OperandDtype):
+    """Lane-wise round half to even of a float32xN (the scalar Unary "round_even")."""
+
+    a: Expr
+
+
 VECTOR_ARITHMETIC = ("add", "sub", "mul", "div")
 VECTOR_COMPARISONS = ("lt", "le", "gt", "ge")
 
@@ -374,7 +402,7 @@ class VecReduce(Expr):
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
 # ThresholdedRelu: x > a ? x : 0 ...) is as long as the model's chain, so it is followed by a loop.
 _DTYPE_OPERAND = {Select: "a", MulAdd: "acc", DotAdd: "acc", PairDotAdd: "acc", VecMax: "a", VecMin: "a",
-                  VecArith: "a", VecSelect: "x", VecZip: "a"}
+                  VecRoundEven: "a", VecArith: "a", VecSelect: "x", VecZip: "a"}
 
 
 def inherited_dtype(e: Expr) -> str:
@@ -402,6 +430,13 @@ class VecStore(Stmt):
     buffer: Buffer
     index: Expr
     value: Expr
+
+
+@dataclass
+class NarrowStore(VecStore):
+    """The int32xN `value`'s lanes stored as N consecutive elements of an int8 or uint8 `buffer`
+    from `index`, each lane already within the buffer type's range (a requantised output). A
+    VecStore of N elements for every analysis of what a kernel writes."""
 
 
 @dataclass

@@ -39,6 +39,7 @@ from aot.kernel.bounds import RANGE_OPS, combine
 from aot.kernel.ir import (
     FLOAT_DTYPES,
     INDEX,
+    VECTOR_DTYPES,
     Assign,
     Binary,
     Cast,
@@ -49,6 +50,7 @@ from aot.kernel.ir import (
     Kernel,
     Load,
     Loop,
+    NarrowStore,
     Select,
     Stmt,
     Store,
@@ -62,6 +64,10 @@ from aot.kernel.parallel import has_parallel
 
 # A subexpression used twice is computed once when its printed tree exceeds this many nodes.
 SHARED_SIZE = 32
+# A vector subexpression used more than once, from this many printed nodes: a lane-wise epilogue
+# names its value in both arms of each saturating select (an int8 tile's requantisation printed
+# its whole chain four times).
+VECTOR_SHARED_SIZE = 4
 # Subexpressions this tall are computed into a local: what a backend's recursion meets is bounded.
 MAX_HEIGHT = 48
 # Printed sizes are only compared with SHARED_SIZE: saturate instead of growing huge integers.
@@ -69,6 +75,7 @@ _SIZE_CAP = 1 << 30
 # The statement fields that hold expressions, in evaluation order.
 _STMT_EXPRS: dict[type, tuple[str, ...]] = {
     Declare: ("init",), Assign: ("value",), Store: ("index", "value"), VecStore: ("index", "value"), If: ("cond",),
+    NarrowStore: ("index", "value"),
 }
 _FIELDS: dict[type, tuple[str, ...]] = {}  # Expr class -> names of its fields that hold expressions
 _GETTERS: dict[type, Callable[[Expr], tuple[Expr, ...]]] = {}  # Expr class -> its operands, in field order
@@ -159,7 +166,7 @@ def _choose(order: list[Expr], uses: dict[int, int], hoistable: set[int] | None,
         s = min(_SIZE_CAP, 1 + sum(size[id(c)] for c in operands))
         h = 1 + max((height[id(c)] for c in operands), default=0)
         if operands and (hoistable is None or id(e) in hoistable) and \
-                (h >= MAX_HEIGHT or (uses[id(e)] > 1 and (s > SHARED_SIZE or id(e) in share))):
+                (h >= MAX_HEIGHT or (uses[id(e)] > 1 and (s > _shared_size(e) or id(e) in share))):
             chosen.add(id(e))
             s = h = 1
         size[id(e)], height[id(e)] = s, h
@@ -215,13 +222,18 @@ def _printed_operands(e: Expr) -> tuple[Expr, ...]:
     return _operands(e)
 
 
+def _shared_size(e: Expr) -> int:
+    return VECTOR_SHARED_SIZE if e.dtype in VECTOR_DTYPES else SHARED_SIZE
+
+
 def _too_small_to_bind(roots: list[Expr]) -> bool:
     """Whether the expressions, printed as trees, have at most 2 * SHARED_SIZE + 1 nodes (what a
     subexpression of more than SHARED_SIZE printed twice needs) and are less than MAX_HEIGHT deep,
     so that nothing in them is to be bound. Cheap whatever the tree's size: this runs on every
     statement of every kernel, and the walk stops early."""
-    size = _tree_size(roots, 2 * SHARED_SIZE + 1)
-    return size <= 2 * SHARED_SIZE + 1 and (size < MAX_HEIGHT or _tree_height(roots) < MAX_HEIGHT)
+    limit = 2 * min(_shared_size(r) for r in roots) + 1
+    size = _tree_size(roots, limit)
+    return size <= limit and (size < MAX_HEIGHT or _tree_height(roots) < MAX_HEIGHT)
 
 
 def _tree_size(roots: list[Expr], limit: int) -> int:

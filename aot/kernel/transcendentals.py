@@ -65,6 +65,7 @@ from aot.kernel.ir import (
     Kernel,
     Loop,
     MulAdd,
+    NarrowStore,
     Stmt,
     Store,
     Unary,
@@ -393,6 +394,7 @@ FUNCTIONS: dict[str, Callable[[Algebra, Any], Any]] = {"exp": exp, "tanh": tanh,
 
 _STMT_EXPRS: dict[type, tuple[str, ...]] = {
     Declare: ("init",), Assign: ("value",), Store: ("index", "value"), VecStore: ("index", "value"), If: ("cond",),
+    NarrowStore: ("index", "value"),
 }
 
 

@@ -17,11 +17,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from aot.kernel.ir import Assign, Buffer, Declare, Expr, If, Loop, Stmt, Store, Var, VecStore, expr_children, walk_stmts
+from aot.kernel.ir import (
+    Assign,
+    Buffer,
+    Declare,
+    Expr,
+    If,
+    Loop,
+    NarrowStore,
+    Stmt,
+    Store,
+    Var,
+    VecStore,
+    expr_children,
+    walk_stmts,
+)
 
 # The statement fields that hold expressions.
 _STMT_EXPRS: dict[type, tuple[str, ...]] = {
     Declare: ("init",), Assign: ("value",), Store: ("index", "value"), VecStore: ("index", "value"), If: ("cond",),
+    NarrowStore: ("index", "value"),
 }
 
 

@@ -22,12 +22,14 @@ from aot.kernel.ir import (
     Declare,
     DotAdd,
     Expr,
+    ExtendLoad,
     If,
     Kernel,
     LaneSplat,
     Load,
     Loop,
     MulAdd,
+    NarrowStore,
     PairDotAdd,
     PairLoad,
     PairSplat,
@@ -40,10 +42,12 @@ from aot.kernel.ir import (
     Unary,
     Var,
     VecArith,
+    VecConvert,
     VecLoad,
     VecMax,
     VecMin,
     VecReduce,
+    VecRoundEven,
     VecSelect,
     VecStore,
     VecZip,
@@ -280,6 +284,9 @@ class KernelPrinter:
             out.append(f"{pad}{s.var.name} = {self.expr(s.value)};")
         elif isinstance(s, Store):
             out.append(f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
+        elif isinstance(s, NarrowStore):
+            macro = self._vector(s.value.dtype)
+            out.append(f"{pad}{macro}_STORE_NARROW(&{s.buffer.name}[{self.expr(s.index)}], {self.expr(s.value)});")
         elif isinstance(s, VecStore):
             macro = self._vector(s.value.dtype)
             out.append(f"{pad}{macro}_STORE(&{s.buffer.name}[{self.expr(s.index)}], {self.expr(s.value)});")
@@ -345,6 +352,9 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_SPLAT_QUAD(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, DotAdd):
             return f"{self._vector(e.dtype)}_DOTADD({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, ExtendLoad):  # (a VecLoad too)
+            signed = "I8" if e.buffer.dtype == "int8" else "U8"
+            return f"{self._vector(e.dtype)}_EXTEND_{signed}(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, WidenLoad):  # (a VecLoad too)
             return f"{self._vector(e.dtype)}_WIDEN(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, VecLoad):
@@ -359,6 +369,11 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_MAX({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, VecMin):
             return f"{self._vector(e.dtype)}_MIN({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, VecConvert):  # (the header's conversions need both vector types)
+            self._vector(e.a.dtype)
+            return f"{self._vector(e.dtype)}_CONVERT({self.expr(e.a)})"
+        if isinstance(e, VecRoundEven):
+            return f"{self._vector(e.dtype)}_ROUND_EVEN({self.expr(e.a)})"
         if isinstance(e, VecArith):
             return f"{self._vector(e.dtype)}_{e.op.upper()}({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, VecSelect):

@@ -103,6 +103,13 @@ class MathLibrary:
         return fn
 
 
+# What _FunctionEmitter.integer_tile_expr emits: the int8 tiles' operands, dot steps and
+# requantisation in registers.
+INTEGER_TILE_NODES = (kernel_ir.PairLoad, kernel_ir.PairSplat, kernel_ir.PairDotAdd, kernel_ir.QuadLoad,
+                      kernel_ir.QuadSplat, kernel_ir.DotAdd, kernel_ir.ExtendLoad, kernel_ir.VecConvert,
+                      kernel_ir.VecRoundEven)
+
+
 class KernelEmitter:
     """Emits each kernel of a module as an internal function `void name(ptr, ...)`."""
 
@@ -215,6 +222,11 @@ class _FunctionEmitter:
             buf, arg = self.buffers[s.buffer.name]
             ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             self.b.store(self.to_storage(self.expr(s.value), buf.dtype), ptr, align=t.itemsize(buf.dtype))
+        elif isinstance(s, kernel_ir.NarrowStore):
+            buf, arg = self.buffers[s.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            value = self.expr(s.value)
+            self.b.store(self.b.trunc(value, ir.VectorType(t.I8, value.type.count)), ptr, align=1)
         elif isinstance(s, kernel_ir.VecStore):
             buf, arg = self.buffers[s.buffer.name]
             ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
@@ -319,20 +331,8 @@ class _FunctionEmitter:
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             raw = self.b.load(ptr, typ=t.storage_type(buf.dtype), align=t.itemsize(buf.dtype))
             return self.promote(raw, buf.dtype)
-        if isinstance(e, (kernel_ir.PairLoad, kernel_ir.PairSplat)):
-            return self.pair_order(e)
-        if isinstance(e, kernel_ir.PairDotAdd):
-            return self.pair_dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b))
-        if isinstance(e, kernel_ir.QuadLoad):  # (a VecLoad too): 4 * lanes bytes as int32 lanes
-            buf, arg = self.buffers[e.buffer.name]
-            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-            return self.b.load(ptr, typ=t.storage_type(e.dtype), align=1)
-        if isinstance(e, kernel_ir.QuadSplat):
-            buf, arg = self.buffers[e.buffer.name]
-            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-            return self.splat(self.b.load(ptr, typ=t.I32, align=1), t.storage_type(e.dtype))
-        if isinstance(e, kernel_ir.DotAdd):
-            return self.dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b))
+        if isinstance(e, INTEGER_TILE_NODES):
+            return self.integer_tile_expr(e)
         if isinstance(e, kernel_ir.WidenLoad):  # (a VecLoad too)
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
@@ -363,6 +363,9 @@ class _FunctionEmitter:
             return self.b.select(pick_a, a, b)
         if isinstance(e, kernel_ir.VecReduce):
             return self.reduce_lanes(e)
+        if isinstance(e, kernel_ir.VecArith) and e.dtype.startswith("int"):
+            method = {"add": self.b.add, "sub": self.b.sub, "mul": self.b.mul}[e.op]
+            return method(self.expr(e.a), self.expr(e.b))
         if isinstance(e, kernel_ir.VecArith):
             method = {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul, "div": self.b.fdiv}[e.op]
             return method(self.expr(e.a), self.expr(e.b))
@@ -388,6 +391,20 @@ class _FunctionEmitter:
         if isinstance(e, kernel_ir.Cast):
             return self.cast(self.expr(e.a), e.a.dtype, e.dtype)
         raise TypeError(f"{self.kernel.name}: cannot emit expression {e!r}")
+
+    def round_even_lanes(self, v: ir.Value) -> ir.Value:
+        """Each lane of float vector v rounded half to even: llvm.roundeven, but on armv7, whose
+        NEON has no such instruction before ARMv8 (LLVM calls roundevenf per lane), by adding and
+        subtracting 2^23 with v's sign where |v| < 2^23 (NEON rounds to nearest even; larger
+        values are integers already), v's sign kept (as runtime_c/aot_kernels.h does)."""
+        if not self.paired_loads:  # not 32-bit Arm NEON (module.py)
+            return self.b.call(self.math.vector_intrinsic("llvm.roundeven", v.type, 1), [v])
+        copysign = self.math.vector_intrinsic("llvm.copysign", v.type, 2)
+        big = ir.Constant(v.type, [8388608.0] * v.type.count)
+        magic = self.b.call(copysign, [big, v])
+        rounded = self.b.fsub(self.b.fadd(v, magic), magic)
+        small = self.b.fcmp_ordered("<", self.b.call(self.math.vector_intrinsic("llvm.fabs", v.type, 1), [v]), big)
+        return self.b.call(copysign, [self.b.select(small, rounded, v), v])
 
     def reduce_lanes(self, e: kernel_ir.VecReduce) -> ir.Value:
         """VecReduce's halving tree as shuffles (not llvm.vector.reduce.fadd, whose order is
@@ -440,6 +457,37 @@ class _FunctionEmitter:
         if self.fn.module.triple.startswith("aarch64"):
             return "llvm.aarch64.neon.saddlp.v4i32.v8i16"
         return "llvm.arm.neon.vpaddls.v4i32.v8i16" if self.paired_loads else None
+
+    def integer_tile_expr(self, e: kernel_ir.Expr) -> ir.Value:
+        """The int8 tiles' operands, dot steps and requantisation (INTEGER_TILE_NODES)."""
+        if isinstance(e, (kernel_ir.PairLoad, kernel_ir.PairSplat)):
+            return self.pair_order(e)
+        if isinstance(e, kernel_ir.PairDotAdd):
+            return self.pair_dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b))
+        if isinstance(e, kernel_ir.QuadLoad):  # (a VecLoad too): 4 * lanes bytes as int32 lanes
+            buf, arg = self.buffers[e.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            return self.b.load(ptr, typ=t.storage_type(e.dtype), align=1)
+        if isinstance(e, kernel_ir.QuadSplat):
+            buf, arg = self.buffers[e.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            return self.splat(self.b.load(ptr, typ=t.I32, align=1), t.storage_type(e.dtype))
+        if isinstance(e, kernel_ir.DotAdd):
+            return self.dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b))
+        if isinstance(e, kernel_ir.ExtendLoad):  # (a VecLoad too)
+            buf, arg = self.buffers[e.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            raw = self.b.load(ptr, typ=ir.VectorType(t.I8, e.lanes), align=1)
+            extend = self.b.sext if buf.dtype == "int8" else self.b.zext
+            return extend(raw, t.storage_type(e.dtype))
+        if isinstance(e, kernel_ir.VecConvert):
+            a = self.expr(e.a)
+            if e.dtype.startswith("float"):
+                return self.b.sitofp(a, t.storage_type(e.dtype))
+            return self.b.fptosi(a, t.storage_type(e.dtype))
+        if isinstance(e, kernel_ir.VecRoundEven):
+            return self.round_even_lanes(self.expr(e.a))
+        raise TypeError(f"{self.kernel.name}: not an integer tile expression {e!r}")
 
     def pair_order(self, e: kernel_ir.PairLoad | kernel_ir.PairSplat) -> ir.Value:
         """PairLoad (16 bytes, the quads' 16-bit halves de-interleaved) or PairSplat (one quad's

@@ -1,13 +1,16 @@
 """The int8 register tile of QLinearConv and ConvInteger (group 1, constant weights): int32
 accumulators for `channels` output channels x `vectors` x `lanes` pixels of one output row, each
 step a dot product of four input channels (kernel IR DotAdd: x86's vpdpbusd, or an exact
-sequence of the preset's instructions, aot/lowering/tiles.py Int8Dot).
+sequence of the preset's instructions, aot/lowering/tiles.py int8_dot; on NEON with weights in
+-127..127, PairDotAdd of signed bytes).
 
 Pixels are the lanes, so a tile's outputs are contiguous runs of the NCHW output and its
-requantisation (the existing exact one) is a loop the compilers vectorise. The operands:
+requantisation (the existing exact one) is a loop the compilers vectorise, or on NEON (4 lanes)
+the same expression applied to the accumulators in registers (stores_in_registers). The operands:
 
 * the input is copied once into a quad image [n][row][channel / 4][column phase][column][4]
-  bytes (int8 x as uint8 x + 128, integer_terms.unsigned_byte), padded with x_zero_point: the
+  bytes (int8 x as uint8 x + 128, integer_terms.unsigned_byte; for PairDotAdd signed bytes,
+  uint8 x as x - 128, integer_terms.signed_byte), padded with x_zero_point: the
   four channels of a pixel are one int32 lane, and the pixels of an output row under one
   kernel tap are contiguous (columns are split by phase modulo the stride, so stride 2 reads
   contiguous quads too). The copy is 1x the input, not an im2col;
@@ -42,10 +45,12 @@ from aot.kernel.ir import (
     Splat,
     Stmt,
     Store,
+    Var,
     VecStore,
     const,
     lt,
 )
+from aot.kernel.vectorize import narrowed_store
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.conv.geometry import ConvGeometry
@@ -250,6 +255,12 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
             return out
 
         body += unrolled_taps(kb, k_h, k_w, layout.quads, step)
+        # NEON's 4 lanes: requantised in registers (armv7 vectorises no float loop by itself)
+        stored = None if shape.lanes != 4 or pixels % shape.lanes else stores_in_registers(
+            accs, block * shape.channels, shape.lanes, m_count, init, finish,
+            lambda m, p, value: store(n, m, oh, ow0 + p, value))
+        if stored is not None:
+            return body + stored
         body += [VecStore(scratch, const((c * shape.vectors + v) * shape.lanes, INDEX), a)
                  for c, row in enumerate(accs) for v, a in enumerate(row)]
 
@@ -281,6 +292,29 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
             lambda ow0, pixels: band_tiles(i[0], i[1], ow0, pixels)), prefix="r")
     return fills + copy_rows(kb, x, g, image, layout) + kb.loops([g.batch, out_h, blocks], lambda i: pieces(
         lambda ow0, pixels: tile(i[0], i[1], i[2], ow0, pixels, ow0)), prefix="t")
+
+
+def stores_in_registers(accs: list[list[Var]], first_channel: Expr, lanes: int, m_count: int, init: PerIndex,
+                        finish: Finish, store_at: Callable[[Expr, Expr, Expr], Stmt]) -> list[Stmt] | None:
+    """Each accumulator vector (`accs[c][v]`: channel first_channel + c, pixels from v * lanes)
+    requantised and stored as `lanes` bytes (NarrowStore), where the output's store (`store_at(m,
+    pixel, value)`) has a lane-wise form: consecutive elements, a float value converted to int8
+    or uint8 (kernel/vectorize.lanewise). None where it has not: the caller keeps the scalar loop.
+    Channels past `m_count` (a ragged last block) store nothing."""
+    probe = Var("probe", ACCUMULATOR)
+    out: list[Stmt] = []
+    for c, row in enumerate(accs):
+        m = first_channel + c
+        value = finish(probe + init(m), m)
+        stores: list[Stmt] = []
+        for v, acc in enumerate(row):
+            first, second = (store_at(m, const(v * lanes + k, INDEX), value) for k in (0, 1))
+            stored = narrowed_store(first, second, lanes, probe, acc)
+            if stored is None:
+                return None
+            stores.append(stored)
+        out += stores if m_count % len(accs) == 0 else [If(lt(m, const(m_count, INDEX)), stores)]
+    return out
 
 
 def along_row(kb: KernelBuilder, out_w: int, width: int, overlap: bool,
