@@ -45,9 +45,10 @@ _VECTOR_BITS = (0, 128, 256, 512)
 # The int8 tiles' dot-product step (aot/ops/quantized/integer_tiles.py): x86's vpdpbusd (AVX-512
 # VNNI or AVX-VNNI), AVX2's exact vpmaddwd sequence, NEON's exact sequences on aarch64 and armv7
 # ("neon": signed bytes' products summed in 16 bits, pairwise widening adds; runtime_c/aot_kernels.h
-# AOT_I32X4_PAIR_DOTADD and AOT_I32X4_DOTADD), or "portable": the plain integer loops. Arm's sdot
-# (the dot-product extension) and smlad (Cortex-M DSP) are to come.
-INT8_DOTS = ("vpdpbusd", "vpmaddwd", "neon", "portable")
+# AOT_I32X4_PAIR_DOTADD and AOT_I32X4_DOTADD), aarch64's sdot where the preset has the dot-product
+# extension ("sdot": +dotprod, rpi5; AOT_I32X4_SDOTADD), or "portable": the plain integer loops.
+# Cortex-M's smlad (the DSP extension) is to come.
+INT8_DOTS = ("vpdpbusd", "vpmaddwd", "sdot", "neon", "portable")
 
 Check = Callable[[Any], "str | None"]  # the problem with a value, None when it is fine
 

@@ -77,9 +77,12 @@ class Target:
 
 def default_int8_dot(arch: str, features: str) -> str:
     """The int8 dot-product step a preset's features give: vpdpbusd with AVX-512 VNNI (and VL,
-    for its 256-bit form) or AVX-VNNI, the exact AVX2 sequence with AVX2, the exact NEON sequence
-    with NEON (aarch64, and armv7 where the preset enables it), else the portable loops."""
+    for its 256-bit form) or AVX-VNNI, the exact AVX2 sequence with AVX2, sdot on aarch64 with the
+    dot-product extension, the exact NEON sequences with NEON (aarch64, and armv7 where the
+    preset enables it), else the portable loops."""
     enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if arch == "aarch64" and {"neon", "dotprod"} <= enabled:
+        return "sdot"
     if arch == "aarch64" or arch.startswith("arm") or arch.startswith("thumb"):
         return "neon" if "neon" in enabled else "portable"
     if arch not in ("x86_64", "i686", "i386"):

@@ -32,10 +32,11 @@ from aot.package.package import Package as AotPackage
 from aot.verify import random_inputs
 from benchmarks.arm_apt import ArmBenchError
 from benchmarks.arm_ort import OrtSysroot
-from benchmarks.arm_qemu import Counts, build_plugin, count, per_inference
+from benchmarks.arm_qemu import TARGET_CPU, Counts, build_plugin, count, per_inference
 
 REPO = Path(__file__).resolve().parent.parent
-TARGETS = {"rpi4": ("qemu-aarch64", "aarch64-linux-gnu-gcc"), "rpi3": ("qemu-arm", "arm-linux-gnueabihf-gcc")}
+TARGETS = {"rpi4": ("qemu-aarch64", "aarch64-linux-gnu-gcc"), "rpi3": ("qemu-arm", "arm-linux-gnueabihf-gcc"),
+           "rpi5": ("qemu-aarch64", "aarch64-linux-gnu-gcc")}
 BACKENDS = ("c", "llvm")
 
 
@@ -93,7 +94,7 @@ def runner_counts(plugin: Path, package: Package, runs: int) -> Counts:
     qemu = TARGETS[package.target][0]
     with tempfile.TemporaryDirectory(prefix="aot-arm-out-") as out:
         return count(qemu, plugin, [str(package.runner), "-r", str(runs), "-w", "0", "-o", out,
-                                    *map(str, package.inputs)])
+                                    *map(str, package.inputs)], cpu=TARGET_CPU.get(package.target))
 
 
 def aot_counts(plugin: Path, package: Package) -> Counts:

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from benchmarks.arm import TARGETS, build_package
 from benchmarks.arm_apt import ArmBenchError
-from benchmarks.arm_qemu import QEMU_CPU, build_plugin
+from benchmarks.arm_qemu import QEMU_CPU, TARGET_CPU, build_plugin
 
-OBJDUMP = {"rpi4": "aarch64-linux-gnu-objdump", "rpi3": "arm-linux-gnueabihf-objdump"}
+OBJDUMP = {"rpi4": "aarch64-linux-gnu-objdump", "rpi3": "arm-linux-gnueabihf-objdump",
+           "rpi5": "aarch64-linux-gnu-objdump"}
 _INSN = re.compile(r"^\s*([0-9a-f]+):\s+(?:[0-9a-f]{2,8} ?)+\s+(\S+)")
 
 
@@ -64,10 +65,12 @@ def disassemble(objdump: str, binary: Path) -> Disassembly:
     return d
 
 
-def block_profile(qemu: str, plugin: Path, command: list[str]) -> list[tuple[int, int, int]]:
+def block_profile(qemu: str, plugin: Path, command: list[str],
+                  cpu: tuple[str, ...] | None = None) -> list[tuple[int, int, int]]:
     with tempfile.TemporaryDirectory(prefix="aot-arm-profile-") as tmp:
         out, blocks = Path(tmp) / "counts.txt", Path(tmp) / "blocks.txt"
-        result = subprocess.run([qemu, *QEMU_CPU[qemu], "-plugin", f"{plugin},out={out},blocks={blocks}", *command],
+        plugin_args = f"{plugin},out={out},blocks={blocks}"
+        result = subprocess.run([qemu, *(QEMU_CPU[qemu] if cpu is None else cpu), "-plugin", plugin_args, *command],
                                 capture_output=True, text=True)
         if result.returncode != 0 or not blocks.is_file():
             raise ArmBenchError(f"{qemu} {command[0]}: {(result.stderr.strip().splitlines() or ['failed'])[-1]}")
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="aot-arm-profile-build-") as tmp:
             package = build_package(args.model.resolve(), args.target, args.backend, Path(tmp))
             command = [str(package.runner), "-r", str(args.runs), "-w", "0", "-o", tmp, *map(str, package.inputs)]
-            blocks = block_profile(TARGETS[args.target][0], plugin, command)
+            blocks = block_profile(TARGETS[args.target][0], plugin, command, TARGET_CPU.get(args.target))
             disassembly = disassemble(OBJDUMP[args.target], package.runner)
             per_symbol, per_mnemonic = attribute(disassembly, blocks)
     except (ArmBenchError, subprocess.CalledProcessError) as e:

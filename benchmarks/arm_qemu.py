@@ -34,6 +34,9 @@ INSTALL_HINT = ("install qemu-user (apt-get install qemu-user), and give the plu
 # paths that no Raspberry Pi has. qemu-arm has no AArch32 Cortex-A53, so rpi3 keeps "max" (an
 # ARMv8 in AArch32 state: NEON, VFPv4 and the ARMv8 AArch32 additions, like the A53).
 QEMU_CPU = {"qemu-aarch64": ("-cpu", "cortex-a72"), "qemu-arm": ()}
+# Targets whose core is not their qemu's default above: rpi5's Cortex-A76 (the dot-product
+# extension, which the A72 lacks: its sdot would be an illegal instruction there).
+TARGET_CPU = {"rpi5": ("-cpu", "cortex-a76")}
 
 
 @dataclass(frozen=True)
@@ -132,12 +135,14 @@ def build_plugin(fetch: bool = True) -> Path | None:
 
 
 def count(qemu: str, plugin: Path, command: list[str], qemu_args: tuple[str, ...] = (),
-          env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Counts:
-    """Run `command` under `qemu` with the plugin and return the whole run's counts."""
+          env: Mapping[str, str] | None = None, cwd: Path | None = None,
+          cpu: tuple[str, ...] | None = None) -> Counts:
+    """Run `command` under `qemu` with the plugin and return the whole run's counts (`cpu`: the
+    -cpu arguments, else QEMU_CPU's for that qemu)."""
     with tempfile.TemporaryDirectory(prefix="aot-arm-count-") as tmp:
         out = Path(tmp) / "counts.txt"
         # nice: the counted runs are long and the machine is shared; the counts do not depend on it.
-        result = subprocess.run(["nice", "-n", "10", qemu, *QEMU_CPU[qemu], *qemu_args,
+        result = subprocess.run(["nice", "-n", "10", qemu, *(QEMU_CPU[qemu] if cpu is None else cpu), *qemu_args,
                                  "-plugin", f"{plugin},out={out}", *command],
                                 capture_output=True, text=True, env=dict(env) if env is not None else None, cwd=cwd)
         if result.returncode != 0 or not out.is_file():

@@ -497,6 +497,7 @@ static inline float aot_f32x16_reduce_max(aot_f32x16 v)
  *   AOT_I32X<lanes>_DOTADD(acc, a, b) acc + per lane the sum of the four products of a's bytes
  *                                     (unsigned) and b's (signed), exact, wrapping like the
  *                                     integer ops' int32 accumulation;
+ *   AOT_I32X4_SDOTADD(acc, a, b)      (4 lanes) the same with a's bytes signed too: Arm's sdot;
  *   AOT_I32X4_PAIRS(p), AOT_I32X4_SPLAT_PAIRS(p), AOT_I32X4_PAIR_DOTADD(acc, a, b) (4 lanes: the
  *                                     NEON targets' tiles; kernel IR PairLoad, PairSplat,
  *                                     PairDotAdd): the same dot product of signed bytes (int8_t
@@ -544,6 +545,23 @@ static inline aot_i32x4 aot_i32x4_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i32x4 b
     return (aot_i32x4)vpadalq_s16(vpadalq_s16((int32x4_t)acc, even), odd);
 }
 #define AOT_I32X4_DOTADD(acc, a, b) aot_i32x4_dotadd((acc), (a), (b))
+#if defined(__ARM_FEATURE_DOTPROD)
+/* sdot (the dot-product extension: rpi5's Cortex-A76): 16 signed multiply-adds in one. */
+#define AOT_I32X4_SDOTADD(acc, a, b) ((aot_i32x4)vdotq_s32((int32x4_t)(acc), vreinterpretq_s8_s32((int32x4_t)(a)), \
+                                                          vreinterpretq_s8_s32((int32x4_t)(b))))
+#else
+/* Compiled without the extension: the signed bytes' 16-bit products added pairwise twice. */
+static inline aot_i32x4 aot_i32x4_sdotadd(aot_i32x4 acc, aot_i32x4 a, aot_i32x4 b)
+{
+    int8x16_t sa = vreinterpretq_s8_s32((int32x4_t)a), sb = vreinterpretq_s8_s32((int32x4_t)b);
+    int32x4_t low = vpaddlq_s16(vmull_s8(vget_low_s8(sa), vget_low_s8(sb)));
+    int32x4_t high = vpaddlq_s16(vmull_s8(vget_high_s8(sa), vget_high_s8(sb)));
+    int32x2_t quads_low = vpadd_s32(vget_low_s32(low), vget_high_s32(low));
+    int32x2_t quads_high = vpadd_s32(vget_low_s32(high), vget_high_s32(high));
+    return (aot_i32x4)vaddq_s32((int32x4_t)acc, vcombine_s32(quads_low, quads_high));
+}
+#define AOT_I32X4_SDOTADD(acc, a, b) aot_i32x4_sdotadd((acc), (a), (b))
+#endif
 #if defined(__aarch64__)
 /* aarch64: pair order by one tbl of the loaded quads (ld1, or ld1r for a weight quad); the
  * product of the high halves is then smlal2's. (uzp1/uzp2 of quad-order operands into d
@@ -594,9 +612,10 @@ static inline aot_i32x4 aot_i32x4_pair_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i3
  * (the sums are the same): signed bytes of both. */
 #define AOT_I32X4_PAIRS(p) AOT_I32X4_QUADS(p)
 #define AOT_I32X4_SPLAT_PAIRS(p) AOT_I32X4_SPLAT_QUAD(p)
-#define AOT_I32X4_PAIR_DOTADD(acc, a, b) ((aot_i32x4)((aot_u32x4)(acc) + (aot_u32x4)( \
+#define AOT_I32X4_SDOTADD(acc, a, b) ((aot_i32x4)((aot_u32x4)(acc) + (aot_u32x4)( \
     AOT_I32X4_BYTE(a, 0) * AOT_I32X4_BYTE(b, 0) + AOT_I32X4_BYTE(a, 1) * AOT_I32X4_BYTE(b, 1) \
     + AOT_I32X4_BYTE(a, 2) * AOT_I32X4_BYTE(b, 2) + AOT_I32X4_BYTE(a, 3) * AOT_I32X4_BYTE(b, 3))))
+#define AOT_I32X4_PAIR_DOTADD(acc, a, b) AOT_I32X4_SDOTADD(acc, a, b)
 #endif
 #else
 typedef struct { int32_t lane[4]; } aot_i32x4;
@@ -635,6 +654,7 @@ static inline aot_i32x4 aot_i32x4_pair_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i3
 #define AOT_I32X4_PAIRS(p) aot_i32x4_quads((const uint8_t *)(const void *)(p))
 #define AOT_I32X4_SPLAT_PAIRS(p) aot_i32x4_splat(aot_i32x4_quad(p))
 #define AOT_I32X4_PAIR_DOTADD(acc, a, b) aot_i32x4_pair_dotadd((acc), (a), (b))
+#define AOT_I32X4_SDOTADD(acc, a, b) aot_i32x4_pair_dotadd((acc), (a), (b))
 #endif
 #endif /* AOT_WANT_I32X4 */
 

@@ -159,7 +159,18 @@ def test_neon_depthwise_matches_onnxruntime_under_qemu(case: str, x_dtype: str, 
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("target", ["rpi4", "rpi3"])
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sdot_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, backend: str) -> None:
+    """rpi5's sdot (the dot-product extension: signed bytes, any int8 weight, -128 included)."""
+    values, attrs = values_for(case, x_dtype, "int8")
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    check_under_qemu(model, feeds, "rpi5", backend)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["rpi4", "rpi3", "rpi5"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 def test_neon_conv_integer_tiles_give_exact_int32_under_qemu(backend: str, target: str) -> None:
     values, attrs = values_for("3x3_s2_batch2", "int8", "int8", seed=2)
@@ -186,7 +197,8 @@ def test_conv_integer_tiles_give_exact_int32(target: str | None) -> None:
 
 @pytest.mark.parametrize("target, macro", [("x86_64-v4-vnni", "AOT_I32X16_DOTADD"), ("x86_64-v3", "AOT_I32X8_DOTADD"),
                                            (None, "this machine's"), ("x86_64", None), ("rpi4", "AOT_I32X4_DOTADD"),
-                                           ("rpi3", "AOT_I32X4_DOTADD"), ("cortex-m7", None)])
+                                           ("rpi3", "AOT_I32X4_DOTADD"), ("rpi5", "AOT_I32X4_SDOTADD"),
+                                           ("cortex-m7", None)])
 def test_each_preset_takes_its_int8_dot_step(target: str | None, macro: str | None) -> None:
     """Presets with a dot-product instruction get the tiles; the others keep the integer loops."""
     values, attrs = values_for("3x3_ragged", "int8", "int8")
@@ -205,11 +217,13 @@ def test_each_preset_takes_its_int8_dot_step(target: str | None, macro: str | No
 def test_int8_dot_defaults_from_the_features_and_is_validated(tmp_path: Path) -> None:
     assert load_target("x86_64-v4-vnni").int8_dot == "vpdpbusd"
     assert load_target("x86_64-v3").int8_dot == "vpmaddwd"
-    assert [load_target(t).int8_dot for t in ("rpi4", "rpi5", "aarch64", "rpi3", "rpi-zero2")] == ["neon"] * 5
+    assert [load_target(t).int8_dot for t in ("rpi4", "aarch64", "rpi3", "rpi-zero2")] == ["neon"] * 4
+    assert load_target("rpi5").int8_dot == "sdot"
+    assert default_int8_dot("armv7", "+neon,+vfp4") == "neon"
     assert [load_target(t).int8_dot for t in ("cortex-m4f", "cortex-m7", "x86_64")] == ["portable"] * 3
     assert default_int8_dot("x86_64", "+avx2,+fma,+avxvnni") == "vpdpbusd"
     assert default_int8_dot("x86_64", "+avx2,+fma") == "vpmaddwd"
-    assert default_int8_dot("aarch64", "+neon,+dotprod") == "neon"
+    assert default_int8_dot("aarch64", "+neon,+dotprod") == "sdot"
     assert default_int8_dot("aarch64", "-neon") == "portable"
     text = Path(load_target("x86_64-v3").source).read_text().replace('int8_dot = "vpmaddwd"', 'int8_dot = "sdot4"')
     board = tmp_path / "board.toml"

@@ -262,6 +262,17 @@ static int check_i32x4_pair_dotadd(void)
         for (j = 0; j < 4; ++j) want += (uint32_t)((int32_t)a[4 * i + j] * (int32_t)quad[j]);
         if ((uint32_t)out[i] != want) { bad = 1; printf("i32x4 PAIR_DOTADD lane %d: %ld\\n", i, (long)out[i]); }
     }
+    {   /* SDOTADD: any signed weight, -128 * -128 four times */
+        int8_t w[16];
+        for (i = 0; i < 16; ++i) w[i] = (int8_t)(i < 4 ? -128 : (i * 89 + 5) % 256 - 128);
+        aot_i32x4 va = AOT_I32X4_QUADS((const uint8_t *)a), vw = AOT_I32X4_QUADS((const uint8_t *)w);
+        AOT_I32X4_STORE(out, AOT_I32X4_SDOTADD(AOT_I32X4_QUADS((const uint8_t *)acc), va, vw));
+        for (i = 0; i < 4; ++i) {
+            uint32_t want = (uint32_t)acc[i];
+            for (j = 0; j < 4; ++j) want += (uint32_t)((int32_t)a[4 * i + j] * (int32_t)w[4 * i + j]);
+            if ((uint32_t)out[i] != want) { bad = 1; printf("i32x4 SDOTADD lane %d: %ld\\n", i, (long)out[i]); }
+        }
+    }
     return bad;
 }
 """
@@ -283,6 +294,8 @@ def _dotadd_program(tmp_path: Path, lanes: tuple[int, ...]) -> Path:
     # aarch64 NEON (rpi4): the 16-bit products and pairwise adds, under qemu
     ("aarch64-linux-gnu-gcc", "-mcpu=cortex-a72"), ("clang", "--target=aarch64-linux-gnu -mcpu=cortex-a72"),
     ("aarch64-linux-gnu-gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
+    # rpi5: sdot
+    ("aarch64-linux-gnu-gcc", "-mcpu=cortex-a76"), ("clang", "--target=aarch64-linux-gnu -mcpu=cortex-a76"),
     # armv7 NEON (rpi3): the same with vmul.i16 and vpadal.s16
     ("arm-linux-gnueabihf-gcc", "-mcpu=cortex-a53 -mfpu=neon-fp-armv8 -mfloat-abi=hard"),
     ("clang", "--target=arm-linux-gnueabihf -mcpu=cortex-a53 -mfpu=neon-fp-armv8 -mfloat-abi=hard"),

@@ -224,13 +224,15 @@ class QuadSplat(VecLoad):
 
 @dataclass(frozen=True, eq=True)
 class DotAdd(OperandDtype):
-    """acc + the dot product of each lane's quads, a's four bytes unsigned, b's signed, exactly
-    in int32 (the sum of four products fits; acc wraps as the integer ops' accumulation does):
-    x86's vpdpbusd, or an exact sequence for the preset's instructions (aot/lowering/tiles.py)."""
+    """acc + the dot product of each lane's quads, a's four bytes unsigned (`signed`: signed, as
+    b's always are), exactly in int32 (the sum of four products fits; acc wraps as the integer
+    ops' accumulation does): x86's vpdpbusd, Arm's sdot (signed), or an exact sequence for the
+    preset's instructions (aot/lowering/tiles.py)."""
 
     acc: Expr
     a: Expr
     b: Expr
+    signed: bool = False
 
 
 @dataclass(frozen=True, eq=True)

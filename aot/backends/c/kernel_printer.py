@@ -351,7 +351,8 @@ class KernelPrinter:
         if isinstance(e, QuadSplat):
             return f"{self._vector(e.dtype)}_SPLAT_QUAD(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, DotAdd):
-            return f"{self._vector(e.dtype)}_DOTADD({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
+            step = "SDOTADD" if e.signed else "DOTADD"
+            return f"{self._vector(e.dtype)}_{step}({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, ExtendLoad):  # (a VecLoad too)
             signed = "I8" if e.buffer.dtype == "int8" else "U8"
             return f"{self._vector(e.dtype)}_EXTEND_{signed}(&{e.buffer.name}[{self.expr(e.index)}])"

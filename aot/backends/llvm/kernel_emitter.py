@@ -114,10 +114,11 @@ class KernelEmitter:
     """Emits each kernel of a module as an internal function `void name(ptr, ...)`."""
 
     def __init__(self, module: ir.Module, math: MathLibrary, paired_loads: bool = False,
-                 separate_kernels: bool = False) -> None:
+                 separate_kernels: bool = False, dot_product: bool = False) -> None:
         self.module = module
         self.math = math
         self.paired_loads = paired_loads
+        self.dot_product = dot_product  # aarch64's sdot (the target's +dotprod)
         # Kernels kept out of the run function (noinline): see module.py's build.
         self.separate_kernels = separate_kernels
 
@@ -144,16 +145,18 @@ class KernelEmitter:
             if nbytes > 0:
                 # The caller passes whole tensors: lets LLVM speculate loads it can prove in range.
                 arg.attributes.dereferenceable = nbytes
-        _FunctionEmitter(fn, kernel, self.math, self.paired_loads).run()
+        _FunctionEmitter(fn, kernel, self.math, self.paired_loads, self.dot_product).run()
         return fn
 
 
 class _FunctionEmitter:
-    def __init__(self, fn: ir.Function, kernel: kernel_ir.Kernel, math: MathLibrary, paired_loads: bool) -> None:
+    def __init__(self, fn: ir.Function, kernel: kernel_ir.Kernel, math: MathLibrary, paired_loads: bool,
+                 dot_product: bool = False) -> None:
         self.fn = fn
         self.kernel = kernel
         self.math = math
         self.paired_loads = paired_loads
+        self.dot_product = dot_product
         self.buffers = {b.name: (b, arg) for b, arg in zip(kernel.params, fn.args)}
         entry = fn.append_basic_block("entry")
         body = fn.append_basic_block("body")
@@ -432,16 +435,21 @@ class _FunctionEmitter:
         mask = ir.Constant(ir.VectorType(t.I32, vector.count), [0] * vector.count)
         return self.b.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), mask)
 
-    def dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
-        """acc + per lane the dot product of a's four bytes (unsigned) and b's (signed), in the
-        portable form: the bytes widened, multiplied, each lane's four products summed (wrapping);
-        aarch64's 4 lanes as NEON's sequence (neon_dot)."""
+    def dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value, signed: bool = False) -> ir.Value:
+        """acc + per lane the dot product of a's four bytes (unsigned; `signed`: signed) and b's
+        (signed), in the portable form: the bytes widened, multiplied, each lane's four products
+        summed (wrapping); aarch64's 4 lanes as sdot (the dot-product extension) or NEON's
+        sequence (neon_dot)."""
         lanes = acc.type.count
         as_bytes = ir.VectorType(t.I8, 4 * lanes)
-        if lanes == 4 and self.neon_pairwise_add is not None:
+        if signed and lanes == 4 and self.dot_product:
+            sdot = self.math.declared("llvm.aarch64.neon.sdot.v4i32.v16i8", acc.type, [acc.type, as_bytes, as_bytes])
+            return self.b.call(sdot, [acc, self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes)])
+        if not signed and lanes == 4 and self.neon_pairwise_add is not None:
             return self.neon_dot(acc, a, b)
         wide = ir.VectorType(t.I32, 4 * lanes)
-        products = self.b.mul(self.b.zext(self.b.bitcast(a, as_bytes), wide),
+        widen_a = self.b.sext if signed else self.b.zext
+        products = self.b.mul(widen_a(self.b.bitcast(a, as_bytes), wide),
                               self.b.sext(self.b.bitcast(b, as_bytes), wide))
         total = acc
         for j in range(4):
@@ -473,7 +481,7 @@ class _FunctionEmitter:
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             return self.splat(self.b.load(ptr, typ=t.I32, align=1), t.storage_type(e.dtype))
         if isinstance(e, kernel_ir.DotAdd):
-            return self.dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b))
+            return self.dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b), e.signed)
         if isinstance(e, kernel_ir.ExtendLoad):  # (a VecLoad too)
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))

@@ -268,8 +268,8 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     x_fill = x_zp
-    if tiled and ctx.tiles.int8_dot == "neon" and fits_pairs(weights):
-        x_zp = signed_byte(x_zp)  # the copy holds signed bytes (uint8 x - 128) for PairDotAdd
+    if tiled and (ctx.tiles.int8_dot == "sdot" or (ctx.tiles.int8_dot == "neon" and fits_pairs(weights))):
+        x_zp = signed_byte(x_zp)  # the copy holds signed bytes (uint8 x - 128): sdot, PairDotAdd
     elif conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
         x_zp = unsigned_byte(x_zp)
     if tiled:
@@ -325,7 +325,7 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
     (out_h, out_w), one_row = g.out_spatial, conv.geometry.nd == 1
     pointwise = g.kernel == (1, 1) and g.strides == (1, 1) and not g.padded
     # NEON's 4 lanes (128 bits); x86's 8 or 16 (a package for no particular target: 8 or more).
-    lanes = 4 if ctx.tiles.int8_dot == "neon" else max(8, ctx.tiles.lanes)
+    lanes = 4 if ctx.tiles.int8_dot in ("neon", "sdot") else max(8, ctx.tiles.lanes)
     flattened = pointwise and flat and out_h > 1 and out_w < (16 if lanes == 4 else 2 * lanes)
     if flattened:
         g = dataclasses.replace(g, in_spatial=(1, out_h * out_w), out_spatial=(1, out_h * out_w))
@@ -342,7 +342,8 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
     # operand vector and each weight quad into two registers of 16-bit values: of its 32
     # registers, 16 accumulators (4 vectors x 4 channels) ran fewer instructions under qemu than
     # 12 (4 x 3), spills and all: rpi4 int8 ResNet-8 C 7.15 -> 6.71 M, LLVM 6.48 -> 5.82 M.
-    accumulators = ctx.tiles.accumulators if ctx.tiles.int8_dot == "vpdpbusd" else ctx.tiles.accumulators * 2 // 3
+    one_step = ctx.tiles.int8_dot in ("vpdpbusd", "sdot")  # one instruction: no registers for its parts
+    accumulators = ctx.tiles.accumulators if one_step else ctx.tiles.accumulators * 2 // 3
     return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init, finish, out_store, lanes, accumulators, overlap)
 
 
@@ -623,7 +624,7 @@ def _tap_sum(taps: list[Expr], weights: list[Var], start: Var, in_float: bool) -
 def _sums_in_float(ctx: LoweringContext) -> bool:
     """Whether flat depthwise sums are float32 (_flat_depthwise): on x86 with AVX2 or later (aarch64
     keeps the integer sums it had before its int8 tiles)."""
-    return ctx.tiles.int8_dot not in ("portable", "neon")
+    return ctx.tiles.int8_dot not in ("portable", "neon", "sdot")
 
 
 class _NoVectorForm(Exception):

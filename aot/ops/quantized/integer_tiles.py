@@ -224,7 +224,8 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
     (out_h, out_w), m_count = g.out_spatial, g.out_channels
     shape = tile_shape(lanes, accumulators, out_w, m_count)
     fills, image, layout = quad_image(node, ctx, kb, g, fill, shape.width)
-    pairs = image.dtype == "int8"  # signed activations: PairDotAdd (fill's type decides)
+    signed = image.dtype == "int8"  # (fill's type decides): sdot's DotAdd, or NEON's PairDotAdd
+    pairs = signed and ctx.tiles.int8_dot == "neon"
     band = banded(g)
     packed = kb.input(ctx.constant(packed_weights(weights, shape.channels), f"{node.name}_tiles")).buffer
     blocks = -(-m_count // shape.channels)
@@ -251,7 +252,7 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
                     out += [Assign(a, PairDotAdd(a, operand, w)) for a, operand in zip(row_accs, operands)]
                 else:
                     w = QuadSplat(packed, (at + c) * QUAD, QUAD, shape.lanes)
-                    out += [Assign(a, DotAdd(a, operand, w)) for a, operand in zip(row_accs, operands)]
+                    out += [Assign(a, DotAdd(a, operand, w, signed)) for a, operand in zip(row_accs, operands)]
             return out
 
         body += unrolled_taps(kb, k_h, k_w, layout.quads, step)
