@@ -670,7 +670,8 @@ static inline aot_i32x4 aot_i32x4_pair_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i3
  * denormals), so the scalar requantisation loop after a tile ran as VFP instructions, a tenth
  * of the int8 tiles' instructions on rpi3.
  */
-#if defined(AOT_WANT_I32X4) && defined(AOT_WANT_F32X4)
+#if (defined(AOT_WANT_I32X4) && defined(AOT_WANT_F32X4)) || (defined(AOT_WANT_I32X8) && defined(AOT_WANT_F32X8)) \
+    || (defined(AOT_WANT_I32X16) && defined(AOT_WANT_F32X16))
 /* x rounded half to even without libm: 2^23 with x's sign added and taken away where |x| < 2^23
  * (larger floats are integers), x's sign kept (-0.4 gives -0). Assumes float arithmetic in
  * float precision, rounding to nearest (FLT_EVAL_METHOD 0, the default mode). */
@@ -682,6 +683,8 @@ static inline float aot_round_even_f32(float x)
     r = (x + magic) - magic;
     return r == 0.0f ? x * 0.0f : r;
 }
+#endif
+#if defined(AOT_WANT_I32X4) && defined(AOT_WANT_F32X4)
 #if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
 #define AOT_I32X4_ADD(a, b) ((aot_i32x4)((aot_u32x4)(a) + (aot_u32x4)(b)))
 #define AOT_I32X4_MUL(a, b) ((aot_i32x4)((aot_u32x4)(a) * (aot_u32x4)(b)))
@@ -885,5 +888,112 @@ static inline aot_i32x16 aot_i32x16_dotadd(aot_i32x16 acc, aot_i32x16 a, aot_i32
 #define AOT_I32X16_DOTADD(acc, a, b) aot_i32x16_dotadd((acc), (a), (b))
 #endif
 #endif /* AOT_WANT_I32X16 */
+
+/*
+ * The same requantisation in registers for x86's 8 and 16 lanes (AOT_I32X8_ADD ...
+ * AOT_I32X16_STORE_NARROW, as the 4-lane forms above): without it a tile stored its int32 sums
+ * and a loop reloaded them, and over an 8-pixel row gcc left that loop scalar. Rounding is
+ * vroundps / vrndscaleps to nearest even (what nearbyintf gives in the default mode); the narrow
+ * store is vpmovdb with AVX-512, packs with AVX2.
+ */
+#if defined(AOT_WANT_I32X8) && defined(AOT_WANT_F32X8)
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef int8_t aot_i8x8 __attribute__((vector_size(8)));
+typedef uint8_t aot_u8x8 __attribute__((vector_size(8)));
+typedef int8_t aot_i8x8_unaligned __attribute__((vector_size(8), aligned(1), may_alias));
+typedef uint8_t aot_u8x8_unaligned __attribute__((vector_size(8), aligned(1), may_alias));
+#define AOT_I32X8_ADD(a, b) ((aot_i32x8)((aot_u32x8)(a) + (aot_u32x8)(b)))
+#define AOT_I32X8_MUL(a, b) ((aot_i32x8)((aot_u32x8)(a) * (aot_u32x8)(b)))
+#define AOT_F32X8_CONVERT(v) __builtin_convertvector((v), aot_f32x8)
+#define AOT_I32X8_CONVERT(v) __builtin_convertvector((v), aot_i32x8)
+#define AOT_I32X8_EXTEND_I8(p) __builtin_convertvector(*(const aot_i8x8_unaligned *)(const void *)(p), aot_i32x8)
+#define AOT_I32X8_EXTEND_U8(p) __builtin_convertvector(*(const aot_u8x8_unaligned *)(const void *)(p), aot_i32x8)
+#if defined(__x86_64__) && defined(__AVX2__)
+#define AOT_F32X8_ROUND_EVEN(v) ((aot_f32x8)_mm256_round_ps((__m256)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#else
+#define AOT_F32X8_ROUND_EVEN(v) (__extension__ ({ aot_f32x8 aot_r_ = (v); int aot_i_; \
+    for (aot_i_ = 0; aot_i_ < 8; ++aot_i_) aot_r_[aot_i_] = aot_round_even_f32(aot_r_[aot_i_]); aot_r_; }))
+#endif
+/* The lanes' low bytes (each lane within the type's range), stored at any alignment. Macros, not
+ * functions: a vector argument wider than the compiler's flags allow changes the ABI (-Wpsabi). */
+#define AOT_I32X8_STORE_NARROW(p, v) do { aot_i8x8 aot_b_ = __builtin_convertvector((v), aot_i8x8); \
+    __builtin_memcpy((void *)(p), &aot_b_, 8); } while (0)
+#else
+static inline aot_i32x8 aot_i32x8_add(aot_i32x8 a, aot_i32x8 b)
+{ int i; for (i = 0; i < 8; ++i) a.lane[i] = aot_i32x8_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x8 aot_i32x8_mul(aot_i32x8 a, aot_i32x8 b)
+{ int i; for (i = 0; i < 8; ++i) a.lane[i] = aot_i32x8_wrap((uint32_t)a.lane[i] * (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x8 aot_i32x8_extend_i8(const int8_t *p)
+{ aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = p[i]; return v; }
+static inline aot_i32x8 aot_i32x8_extend_u8(const uint8_t *p)
+{ aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = p[i]; return v; }
+static inline aot_f32x8 aot_f32x8_convert(aot_i32x8 v)
+{ aot_f32x8 f; int i; for (i = 0; i < 8; ++i) f.lane[i] = (float)v.lane[i]; return f; }
+static inline aot_i32x8 aot_i32x8_convert(aot_f32x8 f)
+{ aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = (int32_t)f.lane[i]; return v; }
+static inline aot_f32x8 aot_f32x8_round_even(aot_f32x8 v)
+{ int i; for (i = 0; i < 8; ++i) v.lane[i] = aot_round_even_f32(v.lane[i]); return v; }
+static inline void aot_i32x8_store_narrow(void *p, aot_i32x8 v)
+{ unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < 8; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
+#define AOT_I32X8_ADD(a, b) aot_i32x8_add((a), (b))
+#define AOT_I32X8_MUL(a, b) aot_i32x8_mul((a), (b))
+#define AOT_I32X8_EXTEND_I8(p) aot_i32x8_extend_i8(p)
+#define AOT_I32X8_EXTEND_U8(p) aot_i32x8_extend_u8(p)
+#define AOT_F32X8_CONVERT(v) aot_f32x8_convert(v)
+#define AOT_I32X8_CONVERT(v) aot_i32x8_convert(v)
+#define AOT_F32X8_ROUND_EVEN(v) aot_f32x8_round_even(v)
+#define AOT_I32X8_STORE_NARROW(p, v) aot_i32x8_store_narrow((void *)(p), (v))
+#endif
+#endif
+
+#if defined(AOT_WANT_I32X16) && defined(AOT_WANT_F32X16)
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef int8_t aot_i8x16 __attribute__((vector_size(16)));
+typedef uint8_t aot_u8x16 __attribute__((vector_size(16)));
+typedef int8_t aot_i8x16_unaligned __attribute__((vector_size(16), aligned(1), may_alias));
+typedef uint8_t aot_u8x16_unaligned __attribute__((vector_size(16), aligned(1), may_alias));
+#define AOT_I32X16_ADD(a, b) ((aot_i32x16)((aot_u32x16)(a) + (aot_u32x16)(b)))
+#define AOT_I32X16_MUL(a, b) ((aot_i32x16)((aot_u32x16)(a) * (aot_u32x16)(b)))
+#define AOT_F32X16_CONVERT(v) __builtin_convertvector((v), aot_f32x16)
+#define AOT_I32X16_CONVERT(v) __builtin_convertvector((v), aot_i32x16)
+#define AOT_I32X16_EXTEND_I8(p) __builtin_convertvector(*(const aot_i8x16_unaligned *)(const void *)(p), aot_i32x16)
+#define AOT_I32X16_EXTEND_U8(p) __builtin_convertvector(*(const aot_u8x16_unaligned *)(const void *)(p), aot_i32x16)
+#if defined(__x86_64__) && defined(__AVX512F__)
+#define AOT_F32X16_ROUND_EVEN(v) ((aot_f32x16)_mm512_roundscale_ps((__m512)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#else
+#define AOT_F32X16_ROUND_EVEN(v) (__extension__ ({ aot_f32x16 aot_r_ = (v); int aot_i_; \
+    for (aot_i_ = 0; aot_i_ < 16; ++aot_i_) aot_r_[aot_i_] = aot_round_even_f32(aot_r_[aot_i_]); aot_r_; }))
+#endif
+/* The lanes' low bytes (each lane within the type's range), stored at any alignment. Macros, not
+ * functions: a vector argument wider than the compiler's flags allow changes the ABI (-Wpsabi). */
+#define AOT_I32X16_STORE_NARROW(p, v) do { aot_i8x16 aot_b_ = __builtin_convertvector((v), aot_i8x16); \
+    __builtin_memcpy((void *)(p), &aot_b_, 16); } while (0)
+#else
+static inline aot_i32x16 aot_i32x16_add(aot_i32x16 a, aot_i32x16 b)
+{ int i; for (i = 0; i < 16; ++i) a.lane[i] = aot_i32x16_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x16 aot_i32x16_mul(aot_i32x16 a, aot_i32x16 b)
+{ int i; for (i = 0; i < 16; ++i) a.lane[i] = aot_i32x16_wrap((uint32_t)a.lane[i] * (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x16 aot_i32x16_extend_i8(const int8_t *p)
+{ aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = p[i]; return v; }
+static inline aot_i32x16 aot_i32x16_extend_u8(const uint8_t *p)
+{ aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = p[i]; return v; }
+static inline aot_f32x16 aot_f32x16_convert(aot_i32x16 v)
+{ aot_f32x16 f; int i; for (i = 0; i < 16; ++i) f.lane[i] = (float)v.lane[i]; return f; }
+static inline aot_i32x16 aot_i32x16_convert(aot_f32x16 f)
+{ aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = (int32_t)f.lane[i]; return v; }
+static inline aot_f32x16 aot_f32x16_round_even(aot_f32x16 v)
+{ int i; for (i = 0; i < 16; ++i) v.lane[i] = aot_round_even_f32(v.lane[i]); return v; }
+static inline void aot_i32x16_store_narrow(void *p, aot_i32x16 v)
+{ unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < 16; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
+#define AOT_I32X16_ADD(a, b) aot_i32x16_add((a), (b))
+#define AOT_I32X16_MUL(a, b) aot_i32x16_mul((a), (b))
+#define AOT_I32X16_EXTEND_I8(p) aot_i32x16_extend_i8(p)
+#define AOT_I32X16_EXTEND_U8(p) aot_i32x16_extend_u8(p)
+#define AOT_F32X16_CONVERT(v) aot_f32x16_convert(v)
+#define AOT_I32X16_CONVERT(v) aot_i32x16_convert(v)
+#define AOT_F32X16_ROUND_EVEN(v) aot_f32x16_round_even(v)
+#define AOT_I32X16_STORE_NARROW(p, v) aot_i32x16_store_narrow((void *)(p), (v))
+#endif
+#endif
 
 #endif /* AOT_KERNELS_H_INCLUDED */

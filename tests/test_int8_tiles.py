@@ -52,7 +52,7 @@ def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0,
     """Inputs of `case`; `symmetric`: int8 weights in -127..127 (onnxruntime.quantization's
     symmetric weights, which NEON's PairDotAdd multiplies), the input at its least value in
     places, so two products of -128 * -127 meet in 16 bits."""
-    x_shape, w_shape, attrs = {**CASES, **DEPTHWISE}[case]
+    x_shape, w_shape, attrs = {**CASES, **DEPTHWISE, **SHIFTED}[case]
     rng = np.random.default_rng(seed)
     m, taps = w_shape[0], int(np.prod(w_shape[1:]))
     x_scale, w_scale = np.float32(0.02), (0.001 + 0.01 * rng.random(m)).astype(np.float32)
@@ -156,6 +156,42 @@ def test_neon_depthwise_matches_onnxruntime_under_qemu(case: str, x_dtype: str, 
         text = source.decode() if isinstance(source, bytes) else source
         assert f"AOT_I32X4_EXTEND_{'I8' if x_dtype == 'int8' else 'U8'}" in text and "AOT_I32X4_STORE_NARROW" in text
     check_under_qemu(model, feeds, target, backend)
+
+
+# Unit-stride 'same' depthwise convolutions on x86 (aot/ops/quantized/shifted_depthwise.py): float
+# sums over k_w shifted copies of each plane whose wrapped columns hold the zero point; vectors of
+# 16 pixels (8 on AVX2, and on AVX-512 for planes under 16 pixels), a ragged end as one more
+# overlapping vector; planes under 8 pixels keep the padded-plane loops.
+SHIFTED = {
+    "shifted_3x3_ragged": ((1, 6, 9, 13), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
+    "shifted_5x5_batch2": ((2, 3, 12, 7), (3, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 3}),
+    "shifted_multiplier": ((1, 4, 7, 11), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),
+    "shifted_asymmetric_2x4": ((1, 5, 6, 10), (5, 1, 2, 4), {"pads": [0, 1, 1, 2], "group": 5}),
+    "shifted_12_pixels": ((1, 7, 3, 4), (7, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 7}),
+    "shifted_ragged_blocks": ((1, 20, 5, 6), (20, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 20}),
+    "shifted_wide_plane": ((1, 2, 40, 45), (2, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),
+    "under_8_pixels": ((1, 3, 2, 3), (3, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 3}),
+}
+
+
+def generated_c(model, target: str | None) -> str:
+    source = compile_model(model, backend="c", target=target).files["test_graph.c"]
+    return source.decode() if isinstance(source, bytes) else source
+
+
+@pytest.mark.parametrize("target", ["x86_64-v3", "x86_64-v4-vnni"])
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", sorted(SHIFTED))
+def test_shifted_depthwise_matches_onnxruntime(case: str, x_dtype: str, target: str) -> None:
+    values, attrs = values_for(case, x_dtype, "int8")
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    text = generated_c(model, target)
+    assert ("float *restrict shifted" in text) == (case != "under_8_pixels")
+    pixels = int(np.prod(SHIFTED[case][0][2:]))
+    lanes = 16 if target == "x86_64-v4-vnni" and pixels >= 16 else 8
+    if case != "under_8_pixels":
+        assert f"AOT_I32X{lanes}_STORE_NARROW" in text
+    check_tiled(model, feeds, target)
 
 
 @pytest.mark.qemu

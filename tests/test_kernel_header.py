@@ -306,41 +306,47 @@ def test_every_dotadd_gives_the_exact_wrapping_sum(tmp_path: Path, cc: str, flag
     _assert_prints_ok(tmp_path, cc, flags, _dotadd_program(tmp_path, lanes), runner, [])
 
 
-# The int8 tiles' requantisation in registers (4 lanes): round half to even at the halves and past
-# 2^22, conversions both ways, the lanes narrowed to bytes at an odd address.
+# The int8 tiles' requantisation in registers (4, 8 and 16 lanes): round half to even at the
+# halves and past 2^22, conversions both ways, the lanes narrowed to bytes at an odd address.
 _REQUANTIZE_PROGRAM = r"""
 #include <stdint.h>
 #include <stdio.h>
-#define AOT_WANT_F32X4
-#define AOT_WANT_I32X4
+#define AOT_WANT_F32X@
+#define AOT_WANT_I32X@
 #include "aot_kernels.h"
+#define LANES @
 int main(void)
 {
-    static const float in[12] = { 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 4194303.5f, 1e9f,
-                                  -4194304.5f, 8388607.0f, 127.49f, -128.5f };
-    static const float want[12] = { 0.0f, 2.0f, 2.0f, -0.0f, -2.0f, -2.0f, 4194304.0f, 1e9f,
-                                    -4194304.0f, 8388607.0f, 127.0f, -128.0f };
-    int32_t ints[4] = { 16777217, -7, INT32_MAX, 0 }, back[4];
-    float out[4];
-    uint8_t bytes[9] = { 0 };
-    int i, bad = 0;
-    for (i = 0; i < 12; i += 4) {
-        AOT_F32X4_STORE(out, AOT_F32X4_ROUND_EVEN(AOT_F32X4_LOAD(&in[i])));
-        for (int j = 0; j < 4; ++j)
+    static const float in[16] = { 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 4194303.5f, 1e9f,
+                                  -4194304.5f, 8388607.0f, 127.49f, -128.5f, 3.5f, -3.5f, 0.49f, -0.0f };
+    static const float want[16] = { 0.0f, 2.0f, 2.0f, -0.0f, -2.0f, -2.0f, 4194304.0f, 1e9f,
+                                    -4194304.0f, 8388607.0f, 127.0f, -128.0f, 4.0f, -4.0f, 0.0f, -0.0f };
+    static const int32_t pattern[4] = { 16777217, -7, INT32_MAX, 0 };
+    static const float converted[4] = { 16777218.0f, -6.0f, -2147483648.0f, 1.0f };
+    static const float values[4] = { -128.0f, 127.0f, 0.0f, -1.0f };
+    static const uint8_t narrowed[4] = { 0x80, 0x7f, 0, 0xff };
+    int32_t ints[LANES], back[LANES];
+    float out[LANES], floats[LANES];
+    uint8_t bytes[LANES + 5] = { 0 };
+    int i, j, bad = 0;
+    for (i = 0; i < LANES; ++i) { ints[i] = pattern[i % 4]; floats[i] = values[i % 4]; }
+    for (i = 0; i < 16; i += LANES) {
+        AOT_F32X@_STORE(out, AOT_F32X@_ROUND_EVEN(AOT_F32X@_LOAD(&in[i])));
+        for (j = 0; j < LANES; ++j)
             if (out[j] != want[i + j]) { bad = 1; printf("ROUND_EVEN(%.2f) = %.2f\n", in[i + j], out[j]); }
     }
-    AOT_F32X4_STORE(out, AOT_F32X4_CONVERT(AOT_I32X4_ADD(AOT_I32X4_QUADS((const uint8_t *)ints), AOT_I32X4_SPLAT(1))));
-    if (out[0] != 16777218.0f || out[1] != -6.0f || out[2] != -2147483648.0f || out[3] != 1.0f) {
-        bad = 1; printf("CONVERT to float: %.1f %.1f %.1f %.1f\n", out[0], out[1], out[2], out[3]);
-    }
+    AOT_F32X@_STORE(out, AOT_F32X@_CONVERT(AOT_I32X@_ADD(AOT_I32X@_QUADS((const uint8_t *)ints), AOT_I32X@_SPLAT(1))));
+    for (j = 0; j < LANES; ++j)
+        if (out[j] != converted[j % 4]) { bad = 1; printf("CONVERT to float: lane %d %.1f\n", j, out[j]); }
     {
-        static const float values[4] = { -128.0f, 127.0f, 0.0f, -1.0f };
-        aot_i32x4 v = AOT_I32X4_CONVERT(AOT_F32X4_LOAD(values));
-        AOT_I32X4_STORE(back, v);
-        AOT_I32X4_STORE_NARROW(&bytes[3], v);
-        if (back[0] != -128 || back[1] != 127 || back[2] != 0 || back[3] != -1) { bad = 1; puts("CONVERT to int32"); }
-        if (bytes[2] != 0 || bytes[3] != 0x80 || bytes[4] != 0x7f || bytes[5] != 0 || bytes[6] != 0xff
-            || bytes[7] != 0) { bad = 1; puts("STORE_NARROW"); }
+        aot_i32x@ v = AOT_I32X@_CONVERT(AOT_F32X@_LOAD(floats));
+        AOT_I32X@_STORE(back, v);
+        AOT_I32X@_STORE_NARROW(&bytes[3], v);
+        for (j = 0; j < LANES; ++j) {
+            if (back[j] != (int32_t)values[j % 4]) { bad = 1; puts("CONVERT to int32"); }
+            if (bytes[3 + j] != narrowed[j % 4]) { bad = 1; puts("STORE_NARROW"); }
+        }
+        if (bytes[2] != 0 || bytes[3 + LANES] != 0) { bad = 1; puts("STORE_NARROW past its bytes"); }
     }
     puts(bad ? "FAIL" : "OK");
     return bad;
@@ -350,6 +356,7 @@ int main(void)
 
 @pytest.mark.parametrize("cc,flags", [
     ("gcc", "-march=native"), ("clang", "-march=native"), ("gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
+    ("gcc", "-march=x86-64-v3"), ("clang", "-march=x86-64-v3"), ("gcc", "-march=x86-64"),
     ("aarch64-linux-gnu-gcc", "-mcpu=cortex-a72"), ("clang", "--target=aarch64-linux-gnu -mcpu=cortex-a72"),
     # rpi3's flags (vrintn), and armv7 NEON without the ARMv8 rounding (the 1.5 * 2^23 form)
     ("arm-linux-gnueabihf-gcc", "-mcpu=cortex-a53 -mfpu=neon-fp-armv8 -mfloat-abi=hard"),
@@ -358,6 +365,7 @@ int main(void)
 ])
 def test_the_requantisation_in_registers_is_exact(tmp_path: Path, cc: str, flags: str) -> None:
     runner = _runner(cc, flags)
-    source = tmp_path / "requantize.c"
-    source.write_text(_REQUANTIZE_PROGRAM)
-    _assert_prints_ok(tmp_path, cc, flags, source, runner, [])
+    for lanes in (4,) if runner else (4, 8, 16):  # x86's tiles: 8 and 16 lanes too
+        source = tmp_path / f"requantize{lanes}.c"
+        source.write_text(_REQUANTIZE_PROGRAM.replace("@", str(lanes)))
+        _assert_prints_ok(tmp_path, cc, flags, source, runner, [])

@@ -22,6 +22,7 @@ from aot.kernel.ir import (
     Expr,
     ExtendLoad,
     Load,
+    MulAdd,
     NarrowStore,
     Select,
     Splat,
@@ -129,11 +130,18 @@ class _Lanewise:
             return VecSelect(cond.op, a, b, x, y)
         if isinstance(at_j, Cast) and at_j.dtype == "int32" and isinstance(at_j.a, Load):
             return self._extended(at_j.a, at_next)
+        if isinstance(at_j, Cast) and at_j.dtype == "int32" and at_j.a.dtype == "float32":
+            assert isinstance(at_next, Cast)  # an integral float sum (int8 depthwise taps) as int32
+            return VecConvert(self.pair(at_j.a, at_next.a, depth), vector_of("int32", lanes))
         if isinstance(at_j, Cast) and at_j.dtype == "float32":
             assert isinstance(at_next, Cast)
             if at_j.a.dtype != "int32":
                 raise _Decline
             return VecConvert(self.pair(at_j.a, at_next.a, depth), vector_of("float32", lanes))
+        if isinstance(at_j, MulAdd):
+            assert isinstance(at_next, MulAdd)
+            return MulAdd(*(self.pair(p, q, depth) for p, q in
+                            ((at_j.acc, at_next.acc), (at_j.a, at_next.a), (at_j.b, at_next.b))))
         if isinstance(at_j, Unary) and at_j.op == "round_even":
             assert isinstance(at_next, Unary)
             if at_next.op != "round_even":

@@ -33,7 +33,6 @@ from aot.kernel.ir import (
     Expr,
     If,
     Load,
-    MulAdd,
     Stmt,
     Store,
     Var,
@@ -53,6 +52,7 @@ from aot.ops.conv.lowering import window_geometry
 from aot.ops.quantized.integer_terms import (
     ACCUMULATOR,
     PerIndex,
+    channel_locals,
     check_operand,
     check_per_channel,
     check_per_tensor,
@@ -67,12 +67,14 @@ from aot.ops.quantized.integer_terms import (
     requantize,
     scalar,
     signed_byte,
+    tap_sum,
     uniform,
     unsigned_byte,
     widened,
     wrap_int32,
 )
 from aot.ops.quantized.integer_tiles import fits, fits_pairs, tiled_conv
+from aot.ops.quantized.shifted_depthwise import shifted_depthwise, vector_lanes
 from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
@@ -261,6 +263,10 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
     if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS and not tiled:
         packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
         init = _folded_bias(node, ctx, kb, conv, sums, x_zp)
+        lanes = vector_lanes(g, ctx.tiles.lanes) if _sums_in_float(ctx) and flat else None
+        if lanes is not None:
+            return shifted_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store, lanes,
+                                     overlap)
         # Strided convs take the phase planes only in float (x86): the integer form ran more
         # instructions under qemu than _depthwise there (DS-CNN's 10x4 stride-2 conv on rpi3).
         if ctx.tiles.lanes > 1 and (_sums_in_float(ctx) or g.strides == (1, 1)):
@@ -451,7 +457,7 @@ def _depthwise(kb: KernelBuilder, g: ConvGeometry, planes: View, weights: Buffer
     def channel(idx: list[Expr]) -> list[Stmt]:
         n, group, j = idx
         m = group * per_group + j
-        decls, locals_, start = _channel_locals(kb, weights, init, m, len(taps))
+        decls, locals_, start = channel_locals(kb, weights, init, m, len(taps))
 
         def pixel(o: list[Expr]) -> list[Stmt]:
             oh, ow = o
@@ -463,17 +469,6 @@ def _depthwise(kb: KernelBuilder, g: ConvGeometry, planes: View, weights: Buffer
         return decls + kb.loops([out_h, out_w], pixel, prefix="p")
 
     return kb.loops([g.batch, g.groups, per_group], channel)
-
-
-def _channel_locals(kb: KernelBuilder, weights: Buffer, init: PerIndex, m: Expr, taps: int,
-                    weight_type: str = ACCUMULATOR) -> tuple[list[Stmt], list[Var], Var]:
-    """Output channel m's tap weights (as `weight_type`) and accumulator start as locals: their
-    declarations, the weights' variables and the start's."""
-    locals_ = [kb.var("w", weight_type) for _ in range(taps)]
-    start = kb.var("start", ACCUMULATOR)
-    decls: list[Stmt] = [Declare(v, cast(widened(Load(weights, m * taps + t)), weight_type))
-                         for t, v in enumerate(locals_)]
-    return [*decls, Declare(start, init(m))], locals_, start
 
 
 def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: Tensor, x_zp: Expr,
@@ -531,7 +526,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
         def pixel(i: list[Expr]) -> list[Stmt]:
             taps = [Load(read, base + i[0] + phases.used.index(phase) * plane + offset)
                     for phase, offset in phases.taps]
-            return [Store(finished, i[0], finish(_tap_sum(taps, locals_, start, in_float), m))]
+            return [Store(finished, i[0], finish(tap_sum(taps, locals_, start, in_float), m))]
 
         def output(i: list[Expr]) -> list[Stmt]:
             oh, ow = i
@@ -542,7 +537,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
                 + kb.loops([count, out_w], output, prefix="q"))
 
     def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
-        body, locals_, start = _channel_locals(kb, weights, init, m, len(phases.taps),
+        body, locals_, start = channel_locals(kb, weights, init, m, len(phases.taps),
                                                "float32" if in_float else ACCUMULATOR)
         return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, m, at, locals_, start, row0, count), "c")
 
@@ -605,20 +600,6 @@ class PhasePlanes:
         row_step = s_h * self.g.padded_hw[1]
         return kb.loops([count + extra, columns], lambda i: [Store(floats, base + i[0] * self.width + i[1], cast(
             Load(planes.buffer, start + i[0] * row_step + i[1] * s_w), floats.dtype))], prefix="f")
-
-
-def _tap_sum(taps: list[Expr], weights: list[Var], start: Var, in_float: bool) -> Expr:
-    """start + the taps times their weights, as an int32 accumulator: summed in float32 by fused
-    multiply-adds (exact integers: fused or not, the same sums) when `in_float`, else in int32."""
-    if not in_float:
-        acc: Expr = start
-        for tap, w in zip(taps, weights):
-            acc = acc + widened(tap) * w
-        return acc
-    total: Expr = taps[0] * weights[0]
-    for tap, w in zip(taps[1:], weights[1:]):
-        total = MulAdd(total, tap, w)
-    return start + cast(total, ACCUMULATOR)
 
 
 def _sums_in_float(ctx: LoweringContext) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Const, Expr, Load, cast, const, unary
+from aot.kernel.ir import INDEX, Buffer, Const, Declare, Expr, Load, MulAdd, Stmt, Var, cast, const, unary
 from aot.lowering.builder import KernelBuilder
 from aot.ops.attrs import fail
 from aot.ops.quantized.arithmetic import saturate, saturate_finite
@@ -158,3 +158,28 @@ def finite_constants(in_scale: Tensor, w_scale: Tensor, out_scale: Tensor) -> bo
     with np.errstate(all="ignore"):
         largest = output_multiplier(a.max(initial=0), b.max(initial=0), c.min(initial=np.inf))
     return bool(np.isfinite(largest) and np.isfinite(a).all() and np.isfinite(b).all())
+
+
+def channel_locals(kb: KernelBuilder, weights: Buffer, init: PerIndex, m: Expr, taps: int,
+                   weight_type: str = ACCUMULATOR) -> tuple[list[Stmt], list[Var], Var]:
+    """Output channel m's tap weights (as `weight_type`) and accumulator start as locals: their
+    declarations, the weights' variables and the start's."""
+    locals_ = [kb.var("w", weight_type) for _ in range(taps)]
+    start = kb.var("start", ACCUMULATOR)
+    decls: list[Stmt] = [Declare(v, cast(widened(Load(weights, m * taps + t)), weight_type))
+                         for t, v in enumerate(locals_)]
+    return [*decls, Declare(start, init(m))], locals_, start
+
+
+def tap_sum(taps: list[Expr], weights: list[Var], start: Var, in_float: bool) -> Expr:
+    """start + the taps times their weights, as an int32 accumulator: summed in float32 by fused
+    multiply-adds (exact integers: fused or not, the same sums) when `in_float`, else in int32."""
+    if not in_float:
+        acc: Expr = start
+        for tap, w in zip(taps, weights):
+            acc = acc + widened(tap) * w
+        return acc
+    total: Expr = taps[0] * weights[0]
+    for tap, w in zip(taps[1:], weights[1:]):
+        total = MulAdd(total, tap, w)
+    return start + cast(total, ACCUMULATOR)
