@@ -158,10 +158,12 @@ def test_neon_depthwise_matches_onnxruntime_under_qemu(case: str, x_dtype: str, 
     check_under_qemu(model, feeds, target, backend)
 
 
-# Unit-stride 'same' depthwise convolutions on x86 (aot/ops/quantized/shifted_depthwise.py): float
-# sums over k_w shifted copies of each plane whose wrapped columns hold the zero point; vectors of
-# 16 pixels (8 on AVX2, and on AVX-512 for planes under 16 pixels), a ragged end as one more
-# overlapping vector; planes under 8 pixels keep the padded-plane loops.
+# Depthwise convolutions on x86 (aot/ops/quantized/shifted_depthwise.py): float sums over copies
+# of each plane by row phase, column phase and column shift, whose padding and wrapped columns
+# hold the zero point; vectors of 16 output pixels (8 on AVX2, and on AVX-512 for planes under 16
+# pixels), a ragged end as one more overlapping vector; under 8 pixels the padded-plane loops.
+# Unit strides copy runs of the plane, the others gather: stride 2 with TensorFlow's pads (VWW),
+# uneven strides, dilation, no padding, 1-D.
 SHIFTED = {
     "shifted_3x3_ragged": ((1, 6, 9, 13), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
     "shifted_5x5_batch2": ((2, 3, 12, 7), (3, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 3}),
@@ -171,6 +173,15 @@ SHIFTED = {
     "shifted_ragged_blocks": ((1, 20, 5, 6), (20, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 20}),
     "shifted_wide_plane": ((1, 2, 40, 45), (2, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),
     "under_8_pixels": ((1, 3, 2, 3), (3, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 3}),
+    "shifted_s2_tf_pads": ((1, 6, 12, 11), (6, 1, 3, 3), {"pads": [0, 0, 1, 1], "strides": [2, 2], "group": 6}),
+    "shifted_s2_dilated": ((2, 6, 13, 12), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "dilations": [2, 2],
+                                                          "pads": [2, 1, 1, 2]}),
+    "shifted_s2x1": ((1, 5, 9, 11), (5, 1, 3, 3), {"group": 5, "strides": [2, 1], "pads": [0, 1, 1, 0]}),
+    "shifted_s1x2_multiplier": ((1, 4, 8, 20), (8, 1, 3, 3), {"group": 4, "strides": [1, 2], "pads": [1, 1, 1, 1]}),
+    "shifted_s3_5x5": ((1, 3, 30, 31), (3, 1, 5, 5), {"group": 3, "strides": [3, 3], "pads": [2, 2, 2, 2]}),
+    "shifted_valid": ((1, 8, 7, 9), (8, 1, 3, 3), {"group": 8}),
+    "shifted_dilated": ((1, 8, 11, 10), (8, 1, 3, 3), {"group": 8, "dilations": [2, 2], "pads": [2, 1, 2, 3]}),
+    "shifted_1d_s2": ((1, 4, 40), (4, 1, 5), {"group": 4, "pads": [2, 2], "strides": [2]}),
 }
 
 
@@ -187,7 +198,7 @@ def test_shifted_depthwise_matches_onnxruntime(case: str, x_dtype: str, target: 
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
     text = generated_c(model, target)
     assert ("float *restrict shifted" in text) == (case != "under_8_pixels")
-    pixels = int(np.prod(SHIFTED[case][0][2:]))
+    pixels = run_onnxruntime(model, feeds)["y"][0, 0].size
     lanes = 16 if target == "x86_64-v4-vnni" and pixels >= 16 else 8
     if case != "under_8_pixels":
         assert f"AOT_I32X{lanes}_STORE_NARROW" in text

@@ -1,16 +1,21 @@
-"""int8 depthwise convolutions with unit stride and 'same' padding on x86, summed in float32 over
-the flattened plane: the float FlatDepthwise's layout (aot/ops/conv/flat_depthwise.py) for the
-integer taps.
+"""int8 depthwise convolutions on x86, summed in float32 over the flattened output plane: each
+tap of a run of output pixels is one vector load.
 
-Output pixel p = oh * W + ow of tap (kh, kw) reads input pixel p + (kh - pad_top) * W + d,
-d = kw - pad_left, across row ends. Copy kw of a channel holds the plane (as floats) with the
-columns where that read would wrap into the neighbouring row set to x_zero_point, and margins of
-x_zero_point above and below: so every tap of a run of pixels is one vector load, and the outputs
-are whole runs of the NCHW output, requantised in registers and stored as bytes (NarrowStore).
-Per channel that is k_w contiguous copies and the vectors, where the padded-grid form
-(integer_conv._flat_depthwise) copied the plane into a padded plane, then into phase planes,
-computed the junk columns past each row and copied the finished pixels out with short loops
-(VWW's 6x6 and 3x3 planes, DS-CNN's 25x5: 60% of the int8 runs, twice the float depthwise's time).
+Tap (kh, kw) of output pixel (oh, ow) reads input row s_h * oh + kh * dil_h - pad_top, that is
+s_h * (oh + r) + a with a = that offset mod s_h (the row phase) and r its floor quotient; and
+column s_w * (ow + d) + b likewise. A copy of the channel for each (a, b, d) the taps use holds,
+at row i and column j of an out_w-wide grid, input (s_h * i + a, s_w * (j + d) + b) as a float,
+or x_zero_point where that is outside the input (padding, and the columns that would wrap into
+the neighbouring row). Tap (kh, kw) of output pixel p = oh * out_w + ow is then element
+p + r * out_w of its copy: runs of output pixels are runs of every copy, requantised in
+registers and stored as bytes (NarrowStore). Unit stride: k_w copies, each the plane shifted
+(one contiguous copy, the wrapped columns then reset); stride 2 (MobileNet's downsampling
+layers): 3x3 taps use 6 copies of a quarter of the plane each.
+
+The padded-grid form this replaces on x86 (integer_conv._flat_depthwise) copied the plane into
+a padded plane, then into phase planes, computed junk columns past each row and copied the
+finished pixels out with short loops: 60% of VWW's and DS-CNN's int8 runs, twice the float
+depthwise's time.
 
 The taps are the input values themselves (the zero point folded into the start, as elsewhere),
 so every product and partial sum is an integer below 2**24: the float sum is the int32 one.
@@ -44,40 +49,80 @@ BLOCK_BYTES = 4 * 1024
 
 
 def vector_lanes(g: ConvGeometry, lanes: int) -> int | None:
-    """The vector width of the shifted form for this convolution on a target of `lanes` floats,
-    or None where it does not apply: not unit stride and 'same' padding, or fewer pixels than
-    one vector of 8."""
-    (out_h, out_w), (in_h, in_w) = g.out_spatial, g.in_spatial
-    same = (tuple(g.strides) == (1, 1) and tuple(g.dilations) == (1, 1) and (out_h, out_w) == (in_h, in_w)
-            and min(g.pad_begin) >= 0 and g.group_in == 1)
-    pixels = out_h * out_w
-    if not same or lanes < 8 or pixels < 8:
+    """The vector width of the shifted form for this depthwise convolution on a target of
+    `lanes` floats, or None where it does not apply: fewer output pixels than one vector of 8."""
+    pixels = g.out_spatial[0] * g.out_spatial[1]
+    if g.group_in != 1 or lanes < 8 or pixels < 8:
         return None
     return 16 if lanes >= 16 and pixels >= 16 else 8
 
 
+Key = tuple[int, int, int]  # (row phase a, column phase b, column shift d)
+
+
 class _Layout:
-    """The k_w shifted copies of a block of channels: copy kw of slot s starts at
-    (s * k_w + kw) * size, its plane at `margin` in it."""
+    """The copies of a block of channels: copy `key` of slot s starts at
+    (s * len(keys) + keys.index(key)) * size; row i of it at (i - first_row) * out_w."""
 
     def __init__(self, g: ConvGeometry) -> None:
-        (k_h, k_w), (p_h, p_w) = g.kernel, g.pad_begin
-        self.width = g.in_spatial[1]
-        self.pixels = g.in_spatial[0] * self.width
-        self.margin = p_h * self.width + p_w
-        self.size = self.margin + self.pixels + (k_h - 1 - p_h) * self.width + (k_w - 1 - p_w)
-        self.k_w, self.p_h, self.p_w, self.k_h = k_w, p_h, p_w, k_h
+        (s_h, s_w), (d_h, d_w), (p_t, p_l) = g.strides, g.dilations, g.pad_begin
+        (self.out_h, self.out_w), (self.in_h, self.in_w) = g.out_spatial, g.in_spatial
+        self.strides = s_h, s_w
+        self.taps = [(divmod(kh * d_h - p_t, s_h), divmod(kw * d_w - p_l, s_w))
+                     for kh in range(g.kernel[0]) for kw in range(g.kernel[1])]  # ((r, a), (d, b)) per tap
+        self.keys: list[Key] = sorted({(a, b, d) for (_, a), (d, b) in self.taps})
+        rows = [r for (r, _), _ in self.taps]
+        self.first_row = min(rows)
+        self.size = (self.out_h + max(rows) - self.first_row) * self.out_w
+        # Strided copies gather from the plane converted to floats first: gathered bytes became
+        # scalar loads and conversions (78% of VWW's stride-2 depthwise kernels), strided floats
+        # vector permutes.
+        self.gathers = (s_h, s_w) != (1, 1) or self.out_w != self.in_w
 
-    def at(self, slot: Expr, kw: int, i: Expr) -> Expr:
-        return (slot * self.k_w + kw) * self.size + self.margin + i
+    def base(self, slot: Expr, key: Key) -> Expr:
+        return (slot * len(self.keys) + self.keys.index(key)) * self.size
 
-    def tap(self, slot: Expr, kh: int, kw: int, p: Expr) -> Expr:
-        return self.at(slot, kw, p + ((kh - self.p_h) * self.width + kw - self.p_w))
+    def tap(self, slot: Expr, t: int, p: Expr) -> Expr:
+        (r, a), (d, b) = self.taps[t]
+        return self.base(slot, (a, b, d)) + p + (r - self.first_row) * self.out_w
 
-    def wrapped_columns(self, kw: int) -> list[int]:
-        """The columns c of copy kw no output reads at c (the input column c - d would leave the row)."""
-        d = kw - self.p_w
-        return [c for c in range(self.width) if not 0 <= c - d < self.width]
+    def rows(self, a: int) -> range:
+        """The copy rows i whose input row s_h * i + a is inside the input."""
+        last = self.first_row + self.size // self.out_w
+        return range(max(self.first_row, 0), min(last, (self.in_h - 1 - a) // self.strides[0] + 1))
+
+    def columns(self, b: int, d: int) -> range:
+        """The copy columns j whose input column s_w * (j + d) + b is inside the input."""
+        return range(max(0, -d), min(self.out_w, (self.in_w - 1 - b) // self.strides[1] - d + 1))
+
+
+def _copy(kb: KernelBuilder, layout: _Layout, shifted: Buffer, read: Callable[[Expr], Expr], slot: Expr, key: Key,
+          fill: Expr) -> list[Stmt]:
+    """Copy `key` of the input plane (read(i): its element i as a float) into `slot`. Only the
+    elements inside the input are written: the others hold the zero point the kernel filled in
+    first, for every channel alike. Unit strides over rows as wide as the input's copy the rows as
+    one run of the plane, then reset the columns that run wrapped into from the neighbouring rows;
+    the others gather (layout.gathers)."""
+    a, b, d = key
+    rows, cols = layout.rows(a), layout.columns(b, d)
+    if not rows or not cols:
+        return []
+    base = layout.base(slot, key) - layout.first_row * layout.out_w
+    if layout.gathers:
+        s_h, s_w = layout.strides
+        return kb.loops([len(rows), len(cols)], lambda i: [Store(
+            shifted, base + (i[0] + rows.start) * layout.out_w + i[1] + cols.start,
+            read(((i[0] + rows.start) * s_h + a) * layout.in_w + (i[1] + cols.start + d) * s_w + b))], prefix="s")
+    width = layout.out_w
+    first, last = rows.start * width + cols.start, (rows.stop - 1) * width + cols.stop
+    out = kb.loops([last - first], lambda i: [Store(shifted, base + first + i[0], read(first + i[0] + d))],
+                   prefix="s")
+    for column in [j for j in range(width) if j not in cols]:
+        inner = range(rows.start + (column < cols.start), rows.stop - (column >= cols.stop))
+        if inner:
+            out += kb.loops([len(inner)], lambda r, column=column, inner=inner: [
+                Store(shifted, base + (r[0] + inner.start) * width + column, fill)], prefix="m")
+    return out
 
 
 def shifted_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: Tensor,
@@ -88,33 +133,38 @@ def shifted_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Co
     twice is harmless, so a ragged last run is one vector ending at the plane's end."""
     layout = _Layout(g)
     per_group = g.out_channels // g.groups
-    block = max(1, min(g.groups, BLOCK_BYTES // (layout.k_w * layout.size * 4)))
-    shifted = kb.output(scratch_tensor(ctx, node, (block * layout.k_w * layout.size,), np.float32,
+    copy_bytes = len(layout.keys) * layout.size * 4
+    block = max(1, min(g.groups, BLOCK_BYTES // copy_bytes))
+    shifted = kb.output(scratch_tensor(ctx, node, (block * len(layout.keys) * layout.size,), np.float32,
                                        "shifted")).buffer
     src = kb.input(x).buffer
     fill = cast(x_zp, "float32")
-    taps = [(kh, kw) for kh in range(layout.k_h) for kw in range(layout.k_w)]
+    pixels = layout.out_h * layout.out_w
+
+    plane_size = layout.in_h * layout.in_w
+    floats = kb.output(scratch_tensor(ctx, node, (plane_size,), np.float32, "floats")).buffer \
+        if layout.gathers else None
 
     def copies(n: Expr, group: Expr, slot: Expr) -> list[Stmt]:
-        plane = (n * g.channels + group) * layout.pixels
-        out: list[Stmt] = []
-        for kw in range(layout.k_w):
-            out += kb.loops([layout.pixels], lambda i, kw=kw: [
-                Store(shifted, layout.at(slot, kw, i[0]), cast(Load(src, plane + i[0]), "float32"))], prefix="s")
-            for column in layout.wrapped_columns(kw):
-                out += kb.loops([g.in_spatial[0]], lambda r, kw=kw, column=column: [
-                    Store(shifted, layout.at(slot, kw, r[0] * layout.width + column), fill)], prefix="m")
-        return out
+        plane = (n * g.channels + group) * plane_size
+        if floats is None:
+            return [stmt for key in layout.keys for stmt in _copy(
+                kb, layout, shifted, lambda i: cast(Load(src, plane + i), "float32"), slot, key, fill)]
+        convert = kb.loops([plane_size], lambda i: [Store(floats, i[0], cast(Load(src, plane + i[0]), "float32"))],
+                           prefix="f")
+        return convert + [stmt for key in layout.keys for stmt in _copy(
+            kb, layout, shifted, lambda i: Load(floats, i), slot, key, fill)]
 
     def outputs(n: Expr, group: Expr, slot: Expr, j: Expr) -> list[Stmt]:
         m = group * per_group + j
-        decls, locals_, start = channel_locals(kb, weights, init, m, len(taps), "float32")
+        decls, locals_, start = channel_locals(kb, weights, init, m, len(layout.taps), "float32")
 
         def pixel(p: Expr) -> Stmt:
-            sum_ = tap_sum([Load(shifted, layout.tap(slot, kh, kw, p)) for kh, kw in taps], locals_, start, True)
+            sum_ = tap_sum([Load(shifted, layout.tap(slot, t, p)) for t in range(len(layout.taps))],
+                           locals_, start, True)
             return store(n, m, const(0, INDEX), p, finish(sum_, m))
 
-        return decls + _runs(kb, layout.pixels, lanes, overlap, pixel)
+        return decls + _runs(kb, pixels, lanes, overlap, pixel)
 
     def block_of(n: Expr, first: Expr, count: int) -> list[Stmt]:
         return (kb.loops([count], lambda s: copies(n, first + s[0], s[0]), prefix="c")
