@@ -498,6 +498,12 @@ static inline float aot_f32x16_reduce_max(aot_f32x16 v)
  *                                     (unsigned) and b's (signed), exact, wrapping like the
  *                                     integer ops' int32 accumulation;
  *   AOT_I32X4_SDOTADD(acc, a, b)      (4 lanes) the same with a's bytes signed too: Arm's sdot;
+ *   AOT_I32X8_SDOTADD(acc, a, b)      (8 lanes) a's bytes signed too, b's never -128 (the AVX2
+ *                                     targets' tiles over weights in -127..127): vpabsb of a,
+ *                                     vpsignb of b by a, vpmaddubsw (two products summed in 16
+ *                                     bits: at most 2 * 128 * 127, no saturation), vpmaddwd by
+ *                                     ones; 4 instructions per 32 products where DOTADD's exact
+ *                                     sequence takes 7;
  *   AOT_I32X4_PAIRS(p), AOT_I32X4_SPLAT_PAIRS(p), AOT_I32X4_PAIR_DOTADD(acc, a, b) (4 lanes: the
  *                                     NEON targets' tiles; kernel IR PairLoad, PairSplat,
  *                                     PairDotAdd): the same dot product of signed bytes (int8_t
@@ -776,6 +782,9 @@ typedef int32_t aot_i32_quad __attribute__((aligned(1), may_alias));
 #define AOT_I32X8_STORE(p, v) (*(aot_i32x8_unaligned *)(void *)(p) = (v))
 #define AOT_I32X8_SPLAT(x) ((aot_i32x8){ (x), (x), (x), (x), (x), (x), (x), (x) })
 #define AOT_I32X8_SPLAT_QUAD(p) (((aot_i32x8){ 0 }) + *(const aot_i32_quad *)(const void *)(p))
+/* Byte i of each lane, sign-extended, by shifts (an arithmetic right shift, as gcc and clang
+ * define it): the portable dot products' operands. */
+#define AOT_I32X8_BYTE(v, i) ((aot_i32x8)((aot_u32x8)(v) << (24 - 8 * (i))) >> 24)
 #if defined(__x86_64__) && (defined(__AVX512VNNI__) && defined(__AVX512VL__))
 #define AOT_I32X8_DOTADD(acc, a, b) ((aot_i32x8)_mm256_dpbusd_epi32((__m256i)(acc), (__m256i)(a), (__m256i)(b)))
 #elif defined(__AVXVNNI__)
@@ -790,14 +799,25 @@ static inline __m256i aot_i32x8_dotadd(__m256i acc, __m256i a, __m256i b)
 }
 #define AOT_I32X8_DOTADD(acc, a, b) ((aot_i32x8)aot_i32x8_dotadd((__m256i)(acc), (__m256i)(a), (__m256i)(b)))
 #else
-/* Each byte of a lane by shifts: a's unsigned, b's signed (an arithmetic right shift, as gcc and
- * clang define it); the sum in unsigned arithmetic, which wraps. */
-#define AOT_I32X8_BYTE(v, i) ((aot_i32x8)((aot_u32x8)(v) << (24 - 8 * (i))) >> 24)
+/* a's bytes unsigned (masked), b's signed (AOT_I32X8_BYTE); the sum in unsigned arithmetic,
+ * which wraps. */
 #define AOT_I32X8_DOTADD(acc, a, b) ((aot_i32x8)((aot_u32x8)(acc) + (aot_u32x8)( \
     ((aot_i32x8)((aot_u32x8)(a) & 0xffu)) * AOT_I32X8_BYTE(b, 0) \
     + ((aot_i32x8)(((aot_u32x8)(a) >> 8) & 0xffu)) * AOT_I32X8_BYTE(b, 1) \
     + ((aot_i32x8)(((aot_u32x8)(a) >> 16) & 0xffu)) * AOT_I32X8_BYTE(b, 2) \
     + ((aot_i32x8)((aot_u32x8)(a) >> 24)) * AOT_I32X8_BYTE(b, 3))))
+#endif
+#if defined(__x86_64__) && defined(__AVX2__)
+static inline __m256i aot_i32x8_sdotadd(__m256i acc, __m256i a, __m256i b)
+{
+    __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+#define AOT_I32X8_SDOTADD(acc, a, b) ((aot_i32x8)aot_i32x8_sdotadd((__m256i)(acc), (__m256i)(a), (__m256i)(b)))
+#else
+#define AOT_I32X8_SDOTADD(acc, a, b) ((aot_i32x8)((aot_u32x8)(acc) + (aot_u32x8)( \
+    AOT_I32X8_BYTE(a, 0) * AOT_I32X8_BYTE(b, 0) + AOT_I32X8_BYTE(a, 1) * AOT_I32X8_BYTE(b, 1) \
+    + AOT_I32X8_BYTE(a, 2) * AOT_I32X8_BYTE(b, 2) + AOT_I32X8_BYTE(a, 3) * AOT_I32X8_BYTE(b, 3))))
 #endif
 #else
 typedef struct { int32_t lane[8]; } aot_i32x8;
@@ -823,7 +843,14 @@ static inline aot_i32x8 aot_i32x8_dotadd(aot_i32x8 acc, aot_i32x8 a, aot_i32x8 b
 #define AOT_I32X8_STORE(p, v) aot_i32x8_store((p), (v))
 #define AOT_I32X8_SPLAT(x) aot_i32x8_splat(x)
 #define AOT_I32X8_SPLAT_QUAD(p) aot_i32x8_splat(aot_i32x8_quad(p))
+static inline aot_i32x8 aot_i32x8_sdotadd(aot_i32x8 acc, aot_i32x8 a, aot_i32x8 b)
+{ int i; for (i = 0; i < 8; ++i) { uint32_t ua = (uint32_t)a.lane[i], ub = (uint32_t)b.lane[i], sum = 0; int j;
+    for (j = 0; j < 4; ++j) { int32_t x = (int32_t)((ua >> (8 * j)) & 0xffu);
+      int32_t w = (int32_t)((ub >> (8 * j)) & 0xffu); sum += (uint32_t)((x > 127 ? x - 256 : x) * (w > 127 ? w - 256 : w)); }
+    acc.lane[i] = aot_i32x8_wrap((uint32_t)acc.lane[i] + sum); }
+  return acc; }
 #define AOT_I32X8_DOTADD(acc, a, b) aot_i32x8_dotadd((acc), (a), (b))
+#define AOT_I32X8_SDOTADD(acc, a, b) aot_i32x8_sdotadd((acc), (a), (b))
 #endif
 #endif /* AOT_WANT_I32X8 */
 
@@ -894,7 +921,7 @@ static inline aot_i32x16 aot_i32x16_dotadd(aot_i32x16 acc, aot_i32x16 a, aot_i32
  * AOT_I32X16_STORE_NARROW, as the 4-lane forms above): without it a tile stored its int32 sums
  * and a loop reloaded them, and over an 8-pixel row gcc left that loop scalar. Rounding is
  * vroundps / vrndscaleps to nearest even (what nearbyintf gives in the default mode); the narrow
- * store is vpmovdb with AVX-512, packs with AVX2.
+ * store is vpmovdb with AVX-512, a byte shuffle with AVX2.
  */
 #if defined(AOT_WANT_I32X8) && defined(AOT_WANT_F32X8)
 #if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
@@ -915,9 +942,23 @@ typedef uint8_t aot_u8x8_unaligned __attribute__((vector_size(8), aligned(1), ma
     for (aot_i_ = 0; aot_i_ < 8; ++aot_i_) aot_r_[aot_i_] = aot_round_even_f32(aot_r_[aot_i_]); aot_r_; }))
 #endif
 /* The lanes' low bytes (each lane within the type's range), stored at any alignment. Macros, not
- * functions: a vector argument wider than the compiler's flags allow changes the ABI (-Wpsabi). */
+ * functions: a vector argument wider than the compiler's flags allow changes the ABI (-Wpsabi).
+ * AVX2 has no vpmovdb: there gcc moved the lanes out one by one and joined them by shifts (60% of
+ * int8 VWW's depthwise kernels), so vpshufb gathers each half's low bytes and vpunpckldq joins
+ * the halves. */
+#if defined(__x86_64__) && defined(__AVX2__) && !defined(__AVX512VL__)
+static inline __m128i aot_i32x8_low_bytes(__m256i v)
+{
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i bytes = _mm256_shuffle_epi8(v, pick);
+    return _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
+}
+#define AOT_I32X8_STORE_NARROW(p, v) _mm_storel_epi64((__m128i *)(void *)(p), aot_i32x8_low_bytes((__m256i)(v)))
+#else
 #define AOT_I32X8_STORE_NARROW(p, v) do { aot_i8x8 aot_b_ = __builtin_convertvector((v), aot_i8x8); \
     __builtin_memcpy((void *)(p), &aot_b_, 8); } while (0)
+#endif
 #else
 static inline aot_i32x8 aot_i32x8_add(aot_i32x8 a, aot_i32x8 b)
 { int i; for (i = 0; i < 8; ++i) a.lane[i] = aot_i32x8_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }

@@ -112,6 +112,21 @@ def test_qlinear_conv_tiles_match_onnxruntime(case: str, x_dtype: str, target: s
     check_tiled(model, feeds, target)
 
 
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_avx2_signed_tiles_match_onnxruntime(case: str, x_dtype: str) -> None:
+    """AVX2 (x86_64-v3) with weights in -127..127: the signed-byte step (AOT_I32X8_SDOTADD:
+    vpabsb, vpsignb, vpmaddubsw, vpmaddwd; LLVM the same intrinsics), with the input's least
+    value against -127 in both halves of a quad; weights with a -128 keep DOTADD."""
+    values, attrs = values_for(case, x_dtype, "int8", symmetric=True)
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    assert "AOT_I32X8_SDOTADD" in generated_c(model, "x86_64-v3")
+    check_tiled(model, feeds, "x86_64-v3")
+    values["w"][0].flat[0] = -128
+    model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    assert "SDOTADD" not in generated_c(model, "x86_64-v3")
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize("target", ["rpi4", "rpi3"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])

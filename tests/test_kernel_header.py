@@ -278,19 +278,53 @@ static int check_i32x4_pair_dotadd(void)
 """
 
 
+# SDOTADD (8 lanes, AVX2's vpmaddubsw form): signed bytes, the weights never -128; -128 * -127
+# twice in each 16-bit pair sum (32512, just under where vpmaddubsw saturates), -128 * 127 too.
+_CHECK_SDOTADD_8 = """
+static int check_i32x8_sdotadd(void)
+{
+    int8_t a[32], w[32], quad[4] = { -127, -127, 127, -1 };
+    int32_t acc[8] = { 7, INT32_MAX, INT32_MIN, -3, 0, 1, -1, 99 }, out[8];
+    int i, j, bad = 0;
+    for (i = 0; i < 32; ++i) {
+        a[i] = (int8_t)(i < 6 || i % 4 == 1 ? -128 : (i * 67 + 11) % 256 - 128);
+        w[i] = (int8_t)(i < 4 ? -127 : i < 8 ? 127 : (i * 89 + 5) % 255 - 127);
+    }
+    AOT_I32X8_STORE(out, AOT_I32X8_SDOTADD(AOT_I32X8_QUADS((const uint8_t *)acc), AOT_I32X8_QUADS((const uint8_t *)a),
+                                           AOT_I32X8_QUADS((const uint8_t *)w)));
+    for (i = 0; i < 8; ++i) {
+        uint32_t want = (uint32_t)acc[i];
+        for (j = 0; j < 4; ++j) want += (uint32_t)((int32_t)a[4 * i + j] * (int32_t)w[4 * i + j]);
+        if ((uint32_t)out[i] != want) { bad = 1; printf("i32x8 SDOTADD lane %d: %ld\\n", i, (long)out[i]); }
+    }
+    AOT_I32X8_STORE(out, AOT_I32X8_SDOTADD(AOT_I32X8_SPLAT(-5), AOT_I32X8_QUADS((const uint8_t *)a),
+                                           AOT_I32X8_SPLAT_QUAD(quad)));
+    for (i = 0; i < 8; ++i) {
+        int32_t want = -5;
+        for (j = 0; j < 4; ++j) want += (int32_t)a[4 * i + j] * (int32_t)quad[j];
+        if (out[i] != want) { bad = 1; printf("i32x8 SDOTADD of SPLAT_QUAD lane %d: %ld\\n", i, (long)out[i]); }
+    }
+    return bad;
+}
+"""
+
+
 def _dotadd_program(tmp_path: Path, lanes: tuple[int, ...]) -> Path:
     source = tmp_path / "dotadd.c"
     checks = [f"check_i32x{n}_dotadd()" for n in lanes] + ["check_i32x4_pair_dotadd()"]
+    checks += ["check_i32x8_sdotadd()"] if 8 in lanes else []
     source.write_text("#include <stdint.h>\n#include <stdio.h>\n"
                       + "".join(f"#define AOT_WANT_I32X{n}\n" for n in lanes)
                       + '#include "aot_kernels.h"\n' + "".join(_CHECK_DOTADD.format(n=n) for n in lanes)
-                      + _CHECK_PAIR_DOTADD + "int main(void)\n{\n    int bad = " + " | ".join(checks)
+                      + _CHECK_PAIR_DOTADD + (_CHECK_SDOTADD_8 if 8 in lanes else "")
+                      + "int main(void)\n{\n    int bad = " + " | ".join(checks)
                       + ";\n    puts(bad ? \"FAIL\" : \"OK\");\n    return bad;\n}\n")
     return source
 
 
 @pytest.mark.parametrize("cc,flags", [
     ("gcc", "-march=native"), ("clang", "-march=native"), ("gcc", "-mavx2"), ("gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),
+    ("gcc", "-march=x86-64-v3"), ("clang", "-march=x86-64-v3"), ("gcc", "-march=x86-64"),
     # aarch64 NEON (rpi4): the 16-bit products and pairwise adds, under qemu
     ("aarch64-linux-gnu-gcc", "-mcpu=cortex-a72"), ("clang", "--target=aarch64-linux-gnu -mcpu=cortex-a72"),
     ("aarch64-linux-gnu-gcc", "-DAOT_NO_VECTOR_EXTENSIONS"),

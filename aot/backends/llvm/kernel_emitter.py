@@ -114,11 +114,12 @@ class KernelEmitter:
     """Emits each kernel of a module as an internal function `void name(ptr, ...)`."""
 
     def __init__(self, module: ir.Module, math: MathLibrary, paired_loads: bool = False,
-                 separate_kernels: bool = False, dot_product: bool = False) -> None:
+                 separate_kernels: bool = False, dot_product: bool = False, avx2: bool = False) -> None:
         self.module = module
         self.math = math
         self.paired_loads = paired_loads
         self.dot_product = dot_product  # aarch64's sdot (the target's +dotprod)
+        self.avx2 = avx2  # x86's signed dot steps as vpmaddubsw (signed_dot_avx2)
         # Kernels kept out of the run function (noinline): see module.py's build.
         self.separate_kernels = separate_kernels
 
@@ -145,18 +146,19 @@ class KernelEmitter:
             if nbytes > 0:
                 # The caller passes whole tensors: lets LLVM speculate loads it can prove in range.
                 arg.attributes.dereferenceable = nbytes
-        _FunctionEmitter(fn, kernel, self.math, self.paired_loads, self.dot_product).run()
+        _FunctionEmitter(fn, kernel, self.math, self.paired_loads, self.dot_product, self.avx2).run()
         return fn
 
 
 class _FunctionEmitter:
     def __init__(self, fn: ir.Function, kernel: kernel_ir.Kernel, math: MathLibrary, paired_loads: bool,
-                 dot_product: bool = False) -> None:
+                 dot_product: bool = False, avx2: bool = False) -> None:
         self.fn = fn
         self.kernel = kernel
         self.math = math
         self.paired_loads = paired_loads
         self.dot_product = dot_product
+        self.avx2 = avx2
         self.buffers = {b.name: (b, arg) for b, arg in zip(kernel.params, fn.args)}
         entry = fn.append_basic_block("entry")
         body = fn.append_basic_block("body")
@@ -447,6 +449,8 @@ class _FunctionEmitter:
             return self.b.call(sdot, [acc, self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes)])
         if not signed and lanes == 4 and self.neon_pairwise_add is not None:
             return self.neon_dot(acc, a, b)
+        if signed and lanes == 8 and self.avx2:
+            return self.signed_dot_avx2(acc, self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes))
         wide = ir.VectorType(t.I32, 4 * lanes)
         widen_a = self.b.sext if signed else self.b.zext
         products = self.b.mul(widen_a(self.b.bitcast(a, as_bytes), wide),
@@ -456,6 +460,20 @@ class _FunctionEmitter:
             mask = ir.Constant(ir.VectorType(t.I32, lanes), [4 * i + j for i in range(lanes)])
             total = self.b.add(total, self.b.shuffle_vector(products, ir.Constant(wide, ir.Undefined), mask))
         return total
+
+    def signed_dot_avx2(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        """The header's AOT_I32X8_SDOTADD: |a| by b with a's signs (vpabsb, vpsignb), two
+        products summed in 16 bits by vpmaddubsw, then pairs of those by vpmaddwd by ones. Exact
+        only when no byte of b is -128: the signed 8-lane steps come from AVX2 tiles over weights
+        in -127..127 (integer_tiles.fits_pairs), whose pair sums are at most 2 * 128 * 127."""
+        v16, v8 = ir.VectorType(t.I16, 16), acc.type
+        absolute = self.math.declared("llvm.abs.v32i8", a.type, [a.type, ir.IntType(1)])
+        sign = self.math.declared("llvm.x86.avx2.psign.b", a.type, [a.type, a.type])
+        pairs = self.math.declared("llvm.x86.avx2.pmadd.ub.sw", v16, [a.type, a.type])
+        quads = self.math.declared("llvm.x86.avx2.pmadd.wd", v8, [v16, v16])
+        products = self.b.call(pairs, [self.b.call(absolute, [a, ir.Constant(ir.IntType(1), 0)]),
+                                       self.b.call(sign, [b, a])])
+        return self.b.add(acc, self.b.call(quads, [products, ir.Constant(v16, [1] * 16)]))
 
     @property
     def neon_pairwise_add(self) -> str | None:

@@ -96,9 +96,11 @@ class ModelModule:
         # loops got more address arithmetic and spills (ResNet-8 on rpi3: 4.34 -> 3.78 M
         # instructions per inference kept apart; VWW on rpi4 3.33 -> 3.13), as in the C backend
         # (AOT_KERNEL in templates/c/model.c.j2).
-        dot_product = self.spec.arch.startswith("aarch64") and "+dotprod" in self.spec.features.split(",")
+        features = self.spec.features.split(",")
+        dot_product = self.spec.arch.startswith("aarch64") and "+dotprod" in features
+        avx2 = self.spec.arch.startswith("x86_64") and "+avx2" in features
         emitter = KernelEmitter(self.module, MathLibrary(self.module), paired_loads, separate_kernels=arm,
-                                dot_product=dot_product)
+                                dot_product=dot_product, avx2=avx2)
         kernels: list[list[tuple[Call, ir.Function]]] = []
         serial_forms: list[tuple[Call, ir.Function] | None] = []
         for step in self.run.steps:

@@ -274,8 +274,9 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     x_fill = x_zp
-    if tiled and (ctx.tiles.int8_dot == "sdot" or (ctx.tiles.int8_dot == "neon" and fits_pairs(weights))):
-        x_zp = signed_byte(x_zp)  # the copy holds signed bytes (uint8 x - 128): sdot, PairDotAdd
+    if tiled and (ctx.tiles.int8_dot == "sdot" or (ctx.tiles.int8_dot in ("neon", "vpmaddwd") and fits_pairs(weights))):
+        # the copy holds signed bytes (uint8 x - 128): sdot, NEON's PairDotAdd, AVX2's SDOTADD
+        x_zp = signed_byte(x_zp)
     elif conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
         x_zp = unsigned_byte(x_zp)
     if tiled:
