@@ -107,7 +107,7 @@ def _copy(kb: KernelBuilder, layout: _Layout, shifted: Buffer, read: Callable[[E
     rows, cols = layout.rows(a), layout.columns(b, d)
     if not rows or not cols:
         return []
-    base = layout.base(slot, key) - layout.first_row * layout.out_w
+    base = layout.base(slot, key) + -layout.first_row * layout.out_w  # row 0's start
     if layout.gathers:
         s_h, s_w = layout.strides
         return kb.loops([len(rows), len(cols)], lambda i: [Store(
@@ -115,7 +115,7 @@ def _copy(kb: KernelBuilder, layout: _Layout, shifted: Buffer, read: Callable[[E
             read(((i[0] + rows.start) * s_h + a) * layout.in_w + (i[1] + cols.start + d) * s_w + b))], prefix="s")
     width = layout.out_w
     first, last = rows.start * width + cols.start, (rows.stop - 1) * width + cols.stop
-    out = kb.loops([last - first], lambda i: [Store(shifted, base + first + i[0], read(first + i[0] + d))],
+    out = kb.loops([last - first], lambda i: [Store(shifted, base + first + i[0], read(i[0] + (first + d)))],
                    prefix="s")
     for column in [j for j in range(width) if j not in cols]:
         inner = range(rows.start + (column < cols.start), rows.stop - (column >= cols.stop))
