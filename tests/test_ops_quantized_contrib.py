@@ -125,6 +125,19 @@ def test_qlinear_concat_requantises_each_part(dtype: type, backend: str) -> None
     np.testing.assert_array_equal(ours["y"][:, 3:9], inputs["x2"])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_qlinear_concat_along_an_inner_axis(backend: str) -> None:
+    """Parts joined along the rows: each part's runs are [n][c] apart in the output."""
+    dtype = np.int8
+    inputs = {"x1": integers(dtype, 2, 3, 5, 4, seed=4), "x2": integers(dtype, 2, 3, 2, 4, seed=5)}
+    inits = {"ys": np.float32(0.05), "yz": zero(dtype, 2, 128), "s1": np.float32(0.031), "z1": zero(dtype, -3, 125)}
+    node = helper.make_node("QLinearConcat", ["ys", "yz", "x1", "s1", "z1", "x2", "ys", "yz"], ["y"], domain=MS,
+                            axis=2)
+    model = contrib_model([node], inputs, {"y": ONNX_TYPES[np.dtype(dtype)]}, inits)
+    ours = assert_quantized_matches(model, inputs, backend)
+    np.testing.assert_array_equal(ours["y"][:, :, 5:], inputs["x2"])
+
+
 POOL_PARAMS = {"xs": np.float32(0.031), "ys": np.float32(0.02)}
 
 

@@ -5,6 +5,8 @@ copied as it is when its scale and zero point are the output's."""
 
 from __future__ import annotations
 
+import math
+
 from aot.ir.graph import Node
 from aot.kernel.ir import Expr, Stmt, const
 from aot.lowering.builder import View
@@ -43,8 +45,11 @@ def lower_qlinear_concat(node: Node, ctx: LoweringContext) -> None:
         x_scale = scale_param(node, first + 1, f"scale of {x.name!r}")
         x_zero = zero_point_param(node, first + 2, f"zero point of {x.name!r}", dtype)
         if x.size:
-            src = kb.input(x)
-            slot = View(out.buffer, x.shape, out.strides, offset * out.strides[axis])
+            # Each part's run from `axis` on is contiguous in both: one loop over it, which the
+            # compilers vectorise (over SqueezeNet's 55-wide rows gcc's 64-byte vectors never ran).
+            run = (math.prod(x.shape[axis:]),)
+            src = View(kb.input(x).buffer, x.shape[:axis] + run)
+            slot = View(out.buffer, x.shape[:axis] + run, out.strides[:axis] + (1,), offset * out.strides[axis])
             same = x_scale.same_as(y_scale) and x_zero.same_as(y_zero)
 
             def value(idx: list[Expr], src: View = src, s: QuantParam = x_scale, z: QuantParam = x_zero,
@@ -53,7 +58,7 @@ def lower_qlinear_concat(node: Node, ctx: LoweringContext) -> None:
                     return src.load(idx)
                 return quantize(dequantize(src.load(idx), scalar(s), scalar(z)), scalar(y_scale), scalar(y_zero), dtype)
 
-            body += kb.loops(x.shape, lambda idx, slot=slot, value=value: [slot.store(idx, value(idx))])
+            body += kb.loops(list(src.shape), lambda idx, slot=slot, value=value: [slot.store(idx, value(idx))])
         offset += x.shape[axis]
     if offset != y.shape[axis]:
         raise fail(node, f"inputs add up to {offset} along axis {axis}, output has {y.shape[axis]}")
