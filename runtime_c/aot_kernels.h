@@ -921,7 +921,9 @@ static inline aot_i32x16 aot_i32x16_dotadd(aot_i32x16 acc, aot_i32x16 a, aot_i32
  * AOT_I32X16_STORE_NARROW, as the 4-lane forms above): without it a tile stored its int32 sums
  * and a loop reloaded them, and over an 8-pixel row gcc left that loop scalar. Rounding is
  * vroundps / vrndscaleps to nearest even (what nearbyintf gives in the default mode); the narrow
- * store is vpmovdb with AVX-512, a byte shuffle with AVX2.
+ * store is vpmovdb with AVX-512, a byte shuffle with AVX2. AOT_I32X<n>_STORE_NARROW_FIRST(p, v,
+ * count) stores only the first `count` lanes: a tile over a row narrower than a vector (13x13,
+ * 8x8 planes with 16 lanes), which would otherwise store its sums for a scalar loop.
  */
 #if defined(AOT_WANT_I32X8) && defined(AOT_WANT_F32X8)
 #if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
@@ -955,9 +957,13 @@ static inline __m128i aot_i32x8_low_bytes(__m256i v)
     return _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
 }
 #define AOT_I32X8_STORE_NARROW(p, v) _mm_storel_epi64((__m128i *)(void *)(p), aot_i32x8_low_bytes((__m256i)(v)))
+#define AOT_I32X8_STORE_NARROW_FIRST(p, v, n) do { __m128i aot_b_ = aot_i32x8_low_bytes((__m256i)(v)); \
+    __builtin_memcpy((void *)(p), &aot_b_, (n)); } while (0)
 #else
 #define AOT_I32X8_STORE_NARROW(p, v) do { aot_i8x8 aot_b_ = __builtin_convertvector((v), aot_i8x8); \
     __builtin_memcpy((void *)(p), &aot_b_, 8); } while (0)
+#define AOT_I32X8_STORE_NARROW_FIRST(p, v, n) do { aot_i8x8 aot_b_ = __builtin_convertvector((v), aot_i8x8); \
+    __builtin_memcpy((void *)(p), &aot_b_, (n)); } while (0)
 #endif
 #else
 static inline aot_i32x8 aot_i32x8_add(aot_i32x8 a, aot_i32x8 b)
@@ -974,8 +980,8 @@ static inline aot_i32x8 aot_i32x8_convert(aot_f32x8 f)
 { aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = (int32_t)f.lane[i]; return v; }
 static inline aot_f32x8 aot_f32x8_round_even(aot_f32x8 v)
 { int i; for (i = 0; i < 8; ++i) v.lane[i] = aot_round_even_f32(v.lane[i]); return v; }
-static inline void aot_i32x8_store_narrow(void *p, aot_i32x8 v)
-{ unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < 8; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
+static inline void aot_i32x8_store_narrow_first(void *p, aot_i32x8 v, int n)
+{ unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < n; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
 #define AOT_I32X8_ADD(a, b) aot_i32x8_add((a), (b))
 #define AOT_I32X8_MUL(a, b) aot_i32x8_mul((a), (b))
 #define AOT_I32X8_EXTEND_I8(p) aot_i32x8_extend_i8(p)
@@ -983,7 +989,8 @@ static inline void aot_i32x8_store_narrow(void *p, aot_i32x8 v)
 #define AOT_F32X8_CONVERT(v) aot_f32x8_convert(v)
 #define AOT_I32X8_CONVERT(v) aot_i32x8_convert(v)
 #define AOT_F32X8_ROUND_EVEN(v) aot_f32x8_round_even(v)
-#define AOT_I32X8_STORE_NARROW(p, v) aot_i32x8_store_narrow((void *)(p), (v))
+#define AOT_I32X8_STORE_NARROW(p, v) aot_i32x8_store_narrow_first((void *)(p), (v), 8)
+#define AOT_I32X8_STORE_NARROW_FIRST(p, v, n) aot_i32x8_store_narrow_first((void *)(p), (v), (n))
 #endif
 #endif
 
@@ -1009,6 +1016,8 @@ typedef uint8_t aot_u8x16_unaligned __attribute__((vector_size(16), aligned(1), 
  * functions: a vector argument wider than the compiler's flags allow changes the ABI (-Wpsabi). */
 #define AOT_I32X16_STORE_NARROW(p, v) do { aot_i8x16 aot_b_ = __builtin_convertvector((v), aot_i8x16); \
     __builtin_memcpy((void *)(p), &aot_b_, 16); } while (0)
+#define AOT_I32X16_STORE_NARROW_FIRST(p, v, n) do { aot_i8x16 aot_b_ = __builtin_convertvector((v), aot_i8x16); \
+    __builtin_memcpy((void *)(p), &aot_b_, (n)); } while (0)
 #else
 static inline aot_i32x16 aot_i32x16_add(aot_i32x16 a, aot_i32x16 b)
 { int i; for (i = 0; i < 16; ++i) a.lane[i] = aot_i32x16_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }
@@ -1024,8 +1033,8 @@ static inline aot_i32x16 aot_i32x16_convert(aot_f32x16 f)
 { aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = (int32_t)f.lane[i]; return v; }
 static inline aot_f32x16 aot_f32x16_round_even(aot_f32x16 v)
 { int i; for (i = 0; i < 16; ++i) v.lane[i] = aot_round_even_f32(v.lane[i]); return v; }
-static inline void aot_i32x16_store_narrow(void *p, aot_i32x16 v)
-{ unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < 16; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
+static inline void aot_i32x16_store_narrow_first(void *p, aot_i32x16 v, int n)
+{ unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < n; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
 #define AOT_I32X16_ADD(a, b) aot_i32x16_add((a), (b))
 #define AOT_I32X16_MUL(a, b) aot_i32x16_mul((a), (b))
 #define AOT_I32X16_EXTEND_I8(p) aot_i32x16_extend_i8(p)
@@ -1033,7 +1042,8 @@ static inline void aot_i32x16_store_narrow(void *p, aot_i32x16 v)
 #define AOT_F32X16_CONVERT(v) aot_f32x16_convert(v)
 #define AOT_I32X16_CONVERT(v) aot_i32x16_convert(v)
 #define AOT_F32X16_ROUND_EVEN(v) aot_f32x16_round_even(v)
-#define AOT_I32X16_STORE_NARROW(p, v) aot_i32x16_store_narrow((void *)(p), (v))
+#define AOT_I32X16_STORE_NARROW(p, v) aot_i32x16_store_narrow_first((void *)(p), (v), 16)
+#define AOT_I32X16_STORE_NARROW_FIRST(p, v, n) aot_i32x16_store_narrow_first((void *)(p), (v), (n))
 #endif
 #endif
 

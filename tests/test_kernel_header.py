@@ -381,6 +381,14 @@ int main(void)
             if (bytes[3 + j] != narrowed[j % 4]) { bad = 1; puts("STORE_NARROW"); }
         }
         if (bytes[2] != 0 || bytes[3 + LANES] != 0) { bad = 1; puts("STORE_NARROW past its bytes"); }
+#if LANES > 4
+        for (j = 0; j < LANES + 5; ++j) bytes[j] = 0x55;
+        AOT_I32X@_STORE_NARROW_FIRST(&bytes[1], v, LANES - 3);
+        for (j = 0; j < LANES + 5; ++j) {
+            int inside = j >= 1 && j < LANES - 2;
+            if (bytes[j] != (inside ? narrowed[(j - 1) % 4] : 0x55)) { bad = 1; printf("FIRST byte %d\n", j); }
+        }
+#endif
     }
     puts(bad ? "FAIL" : "OK");
     return bad;

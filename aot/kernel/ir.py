@@ -437,8 +437,11 @@ class VecStore(Stmt):
 @dataclass
 class NarrowStore(VecStore):
     """The int32xN `value`'s lanes stored as N consecutive elements of an int8 or uint8 `buffer`
-    from `index`, each lane already within the buffer type's range (a requantised output). A
-    VecStore of N elements for every analysis of what a kernel writes."""
+    from `index`, each lane already within the buffer type's range (a requantised output); only
+    the first `count` lanes where it is set (8 and 16 lanes). A VecStore of N elements for every
+    analysis of what a kernel writes (for a `count`, more than it writes: on the safe side)."""
+
+    count: int | None = None
 
 
 @dataclass

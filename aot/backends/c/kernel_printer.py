@@ -286,7 +286,11 @@ class KernelPrinter:
             out.append(f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
         elif isinstance(s, NarrowStore):
             macro = self._vector(s.value.dtype)
-            out.append(f"{pad}{macro}_STORE_NARROW(&{s.buffer.name}[{self.expr(s.index)}], {self.expr(s.value)});")
+            at, value = f"&{s.buffer.name}[{self.expr(s.index)}]", self.expr(s.value)
+            if s.count is None:
+                out.append(f"{pad}{macro}_STORE_NARROW({at}, {value});")
+            else:
+                out.append(f"{pad}{macro}_STORE_NARROW_FIRST({at}, {value}, {s.count});")
         elif isinstance(s, VecStore):
             macro = self._vector(s.value.dtype)
             out.append(f"{pad}{macro}_STORE(&{s.buffer.name}[{self.expr(s.index)}], {self.expr(s.value)});")

@@ -231,7 +231,12 @@ class _FunctionEmitter:
             buf, arg = self.buffers[s.buffer.name]
             ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             value = self.expr(s.value)
-            self.b.store(self.b.trunc(value, ir.VectorType(t.I8, value.type.count)), ptr, align=1)
+            lanes = value.type.count
+            narrow = self.b.trunc(value, ir.VectorType(t.I8, lanes))
+            if s.count is not None:  # the first `count` lanes: a store of that many bytes
+                first = ir.Constant(ir.VectorType(t.I32, s.count), list(range(s.count)))
+                narrow = self.b.shuffle_vector(narrow, ir.Constant(narrow.type, ir.Undefined), first)
+            self.b.store(narrow, ptr, align=1)
         elif isinstance(s, kernel_ir.VecStore):
             buf, arg = self.buffers[s.buffer.name]
             ptr = self.b.gep(arg, [self.expr(s.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))

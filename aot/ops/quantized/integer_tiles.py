@@ -22,7 +22,7 @@ the same expression applied to the accumulators in registers (stores_in_register
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -268,8 +268,7 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
         # Requantised in registers (armv7 vectorises no float loop by itself; over 8-pixel rows gcc
         # left x86's loop scalar: int8 ResNet-8 0.154 -> 0.095 ms), else by a loop over stored sums.
         first, store_at = block * shape.channels, lambda m, p, value: store(n, m, oh, ow0 + p, value)
-        stored = None if pixels % shape.lanes else stores_in_registers(
-            accs, first, shape.lanes, m_count, init, finish, store_at)
+        stored = stores_in_registers(accs, first, shape.lanes, pixels, m_count, init, finish, store_at)
         return body + (stored if stored is not None else requantised_by_loop(
             kb, accs, scratch(), shape, first, m_count, pixels, init, finish, store_at))
 
@@ -287,13 +286,17 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
         lambda ow0, pixels: tile(i[0], i[1], i[2], ow0, pixels, ow0)), prefix="t")
 
 
-def stores_in_registers(accs: list[list[Var]], first_channel: Expr, lanes: int, m_count: int, init: PerIndex,
-                        finish: Finish, store_at: Callable[[Expr, Expr, Expr], Stmt]) -> list[Stmt] | None:
+def stores_in_registers(accs: list[list[Var]], first_channel: Expr, lanes: int, pixels: int, m_count: int,
+                        init: PerIndex, finish: Finish,
+                        store_at: Callable[[Expr, Expr, Expr], Stmt]) -> list[Stmt] | None:
     """Each accumulator vector (`accs[c][v]`: channel first_channel + c, pixels from v * lanes)
-    requantised and stored as `lanes` bytes (NarrowStore), where the output's store (`store_at(m,
-    pixel, value)`) has a lane-wise form: consecutive elements, a float value converted to int8
-    or uint8 (kernel/vectorize.lanewise). None where it has not: the caller keeps the scalar loop.
-    Channels past `m_count` (a ragged last block) store nothing."""
+    requantised and stored as `lanes` bytes (NarrowStore), the last one's first pixels only when
+    the tile's `pixels` end inside it (x86's 8 and 16 lanes), where the output's store
+    (`store_at(m, pixel, value)`) has a lane-wise form: consecutive elements, a float value
+    converted to int8 or uint8 (kernel/vectorize.lanewise). None where it has not: the caller
+    keeps the scalar loop. Channels past `m_count` (a ragged last block) store nothing."""
+    if pixels % lanes and lanes < 8:
+        return None
     probe = Var("probe", ACCUMULATOR)
     out: list[Stmt] = []
     for c, row in enumerate(accs):
@@ -305,7 +308,8 @@ def stores_in_registers(accs: list[list[Var]], first_channel: Expr, lanes: int, 
             stored = narrowed_store(first, second, lanes, probe, acc)
             if stored is None:
                 return None
-            stores.append(stored)
+            count = pixels - v * lanes
+            stores.append(stored if count >= lanes else replace(stored, count=count))
         out += stores if m_count % len(accs) == 0 else [If(lt(m, const(m_count, INDEX)), stores)]
     return out
 
