@@ -3,6 +3,8 @@ fused pattern still matches onnxruntime, and each kernel names the ONNX nodes it
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -83,6 +85,19 @@ def test_elementwise_chain_with_broadcast_side_inputs_is_one_kernel() -> None:
                         n("Neg", ["c"], "d"), n("Max", ["d", "x"], "y")],
                        {"x": x, "s": s}, ["y"], {"k": rand(4, seed=2)})
     assert kernels_of(model) == ["Mul+Add+Exp+Neg+Max"]
+    assert_matches_onnxruntime(model, {"x": x, "s": s})
+
+
+@pytest.mark.parametrize("k_shape, inner", [((3, 1, 1), 35), ((7,), 7)], ids=["per_channel", "per_column"])
+def test_a_broadcast_kernel_loops_over_the_dimensions_every_operand_walks_as_one(k_shape: tuple, inner: int) -> None:
+    """A per-channel side input leaves each plane one run (a loop of 5 x 7), a per-column one does
+    not: the loops touch the same elements as over the whole shape."""
+    x, s = rand(2, 3, 5, 7), rand(3, 1, 1, seed=1)
+    model = make_model([n("Mul", ["x", "s"], "a"), n("Add", ["a", "k"], "b"), n("Relu", ["b"], "y")],
+                       {"x": x, "s": s}, ["y"], {"k": rand(*k_shape, seed=2)})
+    source = aot.compile(model).files["test_graph.c"].decode()
+    loops = [int(extent) for extent in re.findall(r"< (\d+); \+\+i\d", source)]
+    assert loops == [2, 3, inner] if inner == 35 else loops == [2, 3, 5, 7]
     assert_matches_onnxruntime(model, {"x": x, "s": s})
 
 

@@ -10,7 +10,7 @@ from aot.ir.graph import Graph, Node, Tensor
 from aot.kernel.ir import INDEX, Expr, Kernel, Stmt, const
 from aot.kernel.let_binding import bind_subexpressions
 from aot.kernel.transcendentals import expand_transcendentals
-from aot.lowering.builder import KernelBuilder
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.forms import ScalarFn, form_for
 from aot.lowering.fusion import FusionPlan
 from aot.lowering.param_roles import ParamRoles
@@ -40,6 +40,15 @@ class Epilogue:
             assert out is not None
             computed[out] = len(computed)
         self._views = {t: kb.input(t).broadcast_to(self.shape) for t in self.inputs}
+
+    def views(self) -> list[View]:
+        """The side inputs' views, broadcast to the chain's shape."""
+        return list(self._views.values())
+
+    def merge_dimensions(self, groups: Sequence[Sequence[int]]) -> None:
+        """Index the side inputs by the chain's dimensions merged in `groups` (builder.merge_groups)
+        from now on: `apply`'s `index` is then one per group."""
+        self._views = {t: v.merged(groups) for t, v in self._views.items()}
 
     def apply(self, value: Expr, index: Sequence[Expr] | None = None, flat_index: Expr | None = None) -> Expr:
         """`index` is the multi-dimensional output index; `flat_index` may be given instead when

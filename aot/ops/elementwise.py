@@ -32,7 +32,7 @@ from aot.kernel.ir import (
     select,
     unary,
 )
-from aot.lowering.builder import View
+from aot.lowering.builder import View, merge_groups
 from aot.lowering.context import LoweringContext
 from aot.lowering.forms import FORMS, Form, FormBuilder, ScalarFn
 from aot.lowering.parallel import mark_outer, pays
@@ -76,7 +76,11 @@ def emit_elementwise(ctx: LoweringContext, node: Node, inputs: Sequence[Tensor],
         body = kb.loops([output.size], lambda i: [out.store_flat(i[0], epilogue.apply(
             fn([flat(i[0], t, v) for t, v in zip(inputs, views)]), flat_index=i[0]))])
     else:
-        body = kb.loops(shape, lambda idx: [out.store(idx, epilogue.apply(fn([v.load(idx) for v in views]), idx))])
+        groups = merge_groups(shape, [*views, out, *epilogue.views()])
+        views, out = [v.merged(groups) for v in views], out.merged(groups)
+        epilogue.merge_dimensions(groups)
+        body = kb.loops([math.prod(shape[d] for d in group) for group in groups], lambda idx: [
+            out.store(idx, epilogue.apply(fn([v.load(idx) for v in views]), idx))])
     # Every element is computed on its own: the outermost loop may be split over threads.
     ctx.emit(kb, mark_outer(body) if pays(ctx, output.size) else body)
 
