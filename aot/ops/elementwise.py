@@ -79,7 +79,7 @@ def emit_elementwise(ctx: LoweringContext, node: Node, inputs: Sequence[Tensor],
         groups = merge_groups(shape, [*views, out, *epilogue.views()])
         views, out = [v.merged(groups) for v in views], out.merged(groups)
         epilogue.merge_dimensions(groups)
-        body = kb.loops([math.prod(shape[d] for d in group) for group in groups], lambda idx: [
+        body = kb.loops(list(out.shape), lambda idx: [
             out.store(idx, epilogue.apply(fn([v.load(idx) for v in views]), idx))])
     # Every element is computed on its own: the outermost loop may be split over threads.
     ctx.emit(kb, mark_outer(body) if pays(ctx, output.size) else body)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 
@@ -232,13 +233,10 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
     band = banded(g)
     packed = kb.input(ctx.constant(packed_weights(weights, shape.channels), f"{node.name}_tiles")).buffer
     blocks = -(-m_count // shape.channels)
-    scratches: list[Buffer] = []  # the sums of a tile whose epilogue has no vector form: made on first use
-
+    @cache
     def scratch() -> Buffer:
-        if not scratches:
-            scratches.append(kb.output(scratch_tensor(ctx, node, (shape.channels * shape.width,), np.int32,
-                                                      "tile")).buffer)
-        return scratches[0]
+        """The sums of a tile whose epilogue has no vector form: made on first use, then shared."""
+        return kb.output(scratch_tensor(ctx, node, (shape.channels * shape.width,), np.int32, "tile")).buffer
 
     def tile(n: Expr, oh: Expr, block: Expr, ow0: Expr, pixels: int, column: Expr) -> list[Stmt]:
         """Output pixels [ow0, ow0 + pixels) of row oh, read from the image's `column` on."""
