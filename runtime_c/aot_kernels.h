@@ -935,8 +935,15 @@ typedef uint8_t aot_u8x8_unaligned __attribute__((vector_size(8), aligned(1), ma
 #define AOT_I32X8_MUL(a, b) ((aot_i32x8)((aot_u32x8)(a) * (aot_u32x8)(b)))
 #define AOT_F32X8_CONVERT(v) __builtin_convertvector((v), aot_f32x8)
 #define AOT_I32X8_CONVERT(v) __builtin_convertvector((v), aot_i32x8)
+/* gcc 12 widens bytes to int32 lanes by __builtin_convertvector one byte at a time (movsbl,
+ * vpinsrd: 36 instructions for 16 lanes), so x86 takes vpmovsxbd / vpmovzxbd. */
+#if defined(__x86_64__) && defined(__AVX2__)
+#define AOT_I32X8_EXTEND_I8(p) ((aot_i32x8)_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
+#define AOT_I32X8_EXTEND_U8(p) ((aot_i32x8)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
+#else
 #define AOT_I32X8_EXTEND_I8(p) __builtin_convertvector(*(const aot_i8x8_unaligned *)(const void *)(p), aot_i32x8)
 #define AOT_I32X8_EXTEND_U8(p) __builtin_convertvector(*(const aot_u8x8_unaligned *)(const void *)(p), aot_i32x8)
+#endif
 #if defined(__x86_64__) && defined(__AVX2__)
 #define AOT_F32X8_ROUND_EVEN(v) ((aot_f32x8)_mm256_round_ps((__m256)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #else
@@ -1004,8 +1011,13 @@ typedef uint8_t aot_u8x16_unaligned __attribute__((vector_size(16), aligned(1), 
 #define AOT_I32X16_MUL(a, b) ((aot_i32x16)((aot_u32x16)(a) * (aot_u32x16)(b)))
 #define AOT_F32X16_CONVERT(v) __builtin_convertvector((v), aot_f32x16)
 #define AOT_I32X16_CONVERT(v) __builtin_convertvector((v), aot_i32x16)
+#if defined(__x86_64__) && defined(__AVX512F__)  /* as AOT_I32X8_EXTEND_I8 */
+#define AOT_I32X16_EXTEND_I8(p) ((aot_i32x16)_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
+#define AOT_I32X16_EXTEND_U8(p) ((aot_i32x16)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
+#else
 #define AOT_I32X16_EXTEND_I8(p) __builtin_convertvector(*(const aot_i8x16_unaligned *)(const void *)(p), aot_i32x16)
 #define AOT_I32X16_EXTEND_U8(p) __builtin_convertvector(*(const aot_u8x16_unaligned *)(const void *)(p), aot_i32x16)
+#endif
 #if defined(__x86_64__) && defined(__AVX512F__)
 #define AOT_F32X16_ROUND_EVEN(v) ((aot_f32x16)_mm512_roundscale_ps((__m512)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #else

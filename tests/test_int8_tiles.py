@@ -173,7 +173,8 @@ def test_neon_depthwise_matches_onnxruntime_under_qemu(case: str, x_dtype: str, 
     check_under_qemu(model, feeds, target, backend)
 
 
-# Depthwise convolutions on x86 (aot/ops/quantized/shifted_depthwise.py): float sums over copies
+# Depthwise convolutions on x86 (aot/ops/quantized/shifted_depthwise.py, masked_depthwise.py for unit
+# strides over rows as wide as the input's): float sums over copies
 # of each plane by row phase, column phase and column shift, whose padding and wrapped columns
 # hold the zero point; vectors of 16 output pixels (8 on AVX2, and on AVX-512 for planes under 16
 # pixels), a ragged end as one more overlapping vector; under 8 pixels the padded-plane loops.
@@ -197,7 +198,17 @@ SHIFTED = {
     "shifted_valid": ((1, 8, 7, 9), (8, 1, 3, 3), {"group": 8}),
     "shifted_dilated": ((1, 8, 11, 10), (8, 1, 3, 3), {"group": 8, "dilations": [2, 2], "pads": [2, 1, 2, 3]}),
     "shifted_1d_s2": ((1, 4, 40), (4, 1, 5), {"group": 4, "pads": [2, 2], "strides": [2]}),
+    # unit strides over rows as wide as the input's take one copy and column masks
+    # (aot/ops/quantized/masked_depthwise.py): rows cut short at the top and bottom (no vertical
+    # padding), and a width whose masks' period (lcm(129, 8) = 1032) is past MAX_PERIOD: shifted
+    "masked_valid_rows": ((1, 5, 9, 8), (5, 1, 3, 3), {"group": 5, "pads": [0, 1, 0, 1]}),
+    "masked_2x3_top_only": ((1, 3, 6, 5), (3, 1, 2, 3), {"group": 3, "pads": [1, 1, 0, 1]}),
+    "shifted_period_past_cap": ((1, 2, 3, 129), (2, 1, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
 }
+# The SHIFTED cases the masked form takes.
+MASKED = {"shifted_3x3_ragged", "shifted_5x5_batch2", "shifted_multiplier", "shifted_asymmetric_2x4",
+          "shifted_12_pixels", "shifted_ragged_blocks", "shifted_wide_plane", "shifted_dilated", "masked_valid_rows",
+          "masked_2x3_top_only"}
 
 
 def generated_c(model, target: str | None) -> str:
@@ -212,11 +223,26 @@ def test_shifted_depthwise_matches_onnxruntime(case: str, x_dtype: str, target: 
     values, attrs = values_for(case, x_dtype, "int8")
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
     text = generated_c(model, target)
-    assert ("float *restrict shifted" in text) == (case != "under_8_pixels")
+    assert ("float *restrict shifted" in text) == (case not in MASKED and case != "under_8_pixels")
+    assert ("float *restrict masked" in text) == (case in MASKED)
     pixels = run_onnxruntime(model, feeds)["y"][0, 0].size
     lanes = 16 if target == "x86_64-v4-vnni" and pixels >= 16 else 8
     if case != "under_8_pixels":
         assert f"AOT_I32X{lanes}_STORE_NARROW" in text
+    check_tiled(model, feeds, target)
+
+
+@pytest.mark.parametrize("target", ["x86_64-v3", "x86_64-v4-vnni"])
+def test_masked_depthwise_starts_from_the_bias_in_float_only_where_exact(target: str) -> None:
+    """Sums start from the bias in float where bias + the largest sum stays below 2**24; one
+    channel's bias of 2**24 keeps every channel's start in int32, and the others still match."""
+    values, attrs = values_for("shifted_3x3_ragged", "int8", "int8")
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    assert "= (float)start" in generated_c(model, target)
+    values["B"][1] = 2**24
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    text = generated_c(model, target)
+    assert "float *restrict masked" in text and "= (float)start" not in text
     check_tiled(model, feeds, target)
 
 

@@ -390,6 +390,16 @@ int main(void)
         }
 #endif
     }
+    {   /* bytes widened to int32 lanes, read from an odd address (x86: vpmovsxbd / vpmovzxbd) */
+        static const uint8_t raw[4] = { 0x80, 0x7f, 0xff, 0x01 };
+        static const int32_t as_i8[4] = { -128, 127, -1, 1 }, as_u8[4] = { 128, 127, 255, 1 };
+        int32_t wide[LANES];
+        for (j = 0; j < LANES; ++j) bytes[1 + j] = raw[j % 4];
+        AOT_I32X@_STORE(wide, AOT_I32X@_EXTEND_I8((const int8_t *)&bytes[1]));
+        for (j = 0; j < LANES; ++j) if (wide[j] != as_i8[j % 4]) { bad = 1; printf("EXTEND_I8 lane %d\n", j); }
+        AOT_I32X@_STORE(wide, AOT_I32X@_EXTEND_U8(&bytes[1]));
+        for (j = 0; j < LANES; ++j) if (wide[j] != as_u8[j % 4]) { bad = 1; printf("EXTEND_U8 lane %d\n", j); }
+    }
     puts(bad ? "FAIL" : "OK");
     return bad;
 }

@@ -171,7 +171,8 @@ AVERAGE_POOLS = {
 @pytest.mark.parametrize("channels_last", [0, 1])
 @pytest.mark.parametrize("case", sorted(AVERAGE_POOLS))
 def test_qlinear_average_pool(case: str, channels_last: int, dtype: type, backend: str) -> None:
-    x = integers(dtype, 2, 7, 9, 8) if channels_last else integers(dtype, 2, 8, 7, 9)
+    # 11 channels: channels first, a block of 8 summed side by side (qlinear_pool.CHAINS) and 3 more
+    x = integers(dtype, 2, 7, 9, 11) if channels_last else integers(dtype, 2, 11, 7, 9)
     node = helper.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS,
                             channels_last=channels_last, **AVERAGE_POOLS[case])
     model = contrib_model([node], {"x": x}, {"y": ONNX_TYPES[np.dtype(dtype)]}, pool_params(dtype))

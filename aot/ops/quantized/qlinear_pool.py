@@ -21,6 +21,7 @@ from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Stmt, cast, const, g
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, spatial_padding, window_output_size, window_steps
+from aot.ops.contraction.row_updates import blocks
 from aot.ops.quantized.arithmetic import dequantize, saturate
 from aot.ops.quantized.tensor_params import (
     MS_DOMAIN,
@@ -30,6 +31,9 @@ from aot.ops.quantized.tensor_params import (
     zero_point_param,
 )
 from aot.ops.registry import register
+
+# Channels of a channels-first window pool summed side by side.
+CHAINS = 8
 
 
 def _operands(node: Node) -> tuple[Tensor, Tensor, str, list[QuantParam], bool]:
@@ -100,15 +104,15 @@ def lower_qlinear_average_pool(node: Node, ctx: LoweringContext) -> None:
     def layout(n: Expr, c: Expr, where: list[Expr]) -> list[Expr]:
         return [n, *where, c] if channels_last else [n, c, *where]
 
-    def body(idx: list[Expr]) -> list[Stmt]:
-        n, c, o = (idx[0], idx[-1], idx[1:-1]) if channels_last else (idx[0], idx[1], idx[2:])
-        acc, count = kb.var("acc", "float32"), kb.var("cnt", "float32")
+    def window(n: Expr, cs: list[Expr], o: list[Expr]) -> list[Stmt]:
+        """The outputs at `o` of channels `cs`, each summed in window order by a chain of its own."""
+        accs, count = [kb.var("acc", "float32") for _ in cs], kb.var("cnt", "float32")
 
         def tap(k: list[Expr]) -> list[Stmt]:
             pos = [oi * s - pb + ki for oi, ki, s, pb in zip(o, k, strides, pad_begin)]
             checks = [ge(p, const(0, INDEX)) for p, lo in zip(pos, guard_low) if lo]
             checks += [lt(p, const(size, INDEX)) for p, size, hi in zip(pos, spatial, guard_high) if hi]
-            step: list[Stmt] = [Assign(acc, acc + real(xv.load(layout(n, c, pos))))]
+            step: list[Stmt] = [Assign(acc, acc + real(xv.load(layout(n, c, pos)))) for acc, c in zip(accs, cs)]
             if not include_pad:
                 step.append(Assign(count, count + const(1.0, "float32")))
             if not checks:
@@ -119,15 +123,23 @@ def lower_qlinear_average_pool(node: Node, ctx: LoweringContext) -> None:
             return [If(inside, step)]
 
         divisor: Expr = const(float(math.prod(kernel)), "float32") if include_pad else count
-        average = acc / divisor
-        stmts: list[Stmt] = [Declare(acc, const(0.0, "float32"))]
+        stmts: list[Stmt] = [Declare(acc, const(0.0, "float32")) for acc in accs]
         if not include_pad:
             stmts.append(Declare(count, const(0.0, "float32")))
         stmts += kb.loops(kernel, tap, prefix="r")
-        quantized = saturate(unary("round_even", average / y_scale + cast(y_zero, "float32")), dtype)
-        return [*stmts, yv.store(layout(n, c, o), quantized)]
+        for acc, c in zip(accs, cs):
+            quantized = saturate(unary("round_even", acc / divisor / y_scale + cast(y_zero, "float32")), dtype)
+            stmts.append(yv.store(layout(n, c, o), quantized))
+        return stmts
 
-    ctx.emit(kb, kb.loops([batch, *out_spatial, channels] if channels_last else [batch, channels, *out_spatial], body))
+    if channels_last:
+        body = kb.loops([batch, *out_spatial, channels], lambda i: window(i[0], [i[-1]], i[1:-1]))
+    else:
+        # CHAINS channels at a time: one channel's sum is a chain of dependent additions (the
+        # window order is onnxruntime's), so independent chains side by side fill the adder.
+        body = kb.loops([batch], lambda n: blocks(kb, channels, CHAINS, lambda first, count: kb.loops(
+            list(out_spatial), lambda o: window(n[0], [first + j for j in range(count)], o)), "b"))
+    ctx.emit(kb, body)
 
 
 def _dequantized_taps(ctx: LoweringContext, kb: KernelBuilder, scale: QuantParam, zero: QuantParam, dtype: str,
