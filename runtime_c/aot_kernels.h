@@ -1059,4 +1059,40 @@ static inline void aot_i32x16_store_narrow_first(void *p, aot_i32x16 v, int n)
 #endif
 #endif
 
+/*
+ * AOT_F32X<lanes>_PICK_LESS(a, b) and _PICK_GREATER(a, b): a < b ? a : b and a > b ? a : b, lane by
+ * lane (b where either is NaN): a requantisation's clamps (arithmetic.saturate_finite). They are
+ * exactly x86's minps and maxps, which gcc did not see in the select: a compare and a blend per
+ * bound, 4 instructions per output vector where 2 do. Elsewhere they are the selects.
+ */
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS) && defined(__x86_64__)
+#if defined(AOT_WANT_F32X4) || defined(AOT_WANT_F32X8) || defined(AOT_WANT_F32X16)
+#include <immintrin.h>
+#endif
+#ifdef AOT_WANT_F32X4
+#define AOT_F32X4_PICK_LESS(a, b) ((aot_f32x4)_mm_min_ps((__m128)(a), (__m128)(b)))
+#define AOT_F32X4_PICK_GREATER(a, b) ((aot_f32x4)_mm_max_ps((__m128)(a), (__m128)(b)))
+#endif
+#if defined(AOT_WANT_F32X8) && defined(__AVX__)
+#define AOT_F32X8_PICK_LESS(a, b) ((aot_f32x8)_mm256_min_ps((__m256)(a), (__m256)(b)))
+#define AOT_F32X8_PICK_GREATER(a, b) ((aot_f32x8)_mm256_max_ps((__m256)(a), (__m256)(b)))
+#endif
+#if defined(AOT_WANT_F32X16) && defined(__AVX512F__)
+#define AOT_F32X16_PICK_LESS(a, b) ((aot_f32x16)_mm512_min_ps((__m512)(a), (__m512)(b)))
+#define AOT_F32X16_PICK_GREATER(a, b) ((aot_f32x16)_mm512_max_ps((__m512)(a), (__m512)(b)))
+#endif
+#endif
+#if defined(AOT_WANT_F32X4) && !defined(AOT_F32X4_PICK_LESS)
+#define AOT_F32X4_PICK_LESS(a, b) AOT_F32X4_SELECT_LT((a), (b), (a), (b))
+#define AOT_F32X4_PICK_GREATER(a, b) AOT_F32X4_SELECT_GT((a), (b), (a), (b))
+#endif
+#if defined(AOT_WANT_F32X8) && !defined(AOT_F32X8_PICK_LESS)
+#define AOT_F32X8_PICK_LESS(a, b) AOT_F32X8_SELECT_LT((a), (b), (a), (b))
+#define AOT_F32X8_PICK_GREATER(a, b) AOT_F32X8_SELECT_GT((a), (b), (a), (b))
+#endif
+#if defined(AOT_WANT_F32X16) && !defined(AOT_F32X16_PICK_LESS)
+#define AOT_F32X16_PICK_LESS(a, b) AOT_F32X16_SELECT_LT((a), (b), (a), (b))
+#define AOT_F32X16_PICK_GREATER(a, b) AOT_F32X16_SELECT_GT((a), (b), (a), (b))
+#endif
+
 #endif /* AOT_KERNELS_H_INCLUDED */

@@ -60,6 +60,8 @@ static int check_f32x{n}(void)
         LANES_EQUAL(AOT_F32X{n}_SELECT_LE(va, vb, vc, va), a[i] <= b[i] ? c[i] : a[i])
         LANES_EQUAL(AOT_F32X{n}_SELECT_GT(va, vb, vc, va), a[i] > b[i] ? c[i] : a[i])
         LANES_EQUAL(AOT_F32X{n}_SELECT_GE(va, vb, vc, va), a[i] >= b[i] ? c[i] : a[i])
+        LANES_EQUAL(AOT_F32X{n}_PICK_LESS(va, vb), a[i] < b[i] ? a[i] : b[i])
+        LANES_EQUAL(AOT_F32X{n}_PICK_GREATER(va, vb), a[i] > b[i] ? a[i] : b[i])
         {{  /* the reductions: VecReduce's halving tree, recomputed lane by lane (c: no NaN; a: one) */
             float tree[{n}], want_sum, want_max, want_nan, got_sum, got_max, got_nan;
             int w;

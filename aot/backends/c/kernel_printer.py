@@ -59,6 +59,9 @@ from aot.kernel.unread import drop_unread_locals, untouched_params
 
 # Vector multiply-adds in one loop body from which the body counts as long (see long_fma_body).
 LONG_FMA_BODY = 64
+# Selects of one of the two values compared (a < b ? a : b): the header's _PICK_ macros, x86's
+# minps and maxps.
+PICKS = {"lt": "PICK_LESS", "gt": "PICK_GREATER"}
 
 
 def long_fma_body(kernel: Kernel) -> bool:
@@ -381,6 +384,8 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_ROUND_EVEN({self.expr(e.a)})"
         if isinstance(e, VecArith):
             return f"{self._vector(e.dtype)}_{e.op.upper()}({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, VecSelect) and e.cmp in PICKS and e.x == e.a and e.y == e.b:  # a < b ? a : b
+            return f"{self._vector(e.dtype)}_{PICKS[e.cmp]}({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, VecSelect):
             return (f"{self._vector(e.dtype)}_SELECT_{e.cmp.upper()}({self.expr(e.a)}, {self.expr(e.b)}, "
                     f"{self.expr(e.x)}, {self.expr(e.y)})")
