@@ -204,11 +204,15 @@ SHIFTED = {
     "masked_valid_rows": ((1, 5, 9, 8), (5, 1, 3, 3), {"group": 5, "pads": [0, 1, 0, 1]}),
     "masked_2x3_top_only": ((1, 3, 6, 5), (3, 1, 2, 3), {"group": 3, "pads": [1, 1, 0, 1]}),
     "shifted_period_past_cap": ((1, 2, 3, 129), (2, 1, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    # stride 2 with TensorFlow's pads over an even width (VWW's downsampling layers): the output
+    # grid covers the input's columns in both phases (an odd width's does not: shifted_s2_tf_pads)
+    "masked_s2_tf_pads": ((1, 6, 12, 12), (6, 1, 3, 3), {"pads": [0, 0, 1, 1], "strides": [2, 2], "group": 6}),
 }
 # The SHIFTED cases the masked form takes.
 MASKED = {"shifted_3x3_ragged", "shifted_5x5_batch2", "shifted_multiplier", "shifted_asymmetric_2x4",
           "shifted_12_pixels", "shifted_ragged_blocks", "shifted_wide_plane", "shifted_dilated", "masked_valid_rows",
-          "masked_2x3_top_only"}
+          "masked_2x3_top_only", "masked_s2_tf_pads", "shifted_s2_dilated", "shifted_s1x2_multiplier", "shifted_s3_5x5",
+          "shifted_1d_s2"}
 
 
 def generated_c(model, target: str | None) -> str:

@@ -1,19 +1,23 @@
-"""int8 depthwise convolutions of unit stride whose output rows are as wide as the input's (x86):
-one float copy of each plane, column masks instead of column-shifted copies.
+"""int8 depthwise convolutions on x86 whose output grid covers the input's columns: one float copy
+of each plane per stride phase, and column masks instead of column-shifted copies.
 
-Tap (kh, kw) of output pixel p = oh * W + ow reads input (oh + r, ow + d), r = kh * d_h - pad_top
-and d = kw * d_w - pad_left. The copy of a plane holds x - x_zero_point as floats, with zero rows
-above and below where the taps reach into the padding, and a zero margin at either end: the tap
-is then element p + (r - first_row) * W + d + margin of the copy, for every pixel alike. Where
-d != 0 the pixels of the first or last columns read a neighbouring row's value instead of
-padding; the taps of each d are summed apart and multiplied by that shift's column mask (1.0
-where ow + d is inside the row, else 0.0) before they join the sum. The mask of pixel p depends
-on p mod W only, so the loops run over periods of lcm(W, lanes) pixels, and the mask of a vector
-is a vector load from a table of one period (plus a vector).
+Tap (kh, kw) of output pixel p = oh * W + ow reads input row s_h * oh + kh * d_h - pad_top, that
+is s_h * (oh + r) + a with a the row phase and r its floor quotient, and column s_w * (ow + d) + b
+likewise. The copy of phase (a, b) holds, at row i and column j of a W-wide grid, input
+(s_h * i + a, s_w * j + b) minus x_zero_point as a float, and zeros where that is outside the
+input (padding), with a zero margin at either end: the tap is element p + (r - first_row) * W +
+d + margin of its copy, for every pixel alike. Where d != 0 the pixels of the first or last
+columns read the neighbouring row of the grid instead of padding; the taps of each d are summed
+apart and multiplied by that shift's column mask (1.0 where ow + d is inside the grid, else 0.0)
+before they join the sum. That is right because the grid covers the input's columns
+(masked_period): every column past the grid's is padding. The mask of pixel p depends on p mod W
+only, so the loops run over periods of lcm(W, lanes) pixels, and the mask of a vector is a vector
+load from a table of one period (plus a vector).
 
-Against shifted_depthwise (k_w copies of each plane, each with its wrapped columns reset one by
-one), this writes one copy as whole vectors and nothing else: on DS-CNN's 25x5 planes the
-copies and resets were half of the depthwise kernels' time.
+Against shifted_depthwise (a copy per column shift too, each with its wrapped columns reset one
+by one), this writes fewer copies and nothing else: unit strides copy a plane as whole vectors
+(on DS-CNN's 25x5 planes the copies and resets had been half of the depthwise kernels' time),
+stride 2 (MobileNet's downsampling layers) 4 copies of a quarter plane where there were 6.
 
 Every product and partial sum is an integer below 2**24 (|x - x_zero_point| <= 255, |w| <= 255,
 at most MAX_UNROLLED_TAPS taps), so the float sums are the int32 ones. Where the accumulator's
@@ -48,10 +52,12 @@ EXACT_FLOAT = 2 ** 24
 
 def masked_period(g: ConvGeometry, lanes: int) -> int | None:
     """lcm(W, lanes), the pixels after which the column masks repeat, where this form applies to
-    the depthwise convolution `g` (shifted_depthwise.vector_lanes gave `lanes`): unit strides,
-    output rows as wide as the input's and a period of at most MAX_PERIOD; else None."""
-    width = g.out_spatial[1]
-    if g.strides != (1, 1) or width != g.in_spatial[1]:
+    the depthwise convolution `g` (shifted_depthwise.vector_lanes gave `lanes`): the output grid
+    covers the input's columns in every column phase the taps read (a valid convolution's does
+    not) and the period is at most MAX_PERIOD; else None."""
+    width, in_w, s_w = g.out_spatial[1], g.in_spatial[1], g.strides[1]
+    phases = {(kw * g.dilations[1] - g.pad_begin[1]) % s_w for kw in range(g.kernel[1])}
+    if any(-(-(in_w - b) // s_w) > width for b in phases):
         return None
     period = math.lcm(width, lanes)
     return period if period <= MAX_PERIOD else None
@@ -66,31 +72,47 @@ def float_start_fits(weights: np.ndarray, bias: np.ndarray | None) -> bool:
     return bool(largest.max(initial=0) < EXACT_FLOAT)
 
 
+Key = tuple[int, int]  # (row phase a, column phase b)
+
+
 class _Layout:
-    """One channel's copy: `margin` zeros, the rows first_row .. out_h - 1 + last_row of the
-    input (zero rows outside it), `margin` zeros again."""
+    """The copies of a channel, one per key: `margin` zeros, the grid's rows first_row .. out_h -
+    1 + last_row (zeros outside the input), `margin` zeros again. Copy `key` of slot s starts at
+    (s * len(keys) + keys.index(key)) * size."""
 
     def __init__(self, g: ConvGeometry, lanes: int, period: int) -> None:
         (d_h, d_w), (p_t, p_l) = g.dilations, g.pad_begin
-        (self.out_h, self.width), self.in_h = g.out_spatial, g.in_spatial[0]
+        (self.out_h, self.width), (self.in_h, self.in_w) = g.out_spatial, g.in_spatial
+        self.strides = g.strides
         self.lanes, self.period = lanes, period
-        self.taps = [(kh * d_h - p_t, kw * d_w - p_l) for kh in range(g.kernel[0]) for kw in range(g.kernel[1])]
-        rows = [r for r, _ in self.taps]
+        # ((r, a), (d, b)) per tap
+        self.taps = [(divmod(kh * d_h - p_t, g.strides[0]), divmod(kw * d_w - p_l, g.strides[1]))
+                     for kh in range(g.kernel[0]) for kw in range(g.kernel[1])]
+        self.keys: list[Key] = sorted({(a, b) for (_, a), (_, b) in self.taps})
+        rows = [r for (r, _), _ in self.taps]
         self.first_row, self.last_row = min(rows), max(rows)
-        self.margin = max(abs(d) for _, d in self.taps)
-        self.shifts = sorted({d for _, d in self.taps if d != 0})  # one mask each
+        self.margin = max(abs(d) for _, (d, _) in self.taps)
+        self.shifts = sorted({d for _, (d, _) in self.taps if d != 0})  # one mask each
         self.size = (self.out_h + self.last_row - self.first_row) * self.width + 2 * self.margin
 
-    def tap(self, slot: Expr, t: int, p: Expr) -> Expr:
-        r, d = self.taps[t]
-        return slot * self.size + self.margin + (r - self.first_row) * self.width + d + p
+    def base(self, slot: Expr, key: Key) -> Expr:
+        return (slot * len(self.keys) + self.keys.index(key)) * self.size + self.margin
 
-    def input_rows(self) -> range:
-        """The input rows the copy holds (the others are padding: zeros)."""
-        return range(max(self.first_row, 0), min(self.out_h - 1 + self.last_row, self.in_h - 1) + 1)
+    def tap(self, slot: Expr, t: int, p: Expr) -> Expr:
+        (r, a), (d, b) = self.taps[t]
+        return self.base(slot, (a, b)) + (r - self.first_row) * self.width + d + p
+
+    def rows(self, a: int) -> range:
+        """The grid rows i whose input row s_h * i + a is inside the input."""
+        last = min(self.out_h - 1 + self.last_row, (self.in_h - 1 - a) // self.strides[0])
+        return range(max(self.first_row, 0), last + 1)
+
+    def columns(self, b: int) -> int:
+        """How many grid columns j (from 0) have their input column s_w * j + b inside the input."""
+        return min(self.width, -(-(self.in_w - b) // self.strides[1]))
 
     def masks(self) -> np.ndarray:
-        """[shift][j]: 1.0 where column (j mod W) + shift is inside the row, for j in one period
+        """[shift][j]: 1.0 where column (j mod W) + shift is inside the grid, for j in one period
         and one vector more (a vector may start at the period's last pixel)."""
         columns = np.arange(self.period + self.lanes) % self.width
         return np.stack([((columns + d >= 0) & (columns + d < self.width)).astype(np.float32)
@@ -108,22 +130,38 @@ def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Con
     assert period is not None
     layout = _Layout(g, lanes, period)
     per_group = g.out_channels // g.groups
-    block = max(1, min(g.groups, BLOCK_BYTES // (layout.size * 4)))
-    copies = kb.output(scratch_tensor(ctx, node, (block * layout.size,), np.float32, "masked")).buffer
+    copy_size = len(layout.keys) * layout.size
+    block = max(1, min(g.groups, BLOCK_BYTES // (copy_size * 4)))
+    copies = kb.output(scratch_tensor(ctx, node, (block * copy_size,), np.float32, "masked")).buffer
     masks = kb.input(ctx.shared_constant(layout.masks(), f"column_masks_{layout.width}")).buffer
     src = kb.input(x).buffer
     zero_point = cast(cast(x_zp, ACCUMULATOR), "float32")
-    rows = layout.input_rows()
-    plane_size = layout.in_h * layout.width
+    plane_size = layout.in_h * layout.in_w
+    # Unit strides over rows as wide as the input's: the copy is one run of the plane. Otherwise
+    # the copies gather from the plane converted to floats first (gathered bytes had been scalar
+    # loads and conversions).
+    run = g.strides == (1, 1) and layout.in_w == layout.width
+    floats = None if run else kb.output(scratch_tensor(ctx, node, (plane_size,), np.float32, "floats")).buffer
+
+    def value(i: Expr) -> Expr:
+        return cast(cast(Load(src, i), ACCUMULATOR), "float32") - zero_point
 
     def copy(n: Expr, group: Expr, slot: Expr) -> list[Stmt]:
-        first = (n * g.channels + group) * plane_size + rows.start * layout.width
-        at = slot * layout.size + layout.margin + (rows.start - layout.first_row) * layout.width
-
-        def element(i: Expr) -> Stmt:
-            return Store(copies, at + i, cast(cast(Load(src, first + i), ACCUMULATOR), "float32") - zero_point)
-
-        return _vector_run(kb, len(rows) * layout.width, lanes, element)
+        plane = (n * g.channels + group) * plane_size
+        if floats is None:
+            rows = layout.rows(0)
+            at = layout.base(slot, (0, 0)) + (rows.start - layout.first_row) * layout.width
+            first = plane + rows.start * layout.width
+            return _vector_run(kb, len(rows) * layout.width, lanes, lambda i: Store(copies, at + i, value(first + i)))
+        out = _vector_run(kb, plane_size, lanes, lambda i: Store(floats, i, value(plane + i)))
+        (s_h, s_w), width = g.strides, layout.width
+        for a, b in layout.keys:
+            rows, columns, base = layout.rows(a), layout.columns(b), layout.base(slot, (a, b))
+            if rows and columns > 0:
+                out += kb.loops([len(rows), columns], lambda i, a=a, b=b, rows=rows, base=base: [Store(
+                    copies, base + (i[0] + (rows.start - layout.first_row)) * width + i[1],
+                    Load(floats, ((i[0] + rows.start) * s_h + a) * layout.in_w + i[1] * s_w + b))], prefix="s")
+        return out
 
     def outputs(n: Expr, group: Expr, slot: Expr, j: Expr) -> list[Stmt]:
         m = group * per_group + j
@@ -158,7 +196,7 @@ def _masked_sum(layout: _Layout, taps: list[Expr], weights: list[Var], mask: Cal
         assert acc is not None
         return acc
 
-    by_shift = {d: [t for t, (_, td) in enumerate(layout.taps) if td == d] for d in [0, *layout.shifts]}
+    by_shift = {d: [t for t, (_, (td, _)) in enumerate(layout.taps) if td == d] for d in [0, *layout.shifts]}
     total: Expr | None = chain(start, by_shift[0]) if by_shift[0] else start
     for k, d in enumerate(layout.shifts):
         part = chain(None, by_shift[d])
