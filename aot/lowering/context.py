@@ -97,7 +97,6 @@ class LoweringContext:
         # Names of the tensors lowerings make (scratch, views, folded constants): they stay out of
         # the graph, so one graph can be lowered again (for other register tiles) unchanged.
         self._new_names: set[str] = set()
-        self._shared_constants: dict[tuple[str, tuple[int, ...], bytes], Tensor] = {}
         self.fusion = FusionPlan()
 
     def choice_key(self, node: Node, *facts: Hashable) -> Hashable:
@@ -181,15 +180,6 @@ class LoweringContext:
             name = f"{hint}__aot{self._new_constants}"
         self._new_names.add(name)
         return Tensor(name, data.dtype, tuple(data.shape), data=data)
-
-    def shared_constant(self, data: np.ndarray, hint: str) -> Tensor:
-        """constant, stored once for every kernel that asks for the same values (tables that
-        depend on a layer's shape only, such as depthwise column masks)."""
-        data = np.require(data, requirements="C")
-        key = (data.dtype.str, tuple(data.shape), data.tobytes())
-        if key not in self._shared_constants:
-            self._shared_constants[key] = self.constant(data, hint)
-        return self._shared_constants[key]
 
     def new_tensor(self, hint: str, dtype: np.dtype, shape: Sequence[int]) -> Tensor:
         """A new tensor without data (scratch or a view) named `hint`, or `hint_1`, `hint_2`, ...

@@ -33,7 +33,25 @@ from collections.abc import Callable
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Buffer, Declare, Expr, Load, MulAdd, Stmt, Store, Var, VecStore, cast, const
+from aot.kernel.ir import (
+    INDEX,
+    Buffer,
+    Declare,
+    Expr,
+    Load,
+    MulAdd,
+    Stmt,
+    Store,
+    Var,
+    VecStore,
+    binary,
+    cast,
+    const,
+    ge,
+    logical_and,
+    lt,
+    select,
+)
 from aot.kernel.vectorize import lanewise, narrowed_store
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.context import LoweringContext
@@ -111,12 +129,20 @@ class _Layout:
         """How many grid columns j (from 0) have their input column s_w * j + b inside the input."""
         return min(self.width, -(-(self.in_w - b) // self.strides[1]))
 
-    def masks(self) -> np.ndarray:
-        """[shift][j]: 1.0 where column (j mod W) + shift is inside the grid, for j in one period
-        and one vector more (a vector may start at the period's last pixel)."""
-        columns = np.arange(self.period + self.lanes) % self.width
-        return np.stack([((columns + d >= 0) & (columns + d < self.width)).astype(np.float32)
-                         for d in self.shifts]).reshape(len(self.shifts), -1)
+    def fill_masks(self, kb: KernelBuilder, masks: Buffer) -> list[Stmt]:
+        """masks[shift][j] = 1.0 where column (j mod W) + shift is inside the grid, for j in one
+        period and one vector more (a vector may start at the period's last pixel). Filled when
+        the kernel starts, in its scratch: as constants they were weights (DS-CNN's int8 package
+        past 0.3 of the float one's) for a few hundred stores a run."""
+        count = self.period + self.lanes
+
+        def mask(k: int, d: int, j: Expr) -> Stmt:
+            column = binary("mod", j, const(self.width, INDEX)) + d
+            inside = logical_and(ge(column, const(0, INDEX)), lt(column, const(self.width, INDEX)))
+            return Store(masks, j + k * count, select(inside, const(1.0, "float32"), const(0.0, "float32")))
+
+        return [stmt for k, d in enumerate(self.shifts)
+                for stmt in kb.loops([count], lambda j, k=k, d=d: [mask(k, d, j[0])], prefix="m")]
 
 
 def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: Tensor,
@@ -133,7 +159,8 @@ def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Con
     copy_size = len(layout.keys) * layout.size
     block = max(1, min(g.groups, BLOCK_BYTES // (copy_size * 4)))
     copies = kb.output(scratch_tensor(ctx, node, (block * copy_size,), np.float32, "masked")).buffer
-    masks = kb.input(ctx.shared_constant(layout.masks(), f"column_masks_{layout.width}")).buffer
+    masks = kb.output(scratch_tensor(ctx, node, (len(layout.shifts) * (period + lanes),), np.float32,
+                                     "column_masks")).buffer
     src = kb.input(x).buffer
     zero_point = cast(cast(x_zp, ACCUMULATOR), "float32")
     plane_size = layout.in_h * layout.in_w
@@ -183,8 +210,9 @@ def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Con
                 + kb.loops([count, per_group], lambda i: outputs(n, first + i[0], i[0], i[1]), prefix="o"))
 
     zero = kb.loops([copies.size], lambda i: [Store(copies, i[0], const(0.0, "float32"))], prefix="z")
-    return zero + kb.loops([g.batch], lambda n: blocks(kb, g.groups, block, lambda first, count: block_of(
+    channels = kb.loops([g.batch], lambda n: blocks(kb, g.groups, block, lambda first, count: block_of(
         n[0], first, count), "b"), prefix="n")
+    return zero + layout.fill_masks(kb, masks) + channels
 
 
 def _masked_sum(layout: _Layout, taps: list[Expr], weights: list[Var], mask: Callable[[int], Expr],
