@@ -966,6 +966,11 @@ static inline __m128i aot_i32x8_low_bytes(__m256i v)
 #define AOT_I32X8_STORE_NARROW(p, v) _mm_storel_epi64((__m128i *)(void *)(p), aot_i32x8_low_bytes((__m256i)(v)))
 #define AOT_I32X8_STORE_NARROW_FIRST(p, v, n) do { __m128i aot_b_ = aot_i32x8_low_bytes((__m256i)(v)); \
     __builtin_memcpy((void *)(p), &aot_b_, (n)); } while (0)
+#elif defined(__x86_64__) && defined(__AVX512VL__)
+/* vpmovdb, written out (see AOT_I32X16_STORE_NARROW). */
+#define AOT_I32X8_STORE_NARROW(p, v) _mm256_mask_cvtepi32_storeu_epi8((void *)(p), (__mmask8)0xff, (__m256i)(v))
+#define AOT_I32X8_STORE_NARROW_FIRST(p, v, n) \
+    _mm256_mask_cvtepi32_storeu_epi8((void *)(p), (__mmask8)((1u << (n)) - 1u), (__m256i)(v))
 #else
 #define AOT_I32X8_STORE_NARROW(p, v) do { aot_i8x8 aot_b_ = __builtin_convertvector((v), aot_i8x8); \
     __builtin_memcpy((void *)(p), &aot_b_, 8); } while (0)
@@ -1026,10 +1031,18 @@ typedef uint8_t aot_u8x16_unaligned __attribute__((vector_size(16), aligned(1), 
 #endif
 /* The lanes' low bytes (each lane within the type's range), stored at any alignment. Macros, not
  * functions: a vector argument wider than the compiler's flags allow changes the ABI (-Wpsabi). */
+#if defined(__x86_64__) && defined(__AVX512F__)
+/* vpmovdb, written out: gcc 12 compiled the conversion below lane by lane when its operand came
+ * from an intrinsic (AOT_I32X16_ROUND_CONVERT), 60 instructions where this is one. */
+#define AOT_I32X16_STORE_NARROW(p, v) _mm512_mask_cvtepi32_storeu_epi8((void *)(p), (__mmask16)0xffff, (__m512i)(v))
+#define AOT_I32X16_STORE_NARROW_FIRST(p, v, n) \
+    _mm512_mask_cvtepi32_storeu_epi8((void *)(p), (__mmask16)((1u << (n)) - 1u), (__m512i)(v))
+#else
 #define AOT_I32X16_STORE_NARROW(p, v) do { aot_i8x16 aot_b_ = __builtin_convertvector((v), aot_i8x16); \
     __builtin_memcpy((void *)(p), &aot_b_, 16); } while (0)
 #define AOT_I32X16_STORE_NARROW_FIRST(p, v, n) do { aot_i8x16 aot_b_ = __builtin_convertvector((v), aot_i8x16); \
     __builtin_memcpy((void *)(p), &aot_b_, (n)); } while (0)
+#endif
 #else
 static inline aot_i32x16 aot_i32x16_add(aot_i32x16 a, aot_i32x16 b)
 { int i; for (i = 0; i < 16; ++i) a.lane[i] = aot_i32x16_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }
@@ -1056,6 +1069,32 @@ static inline void aot_i32x16_store_narrow_first(void *p, aot_i32x16 v, int n)
 #define AOT_F32X16_ROUND_EVEN(v) aot_f32x16_round_even(v)
 #define AOT_I32X16_STORE_NARROW(p, v) aot_i32x16_store_narrow_first((void *)(p), (v), 16)
 #define AOT_I32X16_STORE_NARROW_FIRST(p, v, n) aot_i32x16_store_narrow_first((void *)(p), (v), (n))
+#endif
+#endif
+
+/*
+ * AOT_I32X<lanes>_ROUND_CONVERT(v): float lanes rounded half to even and converted to int32, each
+ * rounded value within int32's range (a requantisation clamps first: arithmetic.clamped_round).
+ * One instruction where the conversion can round to nearest even whatever the rounding mode:
+ * AVX-512's vcvtps2dq with its rounding in the instruction, aarch64's fcvtns; elsewhere the
+ * rounding, then the conversion of an integral value.
+ */
+#if defined(AOT_WANT_I32X16) && defined(AOT_WANT_F32X16)
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS) && defined(__AVX512F__)
+#define AOT_I32X16_ROUND_CONVERT(v) \
+    ((aot_i32x16)_mm512_cvt_roundps_epi32((__m512)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#else
+#define AOT_I32X16_ROUND_CONVERT(v) AOT_I32X16_CONVERT(AOT_F32X16_ROUND_EVEN(v))
+#endif
+#endif
+#if defined(AOT_WANT_I32X8) && defined(AOT_WANT_F32X8)
+#define AOT_I32X8_ROUND_CONVERT(v) AOT_I32X8_CONVERT(AOT_F32X8_ROUND_EVEN(v))
+#endif
+#if defined(AOT_WANT_I32X4) && defined(AOT_WANT_F32X4)
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS) && defined(__ARM_NEON) && defined(__aarch64__)
+#define AOT_I32X4_ROUND_CONVERT(v) ((aot_i32x4)vcvtnq_s32_f32((float32x4_t)(v)))
+#else
+#define AOT_I32X4_ROUND_CONVERT(v) AOT_I32X4_CONVERT(AOT_F32X4_ROUND_EVEN(v))
 #endif
 #endif
 

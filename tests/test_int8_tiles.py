@@ -154,7 +154,7 @@ def test_neon_pair_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, b
     text = source.decode() if isinstance(source, bytes) else source
     assert "AOT_I32X4_PAIR_DOTADD" in text
     if case == "pointwise_wide_row":  # whole tiles: requantised in registers, stored 4 bytes at a time
-        assert "AOT_I32X4_STORE_NARROW" in text and "AOT_F32X4_ROUND_EVEN" in text
+        assert "AOT_I32X4_STORE_NARROW" in text and "AOT_I32X4_ROUND_CONVERT" in text
     check_under_qemu(model, feeds, target, backend)
 
 

@@ -343,7 +343,8 @@ def test_every_dotadd_gives_the_exact_wrapping_sum(tmp_path: Path, cc: str, flag
 
 
 # The int8 tiles' requantisation in registers (4, 8 and 16 lanes): round half to even at the
-# halves and past 2^22, conversions both ways, the lanes narrowed to bytes at an odd address.
+# halves and past 2^22, as a float and converted to int32 (ROUND_CONVERT), conversions both
+# ways, the lanes narrowed to bytes at an odd address.
 _REQUANTIZE_PROGRAM = r"""
 #include <stdint.h>
 #include <stdio.h>
@@ -361,7 +362,7 @@ int main(void)
     static const float converted[4] = { 16777218.0f, -6.0f, -2147483648.0f, 1.0f };
     static const float values[4] = { -128.0f, 127.0f, 0.0f, -1.0f };
     static const uint8_t narrowed[4] = { 0x80, 0x7f, 0, 0xff };
-    int32_t ints[LANES], back[LANES];
+    int32_t ints[LANES], back[LANES], rounded[LANES];
     float out[LANES], floats[LANES];
     uint8_t bytes[LANES + 5] = { 0 };
     int i, j, bad = 0;
@@ -370,6 +371,9 @@ int main(void)
         AOT_F32X@_STORE(out, AOT_F32X@_ROUND_EVEN(AOT_F32X@_LOAD(&in[i])));
         for (j = 0; j < LANES; ++j)
             if (out[j] != want[i + j]) { bad = 1; printf("ROUND_EVEN(%.2f) = %.2f\n", in[i + j], out[j]); }
+        AOT_I32X@_STORE(rounded, AOT_I32X@_ROUND_CONVERT(AOT_F32X@_LOAD(&in[i])));
+        for (j = 0; j < LANES; ++j)
+            if (rounded[j] != (int32_t)want[i + j]) { bad = 1; printf("ROUND_CONVERT(%.2f)\n", in[i + j]); }
     }
     AOT_F32X@_STORE(out, AOT_F32X@_CONVERT(AOT_I32X@_ADD(AOT_I32X@_QUADS((const uint8_t *)ints), AOT_I32X@_SPLAT(1))));
     for (j = 0; j < LANES; ++j)

@@ -165,19 +165,22 @@ class _Lanewise:
 
 def narrowed_store(first: Stmt, second: Stmt, lanes: int, value: Var | None = None,
                    vector: Expr | None = None) -> Stmt | None:
-    """The vector form of the stores of two neighbouring outputs, each a float value converted
-    to int8 or uint8 (a requantisation): NarrowStore of the int32 lanes, or None where it has
-    none. `value` stands for the accumulator `vector` holds (lanewise)."""
+    """The vector form of the stores of two neighbouring outputs, each a float value (or an int32
+    one within the type's range) converted to int8 or uint8 (a requantisation): NarrowStore of
+    the int32 lanes, or None where it has none. `value` stands for the accumulator `vector`
+    holds (lanewise)."""
     if not (isinstance(first, Store) and isinstance(second, Store) and first.buffer == second.buffer
             and first.buffer.dtype in ("int8", "uint8") and index_step(first.index, second.index) == 1):
         return None
     a, b = first.value, second.value
     if not (isinstance(a, Cast) and isinstance(b, Cast) and a.dtype == b.dtype == first.buffer.dtype
-            and a.a.dtype == "float32"):
+            and a.a.dtype in ("float32", "int32")):
         return None
     rewritten = lanewise(a.a, b.a, value, vector, lanes, integers=True)
     if rewritten is None:
         return None
+    if a.a.dtype == "int32":
+        return NarrowStore(first.buffer, first.index, rewritten)
     return NarrowStore(first.buffer, first.index, VecConvert(rewritten, vector_of("int32", lanes)))
 
 

@@ -377,6 +377,9 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_MAX({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, VecMin):
             return f"{self._vector(e.dtype)}_MIN({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, VecConvert) and isinstance(e.a, VecRoundEven):  # one instruction where there is one
+            self._vector(e.a.dtype)
+            return f"{self._vector(e.dtype)}_ROUND_CONVERT({self.expr(e.a.a)})"
         if isinstance(e, VecConvert):  # (the header's conversions need both vector types)
             self._vector(e.a.dtype)
             return f"{self._vector(e.dtype)}_CONVERT({self.expr(e.a)})"

@@ -27,15 +27,20 @@ def saturate(value: Expr, dtype: str) -> Expr:
     return cast(select(ge(value, lo), minimum(value, hi), lo, eager=True), dtype)
 
 
-def saturate_finite(value: Expr, dtype: str) -> Expr:
-    """saturate for a value that is never NaN (an int32 sum times a finite constant): one
-    compare and one pick per bound, where saturate's NaN test took two compares, a mask and a
-    blend (measured: gcc's vector loop of VWW's int8 8 -> 16 channel 1x1 conv has 45% fewer
-    blends; it still blends rather than using min/max instructions)."""
-    lo, hi = (const(float(v), value.dtype) for v in QUANTIZED_RANGES[dtype])
-    # Each select picks one of the two values it compares: `a < b ? a : b`, min's own shape.
+def clamped_round(value: Expr, zero_point: Expr, dtype: str) -> Expr:
+    """saturate(round_half_to_even(value) + zero_point) for a value that is never NaN (an int32 sum
+    times a finite constant), clamped first and added in int32: rounding is monotonic and keeps
+    integers, so clamping value to [lo - zero_point, hi - zero_point] before it is the same as
+    saturating after, and the rounded value then converts to int32 in range. The float clamps
+    are one compare and one pick each (a < b ? a : b: min's own shape, x86's minps); the rounding
+    and the conversion side by side are one instruction on AVX-512 and aarch64 (cvtps2dq with
+    its rounding mode, fcvtns), and the zero point is an integer add: 7 instructions per
+    16 outputs on AVX-512 where rounding, adding and clamping in float took 9."""
+    shift = cast(zero_point, value.dtype)
+    lo, hi = (const(float(v), value.dtype) - shift for v in QUANTIZED_RANGES[dtype])
     below = select(lt(hi, value), hi, value, eager=True)
-    return cast(select(gt(below, lo), below, lo, eager=True), dtype)
+    inside = select(gt(below, lo), below, lo, eager=True)
+    return cast(cast(unary("round_even", inside), "int32") + cast(zero_point, "int32"), dtype)
 
 
 def quantize(x: Expr, scale: Expr, zero_point: Expr, dtype: str) -> Expr:

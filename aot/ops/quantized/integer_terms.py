@@ -19,7 +19,7 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Buffer, Const, Declare, Expr, Load, MulAdd, Stmt, Var, cast, const, unary
 from aot.lowering.builder import KernelBuilder
 from aot.ops.attrs import fail
-from aot.ops.quantized.arithmetic import saturate, saturate_finite
+from aot.ops.quantized.arithmetic import clamped_round, saturate
 
 ACCUMULATOR = "int32"
 OPERAND_DTYPES = ("int8", "uint8")  # what the integer ops' quantised inputs and outputs may be
@@ -145,8 +145,10 @@ def requantize(acc: Expr, multiplier: Expr, zero_point: Expr, dtype: str, finite
     zero point is added; the ONNX reference rounds after, which differs on exact halves only).
     `finite`: every multiplier is a finite constant, so the value is never NaN (an infinite
     product saturates either way)."""
-    scaled = unary("round_even", cast(acc, "float32") * multiplier)
-    return (saturate_finite if finite else saturate)(scaled + cast(zero_point, "float32"), dtype)
+    scaled = cast(acc, "float32") * multiplier
+    if finite:
+        return clamped_round(scaled, zero_point, dtype)
+    return saturate(unary("round_even", scaled) + cast(zero_point, "float32"), dtype)
 
 
 def finite_constants(in_scale: Tensor, w_scale: Tensor, out_scale: Tensor) -> bool:

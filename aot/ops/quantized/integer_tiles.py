@@ -165,9 +165,9 @@ def copy_band(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
 
     def copy(i: list[Expr], lanes: int = QUAD, quad_base: int = 0) -> list[Stmt]:
         quad, col = i[0] + quad_base, i[1]
-        return [Store(image, layout.at(zero, zero, quad, 0, col) + j,
-                      _byte(x.load([n, quad * QUAD + j, row * s_h, (col0 + col) * s_w]), image.dtype))
-                for j in range(lanes)]
+        return [Store(image, layout.at(zero, zero, quad, 0, col) + j, _byte(
+                    x.load([n, quad * QUAD + min(j, lanes - 1), row * s_h, (col0 + col) * s_w]), image.dtype))
+                for j in range(QUAD)]
 
     return _quads(kb, [], g.channels, count, copy)
 
@@ -205,13 +205,16 @@ def copy_rows(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
                  first: int = first) -> list[Stmt]:
             # A quad's bytes as statements of one loop body, not a loop of four: compilers then
             # vectorise along the columns, loading each channel's run and interleaving the four
-            # (a byte at a time before: 40% of VWW's int8 8 -> 16 channel 1x1 conv).
+            # (a byte at a time before: 40% of VWW's int8 8 -> 16 channel 1x1 conv). A last quad
+            # of fewer channels repeats its last channel in the rest (whose weights are zero):
+            # storing 3 bytes of 4, or a constant in the fourth, gcc wrote VWW's first layer's
+            # image a byte at a time.
             n, r, q, col = i
             quad = q + quad_base
             column = col + first
-            return [Store(image, layout.at(n, r + top, quad, phase, column) + j,
-                          _byte(x.load([n, quad * QUAD + j, r, column * s_w + phase - left]), image.dtype))
-                    for j in range(lanes)]
+            return [Store(image, layout.at(n, r + top, quad, phase, column) + j, _byte(
+                        x.load([n, quad * QUAD + min(j, lanes - 1), r, column * s_w + phase - left]), image.dtype))
+                    for j in range(QUAD)]
 
         body += _quads(kb, [g.batch, in_h], g.channels, last - first + 1, copy)
     return body
@@ -242,8 +245,14 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
         """Output pixels [ow0, ow0 + pixels) of row oh, read from the image's `column` on."""
         vectors = -(-pixels // shape.lanes)
         accs = [[kb.var("acc", f"int32x{shape.lanes}") for _ in range(vectors)] for _ in range(shape.channels)]
-        zero = Splat(const(0, ACCUMULATOR), shape.lanes)
-        body: list[Stmt] = [Declare(a, zero) for row in accs for a in row]
+        first = block * shape.channels
+        # The sums start from their channel's bias (one broadcast per channel, where adding it in
+        # the epilogue took a broadcast and an add per vector), except in a ragged last block,
+        # whose channels past m_count have no bias to read.
+        start = (lambda m: init(m)) if m_count % shape.channels == 0 else (lambda m: const(0, ACCUMULATOR))
+        body: list[Stmt] = [Declare(a, Splat(start(first + c), shape.lanes))
+                            for c, row in enumerate(accs) for a in row]
+        rest = (lambda m: const(0, ACCUMULATOR)) if m_count % shape.channels == 0 else init
 
         def step(kh: Expr, kw: int, quad: Expr) -> list[Stmt]:
             image_n, row = (const(0, INDEX), kh) if band else (n, oh * s_h + kh * d_h)
@@ -265,10 +274,10 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
         body += unrolled_taps(kb, k_h, k_w, layout.quads, step)
         # Requantised in registers (armv7 vectorises no float loop by itself; over 8-pixel rows gcc
         # left x86's loop scalar: int8 ResNet-8 0.154 -> 0.095 ms), else by a loop over stored sums.
-        first, store_at = block * shape.channels, lambda m, p, value: store(n, m, oh, ow0 + p, value)
-        stored = stores_in_registers(accs, first, shape.lanes, pixels, m_count, init, finish, store_at)
+        store_at = lambda m, p, value: store(n, m, oh, ow0 + p, value)  # noqa: E731
+        stored = stores_in_registers(accs, first, shape.lanes, pixels, m_count, rest, finish, store_at)
         return body + (stored if stored is not None else requantised_by_loop(
-            kb, accs, scratch(), shape, first, m_count, pixels, init, finish, store_at))
+            kb, accs, scratch(), shape, first, m_count, pixels, rest, finish, store_at))
 
     def pieces(piece: Callable[[Expr, int], list[Stmt]]) -> list[Stmt]:
         return along_row(kb, out_w, shape.width, overlap, piece)
