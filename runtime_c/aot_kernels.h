@@ -539,6 +539,7 @@ typedef int32_t aot_i32_quad __attribute__((aligned(1), may_alias));
 #endif
 #define AOT_I32X4_QUADS(p) (*(const aot_i32x4_unaligned *)(const void *)(p))
 #define AOT_I32X4_STORE(p, v) (*(aot_i32x4_unaligned *)(void *)(p) = (v))
+#define AOT_I32X4_LOAD(p) (*(const aot_i32x4_unaligned *)(const void *)(p))
 #define AOT_I32X4_SPLAT(x) ((aot_i32x4){ (x), (x), (x), (x) })
 #define AOT_I32X4_SPLAT_QUAD(p) (((aot_i32x4){ 0 }) + *(const aot_i32_quad *)(const void *)(p))
 #if defined(__ARM_NEON)
@@ -635,6 +636,8 @@ static inline aot_i32x4 aot_i32x4_quads(const uint8_t *p)
 { aot_i32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = aot_i32x4_quad(p + 4 * i); return v; }
 static inline aot_i32x4 aot_i32x4_splat(int32_t x)
 { aot_i32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = x; return v; }
+static inline aot_i32x4 aot_i32x4_load(const int32_t *p)
+{ aot_i32x4 v; int i; for (i = 0; i < 4; ++i) v.lane[i] = p[i]; return v; }
 static inline void aot_i32x4_store(int32_t *p, aot_i32x4 v)
 { int i; for (i = 0; i < 4; ++i) p[i] = v.lane[i]; }
 static inline aot_i32x4 aot_i32x4_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i32x4 b)
@@ -645,6 +648,7 @@ static inline aot_i32x4 aot_i32x4_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i32x4 b
   return acc; }
 #define AOT_I32X4_QUADS(p) aot_i32x4_quads(p)
 #define AOT_I32X4_STORE(p, v) aot_i32x4_store((p), (v))
+#define AOT_I32X4_LOAD(p) aot_i32x4_load(p)
 #define AOT_I32X4_SPLAT(x) aot_i32x4_splat(x)
 #define AOT_I32X4_SPLAT_QUAD(p) aot_i32x4_splat(aot_i32x4_quad(p))
 #define AOT_I32X4_DOTADD(acc, a, b) aot_i32x4_dotadd((acc), (a), (b))
@@ -780,6 +784,7 @@ typedef int32_t aot_i32_quad __attribute__((aligned(1), may_alias));
 #endif
 #define AOT_I32X8_QUADS(p) (*(const aot_i32x8_unaligned *)(const void *)(p))
 #define AOT_I32X8_STORE(p, v) (*(aot_i32x8_unaligned *)(void *)(p) = (v))
+#define AOT_I32X8_LOAD(p) (*(const aot_i32x8_unaligned *)(const void *)(p))
 #define AOT_I32X8_SPLAT(x) ((aot_i32x8){ (x), (x), (x), (x), (x), (x), (x), (x) })
 #define AOT_I32X8_SPLAT_QUAD(p) (((aot_i32x8){ 0 }) + *(const aot_i32_quad *)(const void *)(p))
 /* Byte i of each lane, sign-extended, by shifts (an arithmetic right shift, as gcc and clang
@@ -831,6 +836,8 @@ static inline aot_i32x8 aot_i32x8_quads(const uint8_t *p)
 { aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = aot_i32x8_quad(p + 4 * i); return v; }
 static inline aot_i32x8 aot_i32x8_splat(int32_t x)
 { aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = x; return v; }
+static inline aot_i32x8 aot_i32x8_load(const int32_t *p)
+{ aot_i32x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = p[i]; return v; }
 static inline void aot_i32x8_store(int32_t *p, aot_i32x8 v)
 { int i; for (i = 0; i < 8; ++i) p[i] = v.lane[i]; }
 static inline aot_i32x8 aot_i32x8_dotadd(aot_i32x8 acc, aot_i32x8 a, aot_i32x8 b)
@@ -841,6 +848,7 @@ static inline aot_i32x8 aot_i32x8_dotadd(aot_i32x8 acc, aot_i32x8 a, aot_i32x8 b
   return acc; }
 #define AOT_I32X8_QUADS(p) aot_i32x8_quads(p)
 #define AOT_I32X8_STORE(p, v) aot_i32x8_store((p), (v))
+#define AOT_I32X8_LOAD(p) aot_i32x8_load(p)
 #define AOT_I32X8_SPLAT(x) aot_i32x8_splat(x)
 #define AOT_I32X8_SPLAT_QUAD(p) aot_i32x8_splat(aot_i32x8_quad(p))
 static inline aot_i32x8 aot_i32x8_sdotadd(aot_i32x8 acc, aot_i32x8 a, aot_i32x8 b)
@@ -865,6 +873,7 @@ typedef int32_t aot_i32_quad __attribute__((aligned(1), may_alias));
 #endif
 #define AOT_I32X16_QUADS(p) (*(const aot_i32x16_unaligned *)(const void *)(p))
 #define AOT_I32X16_STORE(p, v) (*(aot_i32x16_unaligned *)(void *)(p) = (v))
+#define AOT_I32X16_LOAD(p) (*(const aot_i32x16_unaligned *)(const void *)(p))
 #define AOT_I32X16_SPLAT(x) ((aot_i32x16){ (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x), (x) })
 #define AOT_I32X16_SPLAT_QUAD(p) (((aot_i32x16){ 0 }) + *(const aot_i32_quad *)(const void *)(p))
 #if defined(__x86_64__) && defined(__AVX512VNNI__)
@@ -900,6 +909,8 @@ static inline aot_i32x16 aot_i32x16_quads(const uint8_t *p)
 { aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = aot_i32x16_quad(p + 4 * i); return v; }
 static inline aot_i32x16 aot_i32x16_splat(int32_t x)
 { aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = x; return v; }
+static inline aot_i32x16 aot_i32x16_load(const int32_t *p)
+{ aot_i32x16 v; int i; for (i = 0; i < 16; ++i) v.lane[i] = p[i]; return v; }
 static inline void aot_i32x16_store(int32_t *p, aot_i32x16 v)
 { int i; for (i = 0; i < 16; ++i) p[i] = v.lane[i]; }
 static inline aot_i32x16 aot_i32x16_dotadd(aot_i32x16 acc, aot_i32x16 a, aot_i32x16 b)
@@ -910,6 +921,7 @@ static inline aot_i32x16 aot_i32x16_dotadd(aot_i32x16 acc, aot_i32x16 a, aot_i32
   return acc; }
 #define AOT_I32X16_QUADS(p) aot_i32x16_quads(p)
 #define AOT_I32X16_STORE(p, v) aot_i32x16_store((p), (v))
+#define AOT_I32X16_LOAD(p) aot_i32x16_load(p)
 #define AOT_I32X16_SPLAT(x) aot_i32x16_splat(x)
 #define AOT_I32X16_SPLAT_QUAD(p) aot_i32x16_splat(aot_i32x16_quad(p))
 #define AOT_I32X16_DOTADD(acc, a, b) aot_i32x16_dotadd((acc), (a), (b))

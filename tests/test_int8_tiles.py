@@ -336,3 +336,87 @@ def test_the_header_s_other_forms_are_exact(flags: str) -> None:
     package = compile_model(model, backend="c", target="x86_64-v3" if flags == "-mavxvnni" else None)
     host = HostModel.build(package, opt="-O1", extra_cflags=f"-pedantic {flags}")
     assert_quantized_match(host.run(dict(feeds)), run_onnxruntime(model, feeds))
+
+
+# QGemm with constant B: register tiles with the output columns in the lanes (integer_gemm.py).
+# (rows, depth, columns): one row (a fully connected layer of batch 1) and a ragged block of
+# rows past the tile's 4, depth past whole quads; columns fill whole vectors of 16 (and so 8, 4).
+GEMMS = {"one_row": (1, 130, 32), "rows_5_depth_37": (5, 37, 48), "rows_9_wide": (9, 64, 16 * 9)}
+
+
+def qgemm_tile_model(shape: tuple[int, int, int], dtype: str, float_out: bool = False, trans_a: bool = False):
+    """A QGemm of constant B (transB, per-column scales and zero points) and a per-column bias."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    m, k, n = shape
+    rng = np.random.default_rng(k + n)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max + 1, (k, m) if trans_a else (m, k)).astype(dtype)
+    b = rng.integers(-120, 121, (n, k)).astype(np.int8)  # b - b_zero_point within int8: the tiles
+    inits = {"as": np.float32(0.021), "az": np.array(5 if dtype == "int8" else 131, dtype), "b": b,
+             "bs": rng.uniform(0.002, 0.004, n).astype(np.float32), "bz": rng.integers(-3, 4, n).astype(np.int8),
+             "c": rng.integers(-20000, 20000, n).astype(np.int32), "ys": np.float32(1.7),
+             "yz": np.array(-7 if dtype == "int8" else 120, dtype)}
+    names = ["a", "as", "az", "b", "bs", "bz", "c"] + ([] if float_out else ["ys", "yz"])
+    out = TensorProto.FLOAT if float_out else (TensorProto.INT8 if dtype == "int8" else TensorProto.UINT8)
+    node = helper.make_node("QGemm", names, ["y"], domain="com.microsoft", transB=1, transA=int(trans_a), alpha=0.75)
+    a_type = TensorProto.INT8 if dtype == "int8" else TensorProto.UINT8
+    graph = helper.make_graph(
+        [node], "test_graph", [helper.make_tensor_value_info("a", a_type, list(a.shape))],
+        [helper.make_tensor_value_info("y", out, None)],
+        [numpy_helper.from_array(np.asarray(inits[name]), name) for name in names[1:]])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model, {"a": a}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", sorted(GEMMS))
+def test_qgemm_tiles_match_onnxruntime(case: str, dtype: str, target: str | None) -> None:
+    model, feeds = qgemm_tile_model(GEMMS[case], dtype, trans_a=case == "rows_5_depth_37")
+    if target is not None:  # the tiles, not the dot product per output
+        assert "_DOTADD(" in generated_c(model, target) and "row_quads" in generated_c(model, target)
+    check_tiled(model, feeds, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_qgemm_tiles_give_float_outputs(target: str | None) -> None:
+    model, feeds = qgemm_tile_model(GEMMS["rows_5_depth_37"], "int8", float_out=True)
+    ours, ref = run_aot(model, feeds, backend=BACKEND, target=target), run_onnxruntime(model, feeds)
+    np.testing.assert_allclose(ours["y"], ref["y"], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["rpi5", "rpi4"])
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_qgemm_tiles_match_onnxruntime_under_qemu(dtype: str, backend: str, target: str) -> None:
+    """rpi5: the tiles' sdot step (signed bytes: uint8 A read as A - 128); rpi4: the loops."""
+    model, feeds = qgemm_tile_model(GEMMS["rows_5_depth_37"], dtype)
+    check_under_qemu(model, feeds, target, backend)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("batched", [False, True], ids=["2d", "batched"])
+@pytest.mark.parametrize("op", ["QLinearMatMul", "MatMulInteger"])
+@pytest.mark.parametrize("dtypes", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8")],
+                         ids=["u8s8", "s8s8", "u8u8"])
+def test_integer_matmul_tiles_match_onnxruntime(dtypes: tuple[str, str], op: str, batched: bool,
+                                                target: str | None) -> None:
+    """A constant b whose b - b_zero_point fits int8 (per-column zero points) takes the QGemm
+    tiles; a batch of a's rows ([4, 16, 96] times [96, 48]) runs as one block of 64 rows."""
+    from tests.test_ops_quantized_integer import QLINEAR_MATMUL_INPUTS, matmul_values
+
+    values = matmul_values("2d", *dtypes, seed=3)
+    rng = np.random.default_rng(7)
+    zero = values["b_zero_point"].astype(np.int64).reshape(1, -1)
+    values["b"] = (zero + rng.integers(-100, 101, values["b"].shape)).astype(dtypes[1])
+    if batched:
+        values["a"] = values["a"].reshape(4, 16, 96)
+    inputs = QLINEAR_MATMUL_INPUTS if op == "QLinearMatMul" else ["a", "b", "a_zero_point", "b_zero_point"]
+    model, feeds = model_of(op, inputs, values, {"a"}, ["y"])
+    if target is not None:
+        assert "row_quads" in generated_c(model, target)
+    check_tiled(model, feeds, target)

@@ -17,10 +17,11 @@ import numpy as np
 
 from aot.ir.graph import Node, Tensor
 from aot.ir.sizes import element_count
-from aot.kernel.ir import Assign, Declare, Expr, Stmt, const
+from aot.kernel.ir import INDEX, Assign, Declare, Expr, Stmt, const
 from aot.lowering.builder import BroadcastError, KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
+from aot.ops.quantized.integer_gemm import GemmOperands, gemm_tiles
 from aot.ops.quantized.integer_terms import (
     ACCUMULATOR,
     UNSIGNED_SHIFT,
@@ -90,7 +91,7 @@ def lower_matmul_integer(node: Node, ctx: LoweringContext) -> None:
     p = _product(node, 0, 1)
     if p.y.dtype != np.int32:
         raise fail(node, f"output {p.y.name!r} has dtype {p.y.dtype}; MatMulInteger gives int32")
-    _lower(node, ctx, p, node.input(2), node.input(3), lambda kb: lambda acc, bi, i, j: acc)
+    _lower(node, ctx, p, node.input(2), node.input(3), lambda kb: lambda acc, bi, i, j: acc, True)
 
 
 @register("QLinearMatMul")
@@ -112,7 +113,7 @@ def lower_qlinear_matmul(node: Node, ctx: LoweringContext) -> None:
         finite = finite_constants(*scales)
         return lambda acc, bi, i, j: requantize(acc, multiplier(bi, i, j), zero_point, dtype, finite)
 
-    _lower(node, ctx, p, node.input(2), node.input(5), finish)
+    _lower(node, ctx, p, node.input(2), node.input(5), finish, scales[0].size == 1)
 
 
 def _product(node: Node, a_index: int, b_index: int) -> Product:
@@ -174,7 +175,8 @@ def _multiplier(node: Node, ctx: LoweringContext, kb: KernelBuilder, p: Product,
 
 
 def _lower(node: Node, ctx: LoweringContext, p: Product, a_zero_point: Tensor | None, b_zero_point: Tensor | None,
-           finish_for: Callable[[KernelBuilder], Finish]) -> None:
+           finish_for: Callable[[KernelBuilder], Finish], row_invariant: bool) -> None:
+    """`row_invariant`: the finish reads nothing per row of a (no per-row scale)."""
     check_zero_point(node, a_zero_point, p.a, "a_zero_point")
     check_zero_point(node, b_zero_point, p.b, "b_zero_point")
     kb = ctx.builder(node)
@@ -182,6 +184,10 @@ def _lower(node: Node, ctx: LoweringContext, p: Product, a_zero_point: Tensor | 
     av = View(kb.input(p.a).buffer, p.a_shape).broadcast_to((*p.batch, p.m, p.k))
     a_zp = _side(node, kb, p, a_zero_point, True, 0, p.a.dtype.name, "a_zero_point")
     finish = finish_for(kb)
+    tiles = _tiles(node, ctx, kb, p, a_zero_point, b_zero_point, finish, row_invariant)
+    if tiles is not None:
+        ctx.emit(kb, tiles)
+        return
     stmts: list[Stmt] = []
     if p.b.is_constant and (b_zero_point is None or b_zero_point.is_constant):
         shift = UNSIGNED_SHIFT if p.a.dtype == np.int8 else 0
@@ -208,6 +214,36 @@ def _lower(node: Node, ctx: LoweringContext, p: Product, a_zero_point: Tensor | 
         return [Declare(acc, start(bi, i, j)), *steps, yv.store(idx, finish(acc, bi, i, j))]
 
     ctx.emit(kb, stmts + kb.loops([*p.batch, p.m, p.n], body))
+
+
+def _tiles(node: Node, ctx: LoweringContext, kb: KernelBuilder, p: Product, a_zero_point: Tensor | None,
+           b_zero_point: Tensor | None, finish: Finish, row_invariant: bool) -> list[Stmt] | None:
+    """The product as integer_gemm's register tiles, the batches' rows one after another: where b
+    is a constant matrix with constant zero points, a's zero point one constant, a not broadcast
+    over the batch and nothing per row; None otherwise."""
+    a_zero = None if a_zero_point is None else np.asarray(a_zero_point.data).reshape(-1) \
+        if a_zero_point.is_constant else None
+    if not (row_invariant and len(p.b_shape) == 2 and p.b.is_constant and tuple(p.a_shape[:-2]) == p.batch
+            and (b_zero_point is None or b_zero_point.is_constant)
+            and (a_zero_point is None or (a_zero is not None and uniform(a_zero)))):
+        return None
+    assert p.b.data is not None
+    b = np.asarray(p.b.data, np.int64).reshape(p.b_shape)
+    if b_zero_point is not None:
+        assert b_zero_point.data is not None
+        zero = np.asarray(b_zero_point.data, np.int64).reshape(-1)
+        if zero.size not in (1, p.n):
+            return None
+        b = b - zero.reshape(1, -1)
+    weights = np.ascontiguousarray(b.T)
+    start = -(0 if a_zero is None else int(a_zero[0])) * weights.sum(axis=1)
+    rows = int(np.prod(p.batch, dtype=np.int64)) * p.m
+    a = View(kb.input(p.a).buffer, (rows, p.k))
+    y = View(kb.output(p.y).buffer, (rows, p.n))
+    origin = [const(0, INDEX)] * len(p.batch)
+    operands = GemmOperands(rows, p.k, p.a.dtype.name, lambda i, k: a.load([i, k]), weights, start)
+    return gemm_tiles(node, ctx, kb, operands, lambda acc, j: finish(acc, origin, const(0, INDEX), j),
+                      lambda i, j, value: y.store([i, j], value))
 
 
 def _unsigned_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, p: Product) -> tuple[list[Stmt], View]:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Assign, Declare, Expr, Stmt, cast, const, unary
+from aot.kernel.ir import INDEX, Assign, Declare, Expr, Stmt, cast, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
-from aot.ops.quantized.arithmetic import saturate
+from aot.ops.quantized.integer_gemm import GemmOperands, gemm_tiles
+from aot.ops.quantized.integer_terms import UNSIGNED_SHIFT, requantize, uniform, unsigned_byte
 from aot.ops.quantized.tensor_params import MS_DOMAIN, QuantParam, eight_bit, scale_param, zero_point_param
 from aot.ops.registry import register
 
@@ -81,13 +82,29 @@ def lower_qgemm(node: Node, ctx: LoweringContext) -> None:
     def scalar(p: QuantParam) -> Expr:
         return p.expr(lambda t: kb.input(t).load_flat(const(0, INDEX)))
 
-    a_zero = cast(scalar(zero_point_param(node, 2, "a_zero_point", a_dtype)), "int32")
-    dot = _folded_weights(node, ctx, kb, b, trans_b, a_zero) or _dot_product(node, kb, b, trans_b, b_dtype, a_zero, n)
     av, yv = kb.input(a), kb.output(y)
-    a_scale = scalar(scale_param(node, 1, "a_scale"))
-    b_scale = _per_column(node, 4, "b_scale", "float32", n, kb.input)
-    y_scale = scalar(scale_param(node, 7, "y_scale")) if node.input(7) is not None else None
+    multiplier, finite = _multiplier(node, ctx, kb, alpha, n, scalar)
     y_zero = scalar(zero_point_param(node, 8, "y_zero_point", out_dtype)) if quantized_out else None
+
+    def finish(acc: Expr, j: Expr) -> Expr:
+        if y_zero is None:
+            return cast(acc, "float32") * multiplier(j)
+        return requantize(acc, multiplier(j), y_zero, out_dtype, finite)
+
+    def a_load(i: Expr, r: Expr) -> Expr:
+        return av.load([r, i] if trans_a else [i, r])
+
+    operands = _constant_operands(node, b, trans_b, bias, (m, k, n), a_dtype, a_load)
+    tiles = None if operands is None else gemm_tiles(node, ctx, kb, operands, finish,
+                                                     lambda i, j, value: yv.store([i, j], value))
+    if tiles is not None:
+        ctx.emit(kb, tiles)
+        return
+    a_zero = cast(scalar(zero_point_param(node, 2, "a_zero_point", a_dtype)), "int32")
+    # x86's int8 dot product multiplies unsigned bytes by signed ones: int8 A read as A + 128
+    unsigned = a_dtype == "int8" and ctx.tiles.int8_dot in ("vpdpbusd", "vpmaddwd")
+    dot = _folded_weights(node, ctx, kb, b, trans_b, a_zero, unsigned) or \
+        _dot_product(node, kb, b, trans_b, b_dtype, a_zero, n)
     cv = kb.input(bias).broadcast_to((m, n)) if bias is not None else None
 
     def body(idx: list[Expr]) -> list[Stmt]:
@@ -95,18 +112,67 @@ def lower_qgemm(node: Node, ctx: LoweringContext) -> None:
         acc = kb.var("acc", "int32")
 
         def step(r: list[Expr]) -> list[Stmt]:
-            return [Assign(acc, acc + dot.term(av.load([r[0], i] if trans_a else [i, r[0]]), j, r[0]))]
+            return [Assign(acc, acc + dot.term(a_load(i, r[0]), j, r[0]))]
 
         start = cast(cv.load(idx), "int32") if cv is not None else const(0, "int32")
-        multiplier = const(float(alpha), "float32") * a_scale * b_scale(j)
-        if y_scale is not None:
-            multiplier = multiplier / y_scale
-        value = cast(acc, "float32") * multiplier
-        if y_zero is not None:
-            value = saturate(unary("round_even", value) + cast(y_zero, "float32"), out_dtype)
-        return [Declare(acc, dot.start(start, j)), *kb.loops([k], step, prefix="r"), yv.store(idx, value)]
+        return [Declare(acc, dot.start(start, j)), *kb.loops([k], step, prefix="r"), yv.store(idx, finish(acc, j))]
 
     ctx.emit(kb, kb.loops([m, n], body))
+
+
+def _constant_operands(node: Node, b: Tensor, trans_b: int, bias: Tensor | None, sizes: tuple[int, int, int],
+                       a_dtype: str, a_load: Callable[[Expr, Expr], Expr]) -> GemmOperands | None:
+    """The product's operands for the register tiles (integer_gemm.py): B, its zero points, A's
+    zero point and C constants, C the same for every row; None otherwise."""
+    m, k, n = sizes
+    a_zero = zero_point_param(node, 2, "a_zero_point", a_dtype)
+    b_zero = _per_column_param(node, 5, "b_zero_point", b.dtype.name, n)
+    constant_zero = b_zero.is_constant if isinstance(b_zero, Tensor) else b_zero.tensor is None
+    if not (b.is_constant and constant_zero and a_zero.tensor is None and (bias is None or bias.is_constant)):
+        return None
+    assert b.data is not None
+    weights = (b.data if trans_b else b.data.T).astype(np.int64)
+    weights = weights - (np.asarray(b_zero.data, np.int64).reshape(-1, 1) if isinstance(b_zero, Tensor)
+                         else int(b_zero.value))
+    start = np.zeros(n, np.int64)
+    if bias is not None:
+        rows = np.broadcast_to(np.asarray(bias.data, np.int64), (m, n))
+        if (rows != rows[:1]).any():
+            return None
+        start = rows[0].copy()
+    start = start - int(a_zero.value) * weights.sum(axis=1)
+    return GemmOperands(m, k, a_dtype, a_load, weights, start)
+
+
+def _multiplier(node: Node, ctx: LoweringContext, kb: KernelBuilder, alpha: np.float32, columns: int,
+                scalar: Callable[[QuantParam], Expr]) -> tuple[Column, bool]:
+    """Column j's multiplier, alpha x a_scale x b_scale[j] (/ y_scale), in that order, and whether
+    every multiplier is a finite constant. Constant scales fold at compile time, in float32 as the
+    run time computes them (a division per output, otherwise)."""
+    a_scale = scale_param(node, 1, "a_scale")
+    b_scale = _per_column_param(node, 4, "b_scale", "float32", columns)
+    y_scale = scale_param(node, 7, "y_scale") if node.input(7) is not None else None
+    b_values = b_scale.data if isinstance(b_scale, Tensor) and b_scale.is_constant else \
+        None if isinstance(b_scale, Tensor) or b_scale.tensor is not None else np.float32(b_scale.value)
+    if a_scale.tensor is None and b_values is not None and (y_scale is None or y_scale.tensor is None):
+        with np.errstate(all="ignore"):
+            values = (alpha * np.float32(a_scale.value)) * np.asarray(b_values, np.float32).reshape(-1)
+            if y_scale is not None:
+                values = values / np.float32(y_scale.value)
+        finite = bool(np.isfinite(values).all())
+        if uniform(values):
+            return (lambda j: const(float(values[0]), "float32")), finite
+        view = kb.input(ctx.constant(values.astype(np.float32), f"{node.name}_multiplier"))
+        return (lambda j: view.load([j])), finite
+    a_s = scalar(a_scale)
+    b_s = _per_column(node, 4, "b_scale", "float32", columns, kb.input)
+    y_s = scalar(y_scale) if y_scale is not None else None
+
+    def at(j: Expr) -> Expr:
+        value = const(float(alpha), "float32") * a_s * b_s(j)
+        return value / y_s if y_s is not None else value
+
+    return at, False
 
 
 @dataclass(frozen=True)
@@ -132,13 +198,16 @@ def _dot_product(node: Node, kb: KernelBuilder, b: Tensor, trans_b: int, b_dtype
 
 
 def _folded_weights(node: Node, ctx: LoweringContext, kb: KernelBuilder, b: Tensor, trans_b: int,
-                    a_zero: Expr) -> _Dot | None:
+                    a_zero: Expr, unsigned: bool) -> _Dot | None:
     """A constant B, and its zero points, folded at compile time: B' = B - b_zero_point stored as
     N x K (rows contiguous, as A's are), and sum_k (A - za) B' = sum_k A B' - za colsum(B'), so
     the sum is of products of the stored operands alone, which the compilers turn into
     multiply-add instructions (x86 vpdpbusd for uint8 x int8). An 8 x 768 x 3072 uint8 x int8
     QGemm: B as given, a stride-N load per step, 24.7 ms; this, 0.58 ms (onnxruntime 0.19 ms).
-    None when B or its zero point is fed at run time."""
+    `unsigned` (int8 A, x86) and int8 B': A is read as the unsigned byte A + 128 and 128 colsum(B')
+    more taken from the start: unsigned x signed bytes are what vpdpbusd multiplies, and gcc
+    then sums 64 products per instruction (signed x signed, it widened to 16 bits: MLPerf Tiny's
+    int8 autoencoder x ms). None when B or its zero point is fed at run time."""
     columns = b.shape[0] if trans_b else b.shape[1]
     zero = _per_column_param(node, 5, "b_zero_point", b.dtype.name, columns)
     if not b.is_constant or (isinstance(zero, QuantParam) and zero.tensor is not None) or \
@@ -159,10 +228,13 @@ def _folded_weights(node: Node, ctx: LoweringContext, kb: KernelBuilder, b: Tens
     stored = kb.input(ctx.constant(np.ascontiguousarray(weights.astype(stored_type)), f"{b.name}_folded"))
     column_sums = kb.input(ctx.constant(sums.astype(np.int32), f"{b.name}_column_sums"))
 
-    def term(x: Expr, j: Expr, r: Expr) -> Expr:
-        return cast(x, "int32") * cast(stored.load([j, r]), "int32")
+    shifted = unsigned and stored_type == np.int8
+    a_shift = a_zero + const(UNSIGNED_SHIFT, "int32") if shifted else a_zero
 
-    return _Dot(term, lambda start, j: start - a_zero * column_sums.load([j]))
+    def term(x: Expr, j: Expr, r: Expr) -> Expr:
+        return cast(unsigned_byte(x) if shifted else x, "int32") * cast(stored.load([j, r]), "int32")
+
+    return _Dot(term, lambda start, j: start - a_shift * column_sums.load([j]))
 
 
 def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
