@@ -207,7 +207,8 @@ def _folded_weights(node: Node, ctx: LoweringContext, kb: KernelBuilder, b: Tens
     `unsigned` (int8 A, x86) and int8 B': A is read as the unsigned byte A + 128 and 128 colsum(B')
     more taken from the start: unsigned x signed bytes are what vpdpbusd multiplies, and gcc
     then sums 64 products per instruction (signed x signed, it widened to 16 bits: MLPerf Tiny's
-    int8 autoencoder x ms). None when B or its zero point is fed at run time."""
+    int8 autoencoder 0.019 -> 0.012 ms, before its layers took integer_gemm's tiles). None when
+    B or its zero point is fed at run time."""
     columns = b.shape[0] if trans_b else b.shape[1]
     zero = _per_column_param(node, 5, "b_zero_point", b.dtype.name, columns)
     if not b.is_constant or (isinstance(zero, QuantParam) and zero.tensor is not None) or \
