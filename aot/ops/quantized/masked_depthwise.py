@@ -129,6 +129,14 @@ class _Layout:
         """How many grid columns j (from 0) have their input column s_w * j + b inside the input."""
         return min(self.width, -(-(self.in_w - b) // self.strides[1]))
 
+    def splits_rows(self) -> bool:
+        """Whether the input's rows and columns divide into the stride's phases exactly, each
+        phase's rows whole grid rows from 0: then copy (a, b) is every s_w-th float of the rows of
+        phase a laid end to end (_split_rows)."""
+        (s_h, s_w) = self.strides
+        return (self.in_h % s_h == 0 and self.in_w == s_w * self.width
+                and all(self.rows(a) == range(0, self.in_h // s_h) for a, _ in self.keys))
+
     def fill_masks(self, kb: KernelBuilder, masks: Buffer) -> list[Stmt]:
         """masks[shift][j] = 1.0 where column (j mod W) + shift is inside the grid, for j in one
         period and one vector more (a vector may start at the period's last pixel). Filled when
@@ -169,6 +177,7 @@ def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Con
     # loads and conversions).
     run = g.strides == (1, 1) and layout.in_w == layout.width
     floats = None if run else kb.output(scratch_tensor(ctx, node, (plane_size,), np.float32, "floats")).buffer
+    split = not run and layout.splits_rows()
 
     def value(i: Expr) -> Expr:
         return cast(cast(Load(src, i), ACCUMULATOR), "float32") - zero_point
@@ -180,6 +189,8 @@ def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Con
             at = layout.base(slot, (0, 0)) + (rows.start - layout.first_row) * layout.width
             first = plane + rows.start * layout.width
             return _vector_run(kb, len(rows) * layout.width, lanes, lambda i: Store(copies, at + i, value(first + i)))
+        if split:
+            return _split_rows(kb, layout, lanes, floats, copies, slot, lambda i: value(plane + i))
         out = _vector_run(kb, plane_size, lanes, lambda i: Store(floats, i, value(plane + i)))
         (s_h, s_w), width = g.strides, layout.width
         for a, b in layout.keys:
@@ -257,6 +268,30 @@ def _periods(kb: KernelBuilder, layout: _Layout, overlap: bool, pixel: Callable[
         out.append(_stmt(vector(const(pixels - lanes, INDEX), const((pixels - lanes) % period, INDEX))))
     elif rest:
         out += kb.loops([rest], lambda i: [pixel(i[0] + done, i[0] + count * lanes)], prefix="p")
+    return out
+
+
+def _split_rows(kb: KernelBuilder, layout: _Layout, lanes: int, floats: Buffer, copies: Buffer, slot: Expr,
+                value: Callable[[Expr], Expr]) -> list[Stmt]:
+    """A strided plane's copies where its rows and columns divide into the stride's phases
+    (_Layout.splits_rows): its rows converted to floats grouped by row phase (each a run of
+    whole vectors), then copy (a, b) as one flat loop over every s_w-th float of phase a's rows
+    from b, which gcc turns into two-source permutes. Gathered a grid row at a time, 24 or 6
+    floats, it had inserted them one by one (a quarter of VWW's int8 stride-2 depthwise)."""
+    (s_h, s_w), in_w = layout.strides, layout.in_w
+    half = layout.in_h // s_h * in_w  # the floats of one row phase
+
+    def rows(i: list[Expr]) -> list[Stmt]:
+        a, row = i
+        return _vector_run(kb, in_w, lanes, lambda c: Store(floats, a * half + row * in_w + c,
+                                                               value((row * s_h + a) * in_w + c)))
+
+    out = kb.loops([s_h, layout.in_h // s_h], rows, prefix="s")
+    pixels = layout.in_h // s_h * layout.width
+    for a, b in layout.keys:
+        base = layout.base(slot, (a, b)) - layout.first_row * layout.width
+        out += kb.loops([pixels], lambda p, a=a, b=b, base=base: [
+            Store(copies, base + p[0], Load(floats, a * half + p[0] * s_w + b))], prefix="s")
     return out
 
 
