@@ -389,12 +389,15 @@ def test_qgemm_tiles_give_float_outputs(target: str | None) -> None:
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("target", ["rpi5", "rpi4"])
+@pytest.mark.parametrize("target", ["rpi5", "rpi4", "rpi3"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
 def test_qgemm_tiles_match_onnxruntime_under_qemu(dtype: str, backend: str, target: str) -> None:
-    """rpi5: the tiles' sdot step (signed bytes: uint8 A read as A - 128); rpi4: the loops."""
+    """rpi5: the tiles' sdot step (signed bytes: uint8 A read as A - 128); rpi4 and rpi3: NEON's
+    PairDotAdd (aarch64, armv7), the weights never -128."""
     model, feeds = qgemm_tile_model(GEMMS["rows_5_depth_37"], dtype)
+    text = generated_c(model, target)
+    assert "row_quads" in text and ("SDOTADD" in text if target == "rpi5" else "PAIR_DOTADD" in text)
     check_under_qemu(model, feeds, target, backend)
 
 

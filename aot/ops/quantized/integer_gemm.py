@@ -6,8 +6,10 @@ output channel; a fully connected layer of one row (a batch of 1) has no pixels 
 here the lanes hold output columns: B' (the weights less their zero points, N x K) is packed at
 compile time as [N / lanes][K / 4][lanes][4] signed bytes, and each step is one DotAdd of a
 vector of weight quads by one quad of A's row broadcast (vpdpbusd, AVX2's exact sequence, sdot).
-A is copied once per run as the bytes the step multiplies (uint8 on x86, int8 with sdot: A +
-128 or A - 128 where its type differs, the difference folded into the start). Before, each
+A is copied once per run as the bytes the step multiplies (uint8 on x86, int8 on Arm: A + 128 or
+A - 128 where its type differs, the difference folded into the start). NEON without the dot
+product (rpi4, rpi3) takes PairDotAdd (smull, smlal2, sadalp: 16 multiply-adds in 3), where no
+weight is -128. Before, each
 output was its own dot product: two or three vector steps then a horizontal sum and a scalar
 requantisation (MLPerf Tiny's int8 autoencoder ran slower than its float build).
 """
@@ -27,6 +29,9 @@ from aot.kernel.ir import (
     Declare,
     DotAdd,
     Expr,
+    PairDotAdd,
+    PairLoad,
+    PairSplat,
     QuadLoad,
     QuadSplat,
     Stmt,
@@ -68,15 +73,15 @@ def gemm_tiles(node: Node, ctx: LoweringContext, kb: KernelBuilder, op: GemmOper
                store: StoreAt) -> list[Stmt] | None:
     """The product as tiles of up to MAX_ROWS rows by MAX_VECTORS vectors of columns, each output
     requantised in registers (`finish`) and stored by `store`; None where the preset has no dot
-    step (NEON without the dot product, the portable presets), the columns do not fill whole
-    vectors, a weight is outside int8, or the output has no vector store."""
+    step (the portable presets), the columns do not fill whole vectors, a weight is outside
+    int8 (or -128, on NEON without the dot product), or the output has no vector store."""
     dot = ctx.tiles.int8_dot
     columns = op.weights.shape[0]
-    if dot not in ("vpdpbusd", "vpmaddwd", "sdot") or op.weights.size == 0:
+    if dot not in ("vpdpbusd", "vpmaddwd", "sdot", "neon") or op.weights.size == 0:
         return None
-    if op.weights.min() < -128 or op.weights.max() > 127:
-        return None
-    signed = dot == "sdot"
+    if op.weights.min() < (-127 if dot == "neon" else -128) or op.weights.max() > 127:
+        return None  # (NEON's PairDotAdd sums two products in 16 bits: no weight may be -128)
+    signed = dot in ("sdot", "neon")
     lanes = 4 if signed else max(8, ctx.tiles.lanes)
     if columns % lanes or not _stores_in_vectors(finish, store, lanes):
         return None
@@ -89,7 +94,7 @@ def gemm_tiles(node: Node, ctx: LoweringContext, kb: KernelBuilder, op: GemmOper
     starts = kb.input(ctx.constant(wrap_int32(start), f"{node.name}_start")).buffer
     act_type = "int8" if signed else "uint8"
     acts = kb.output(scratch_tensor(ctx, node, (op.rows * quads * QUAD,), np.dtype(act_type), "row_quads")).buffer
-    shape = _Shape(lanes, quads, signed, weights, starts, acts)
+    shape = _Shape(lanes, quads, signed, dot == "neon", weights, starts, acts)
     vectors = columns // lanes
     per_tile = min(vectors, MAX_VECTORS)
     rows = max(1, min(op.rows, MAX_ROWS, ctx.tiles.accumulators // per_tile))
@@ -106,6 +111,7 @@ class _Shape:
     lanes: int
     quads: int
     signed: bool
+    pairs: bool  # NEON without the dot product: PairDotAdd of operands in pair order
     weights: Buffer
     starts: Buffer
     acts: Buffer
@@ -160,12 +166,18 @@ def _tile(kb: KernelBuilder, shape: _Shape, first_row: Expr, rows: int, first_ve
                         for row in accs for v, acc in enumerate(row)]
 
     def step(q: list[Expr]) -> list[Stmt]:
-        operands = [QuadLoad(shape.weights, ((first_vector + v) * shape.quads + q[0]) * (lanes * QUAD), lanes * QUAD)
+        load = PairLoad if shape.pairs else QuadLoad
+        operands = [load(shape.weights, ((first_vector + v) * shape.quads + q[0]) * (lanes * QUAD), lanes * QUAD)
                     for v in range(vectors)]
         out: list[Stmt] = []
         for r, row in enumerate(accs):
-            quad = QuadSplat(shape.acts, ((first_row + r) * shape.quads + q[0]) * QUAD, QUAD, lanes)
-            out += [Assign(acc, DotAdd(acc, quad, w, shape.signed)) for acc, w in zip(row, operands)]
+            at = ((first_row + r) * shape.quads + q[0]) * QUAD
+            if shape.pairs:
+                pair = PairSplat(shape.acts, at, QUAD)
+                out += [Assign(acc, PairDotAdd(acc, pair, w)) for acc, w in zip(row, operands)]
+            else:
+                quad = QuadSplat(shape.acts, at, QUAD, lanes)
+                out += [Assign(acc, DotAdd(acc, quad, w, shape.signed)) for acc, w in zip(row, operands)]
         return out
 
     body += kb.loops([shape.quads], step, prefix="k")
