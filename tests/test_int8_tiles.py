@@ -17,6 +17,7 @@ import pytest
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
 from aot.host.run import HostModel
+from aot.ops.quantized.integer_tiles import TileShape, tile_shape
 from aot.pipeline import PipelineOptions
 from aot.targets import default_int8_dot, load_target
 from tests.helpers import run_aot, run_onnxruntime, selected_backend
@@ -37,6 +38,10 @@ CASES = {
     # two images, channels past a quad, a ragged last band; a strided one copies the whole image
     "pointwise_batch2_ragged": ((2, 6, 7, 9), (5, 6, 1, 1), {}),
     "pointwise_s2": ((1, 8, 9, 13), (6, 8, 1, 1), {"strides": [2, 2]}),
+    # three vectors of 16 lanes (integer_tiles.tile_shape): a 6x6 plane's 36 pixels (VWW's
+    # 128-channel stage), a 48-pixel row with a ragged block of output channels
+    "pointwise_6x6_plane": ((1, 20, 6, 6), (24, 20, 1, 1), {}),
+    "pointwise_48_row": ((1, 12, 2, 48), (9, 12, 1, 1), {}),
     "1d": ((1, 5, 37), (9, 5, 3), {"pads": [1, 1]}),
     # one input channel: a 1x1 convolution over the taps (integer_conv._tap_columns), with padding
     # on every side and strides (DS-CNN's first layer), without padding, dilated, and 1-D
@@ -304,6 +309,22 @@ def test_each_preset_takes_its_int8_dot_step(target: str | None, macro: str | No
         assert "DOTADD" not in text
     else:
         assert macro in text
+
+
+def test_tiles_take_three_vectors_where_they_waste_fewer_lanes() -> None:
+    """16 lanes and 24 accumulators (AVX-512): 36 and 48 pixels in one tile of three vectors (two
+    would compute 64), 32 and 125 (flattened DS-CNN planes: 128 against 144) in two; AVX2's eight
+    accumulators keep two vectors (three would leave two channels a tile)."""
+    assert tile_shape(16, 24, 36, 128) == TileShape(16, 3, 8)
+    assert tile_shape(16, 24, 48, 9) == TileShape(16, 3, 8)
+    assert tile_shape(16, 24, 32, 128) == TileShape(16, 2, 8)
+    assert tile_shape(16, 24, 125, 64) == TileShape(16, 2, 8)
+    assert tile_shape(8, 8, 36, 128) == TileShape(8, 2, 4)
+    values, attrs = values_for("pointwise_6x6_plane", "int8", "int8")
+    model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    text = compile_model(model, backend="c", target="x86_64-v4-vnni").files["test_graph.c"]
+    text = text.decode() if isinstance(text, bytes) else text
+    assert "acc23 = AOT_I32X16_DOTADD" in text and "acc24" not in text  # one tile: 8 channels x 3 vectors
 
 
 def test_int8_dot_defaults_from_the_features_and_is_validated(tmp_path: Path) -> None:

@@ -112,6 +112,11 @@ def tile_shape(lanes: int, accumulators: int, out_w: int, out_channels: int) -> 
     if lanes > 8 and out_w <= 8:
         lanes = 8
     vectors = 2 if out_w > lanes else 1
+    if vectors == 2 and lanes >= 8 and accumulators // 3 >= min(8, out_channels) and \
+            _computed(out_w, 3 * lanes) < _computed(out_w, 2 * lanes):
+        # three vectors where they waste fewer lanes: a 6x6 plane's 36 pixels as 48, not twice 32
+        # (an overlapping last tile), a 48-pixel row as 48, not 64
+        vectors = 3
     if lanes == 4:
         # gcc vectorises the epilogue's loop over a tile's 16 pixels, not over 8 ("not
         # worthwhile": its int8 stores fill 16-byte vectors): with 8, VWW's int8 C code ran
@@ -119,6 +124,11 @@ def tile_shape(lanes: int, accumulators: int, out_w: int, out_channels: int) -> 
         vectors = min(4, -(-out_w // lanes))
     channels = max(1, min(out_channels, accumulators // vectors, 8))
     return TileShape(lanes, vectors, channels)
+
+
+def _computed(out_w: int, width: int) -> int:
+    """The pixels tiles `width` wide compute over a row of `out_w` (the last one a whole tile)."""
+    return -(-out_w // width) * width
 
 
 def packed_weights(weights: np.ndarray, channels: int) -> np.ndarray:
