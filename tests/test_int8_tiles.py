@@ -42,6 +42,11 @@ CASES = {
     # 128-channel stage), a 48-pixel row with a ragged block of output channels
     "pointwise_6x6_plane": ((1, 20, 6, 6), (24, 20, 1, 1), {}),
     "pointwise_48_row": ((1, 12, 2, 48), (9, 12, 1, 1), {}),
+    # planes of few pixels: the channels in the lanes (pixel_rows.py), then transposed; 1-D; a
+    # count of channels that fills no whole vector keeps the pixel tiles
+    "pointwise_3x3_plane": ((1, 20, 3, 3), (32, 20, 1, 1), {}),
+    "pointwise_1d_5": ((1, 12, 5), (16, 12, 1), {}),
+    "pointwise_3x3_ragged_channels": ((1, 8, 3, 3), (12, 8, 1, 1), {}),
     "1d": ((1, 5, 37), (9, 5, 3), {"pads": [1, 1]}),
     # one input channel: a 1x1 convolution over the taps (integer_conv._tap_columns), with padding
     # on every side and strides (DS-CNN's first layer), without padding, dilated, and 1-D
@@ -50,6 +55,8 @@ CASES = {
     "one_channel_dilated": ((1, 1, 13, 15), (6, 1, 3, 2), {"pads": [0, 2, 1, 0], "dilations": [2, 3]}),
     "one_channel_1d": ((1, 1, 40), (5, 1, 7), {"pads": [3, 2], "strides": [3]}),
 }
+
+CHANNELS_IN_LANES = {"pointwise_3x3_plane", "pointwise_1d_5"}  # on x86 (pixel_rows.py)
 
 
 def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0,
@@ -125,7 +132,8 @@ def test_avx2_signed_tiles_match_onnxruntime(case: str, x_dtype: str) -> None:
     value against -127 in both halves of a quad; weights with a -128 keep DOTADD."""
     values, attrs = values_for(case, x_dtype, "int8", symmetric=True)
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
-    assert "AOT_I32X8_SDOTADD" in generated_c(model, "x86_64-v3")
+    if case not in CHANNELS_IN_LANES:  # (integer_gemm's tiles, which read A unsigned)
+        assert "AOT_I32X8_SDOTADD" in generated_c(model, "x86_64-v3")
     check_tiled(model, feeds, "x86_64-v3")
     values["w"][0].flat[0] = -128
     model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
@@ -325,6 +333,21 @@ def test_tiles_take_three_vectors_where_they_waste_fewer_lanes() -> None:
     text = compile_model(model, backend="c", target="x86_64-v4-vnni").files["test_graph.c"]
     text = text.decode() if isinstance(text, bytes) else text
     assert "acc23 = AOT_I32X16_DOTADD" in text and "acc24" not in text  # one tile: 8 channels x 3 vectors
+
+
+@pytest.mark.parametrize("target", ["x86_64-v4-vnni", "x86_64-v3"])
+def test_planes_of_few_pixels_put_the_channels_in_the_lanes(target: str) -> None:
+    """A 3x3 plane's 9 pixels would fill 16 lanes: the output channels take them (pixel_rows.py);
+    12 channels fill no whole vector of them, and a 6x6 plane wastes too little."""
+    def text_of(case: str) -> str:
+        values, attrs = values_for(case, "uint8", "int8")
+        model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+        source = compile_model(model, backend="c", target=target).files["test_graph.c"]
+        return source.decode() if isinstance(source, bytes) else source
+
+    assert "pixel_rows" in text_of("pointwise_3x3_plane") and "pixel_rows" in text_of("pointwise_1d_5")
+    assert "pixel_rows" not in text_of("pointwise_3x3_ragged_channels")
+    assert "pixel_rows" not in text_of("pointwise_6x6_plane")
 
 
 def test_int8_dot_defaults_from_the_features_and_is_validated(tmp_path: Path) -> None:

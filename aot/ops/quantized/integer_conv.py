@@ -75,6 +75,7 @@ from aot.ops.quantized.integer_terms import (
 )
 from aot.ops.quantized.integer_tiles import fits, fits_pairs, tiled_conv
 from aot.ops.quantized.masked_depthwise import float_start_fits, masked_depthwise, masked_period
+from aot.ops.quantized.pixel_rows import pixel_rows, wasteful_pixel_lanes
 from aot.ops.quantized.shifted_depthwise import shifted_depthwise, vector_lanes
 from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
@@ -289,13 +290,15 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
     elif conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
         x_zp = unsigned_byte(x_zp)
     if tiled:
-        init = _folded_bias(node, ctx, kb, conv, sums, x_zp)
+        def folded() -> PerIndex:  # made only where the tiles read it (pixel_rows folds its own)
+            return _folded_bias(node, ctx, kb, conv, sums, x_zp)
+
         x = View(kb.input(conv.x).buffer, (g.batch, g.channels, *g.in_spatial))
         if g.channels == 1 and 1 < taps <= MAX_TAP_COLUMNS:
             copy, columns, tap_g = _tap_columns(node, ctx, kb, x, g, x_fill)
             return copy + _tiled(node, ctx, kb, conv, tap_g, columns, weights.reshape(m_count, taps, 1, 1), x_zp,
-                                 init, finish, store, flat, overlap)
-        return _tiled(node, ctx, kb, conv, g, x, weights, x_zp, init, finish, store, flat, overlap)
+                                 folded, finish, store, flat, overlap)
+        return _tiled(node, ctx, kb, conv, g, x, weights, x_zp, folded, finish, store, flat, overlap)
     packed_w = narrow_weights(np.ascontiguousarray(weights.transpose(0, 2, 3, 1)))  # [M][kh][kw][C/group]
     packed = kb.input(ctx.constant(packed_w, conv.w.name)).buffer
     copy, image = _channels_last(node, ctx, kb, conv.x, g, x_zp)
@@ -338,8 +341,8 @@ def _tap_columns(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, g
 
 
 def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, g: ConvGeometry, x: View,
-           weights: np.ndarray, x_zp: Expr, init: PerIndex, finish: Finish, store: StoreAt, flat: bool,
-           overlap: bool) -> list[Stmt]:
+           weights: np.ndarray, x_zp: Expr, init: Callable[[], PerIndex], finish: Finish, store: StoreAt,
+           flat: bool, overlap: bool) -> list[Stmt]:
     """The int8 register tile (integer_tiles.py) over input `x` ([n][c][h][w] of geometry `g`).
     A 1x1 convolution without stride or padding over rows narrower than a tile runs over the
     plane as one row, when the output (and what the epilogue reads) may be indexed flat."""
@@ -365,7 +368,15 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
     # 12 (4 x 3), spills and all: rpi4 int8 ResNet-8 C 7.15 -> 6.71 M, LLVM 6.48 -> 5.82 M.
     one_step = ctx.tiles.int8_dot in ("vpdpbusd", "sdot")  # one instruction: no registers for its parts
     accumulators = ctx.tiles.accumulators if one_step else ctx.tiles.accumulators * 2 // 3
-    return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init, finish, out_store, lanes, accumulators, overlap)
+    pixels = out_h * out_w
+    if pointwise and g.batch == 1 and (flattened or out_h == 1) and \
+            wasteful_pixel_lanes(pixels, lanes, accumulators, g.out_channels):
+        zero = const(0, INDEX)
+        rows = pixel_rows(node, ctx, kb, x, conv.x_zero_point, conv.bias, weights.reshape(g.out_channels, -1),
+                          pixels, finish, lambda m, p, value: out_store(zero, m, zero, p, value))
+        if rows is not None:
+            return rows
+    return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init(), finish, out_store, lanes, accumulators, overlap)
 
 
 def _folded_bias(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, weight_sums: np.ndarray,

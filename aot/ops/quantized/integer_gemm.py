@@ -77,14 +77,10 @@ def gemm_tiles(node: Node, ctx: LoweringContext, kb: KernelBuilder, op: GemmOper
     int8 (or -128, on NEON without the dot product), or the output has no vector store."""
     dot = ctx.tiles.int8_dot
     columns = op.weights.shape[0]
-    if dot not in ("vpdpbusd", "vpmaddwd", "sdot", "neon") or op.weights.size == 0:
+    lanes = column_lanes(ctx)
+    if not weights_fit(ctx, op.weights) or not _stores_in_vectors(finish, store, lanes):
         return None
-    if op.weights.min() < (-127 if dot == "neon" else -128) or op.weights.max() > 127:
-        return None  # (NEON's PairDotAdd sums two products in 16 bits: no weight may be -128)
     signed = dot in ("sdot", "neon")
-    lanes = 4 if signed else max(8, ctx.tiles.lanes)
-    if columns % lanes or not _stores_in_vectors(finish, store, lanes):
-        return None
     quads = -(-op.depth // QUAD)
     start = op.start + _shift_correction(op, signed)
     packed = np.zeros((columns // lanes, quads * QUAD, lanes), np.int64)
@@ -104,6 +100,23 @@ def gemm_tiles(node: Node, ctx: LoweringContext, kb: KernelBuilder, op: GemmOper
             kb, shape, first_row, row_count, first, count, finish, store))
 
     return _copy_rows(kb, op, acts, quads, act_type) + _blocks(kb, op.rows, rows, "r", over_columns)
+
+
+def column_lanes(ctx: LoweringContext) -> int:
+    """Output columns per vector: NEON's 4 (128 bits), x86's 8 or 16."""
+    return 4 if ctx.tiles.int8_dot in ("sdot", "neon") else max(8, ctx.tiles.lanes)
+
+
+def weights_fit(ctx: LoweringContext, weights: np.ndarray) -> bool:
+    """Whether the preset has a dot step and the weights B' [N x K] its tiles: whole vectors of
+    columns, each weight within int8 (and not -128 on NEON without the dot product, whose
+    PairDotAdd sums two products in 16 bits)."""
+    dot = ctx.tiles.int8_dot
+    if dot not in ("vpdpbusd", "vpmaddwd", "sdot", "neon") or weights.size == 0:
+        return False
+    if weights.min() < (-127 if dot == "neon" else -128) or weights.max() > 127:
+        return False
+    return weights.shape[0] % column_lanes(ctx) == 0
 
 
 @dataclass(frozen=True)
