@@ -117,6 +117,23 @@ def check_under_qemu(model, feeds: dict[str, np.ndarray], target: str, backend: 
     assert_quantized_match(built.run(dict(feeds)), run_onnxruntime(model, feeds))
 
 
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["rpi5", "rpi4"])
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("case", sorted(DEPTHWISE))
+def test_aarch64_depthwise_tap_pairs_match_onnxruntime_under_qemu(case: str, backend: str, target: str) -> None:
+    """int8 input, weights in -127..127: two taps' products summed in int16 before the int32 sum
+    (integer_terms.tap_sum's pairs: smull + smlal), with -128 inputs against -127 weights in both;
+    a -128 weight keeps the int32 products."""
+    values, attrs = values_for(case, "int8", "int8", symmetric=True)
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    assert "(int16_t)" in generated_c(model, target)
+    check_under_qemu(model, feeds, target, backend)
+    values["w"][0].flat[0] = -128
+    model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    assert "(int16_t)" not in generated_c(model, target)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
 @pytest.mark.parametrize("case", sorted(CASES))

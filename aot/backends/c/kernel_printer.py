@@ -420,7 +420,12 @@ class KernelPrinter:
         if e.op == "mod" and operand_dtype in ("float32", "float64"):
             function = "fmodf" if operand_dtype == "float32" else "fmod"
             return f"{function}({self.expr(e.a)}, {self.expr(e.b)})", PRIMARY
-        return infix(e.op, self._printed(e.a), self._printed(e.b))
+        printed = infix(e.op, self._printed(e.a), self._printed(e.b))
+        if e.dtype == "int16" and e.op in ("add", "sub", "mul"):
+            # C computes it in int: the cast keeps the IR's 16-bit result, and tells the compilers
+            # the sum fits 16-bit lanes (integer_terms.tap_sum's pairs: smull + smlal)
+            return unary_prefix("(int16_t)", printed)
+        return printed
 
     def _unary(self, e: Unary) -> Printed:
         a = self._printed(e.a)

@@ -282,7 +282,8 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         # (DS-CNN's 10x4 stride-2 conv on rpi3). Strided depthwise convolutions take it (VWW's
         # four: int8 rpi4 C 4.59 -> 4.37 M instructions, LLVM 4.07 -> 4.00).
         if ctx.tiles.lanes > 1 and (_sums_in_float(ctx) or g.strides == (1, 1) or g.groups > 1):
-            return _flat_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store)
+            pairs = conv.x.dtype == np.int8 and fits_pairs(weights)
+            return _flat_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store, pairs)
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     x_fill = x_zp
@@ -501,7 +502,7 @@ def _depthwise(kb: KernelBuilder, g: ConvGeometry, planes: View, weights: Buffer
 
 def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: Tensor, x_zp: Expr,
                     weights: Buffer, init: PerIndex, finish: Finish,
-                    store: Callable[[Expr, Expr, Expr, Expr, Expr], Stmt]) -> list[Stmt]:
+                    store: Callable[[Expr, Expr, Expr, Expr, Expr], Stmt], pairs: bool = False) -> list[Stmt]:
     """_depthwise over each plane as one long row, per chunk of output rows: the chunk's input
     rows are copied from the padded planes to float32 "phase planes" (PhasePlanes), where tap (kh, kw) of output pixel p
     (row p / width, column p % width) is at p + a constant, so the whole chunk is one vector loop
@@ -533,6 +534,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     # compilers' own vectors of the integer loop ran fewer (rpi4 VWW C 4.80, LLVM 4.16 M; 5.66,
     # 4.77 written as vectors).
     in_vectors = ctx.tiles.int8_dot == "neon" and ctx.tiles.by_scalar
+    pairs16 = pairs and not in_float and not in_vectors
     # Integer sums at unit stride read the padded planes themselves (the single phase), past
     # whose end a slack of the zero point covers the last chunk's discarded pixels.
     direct = not in_float and g.strides == (1, 1)
@@ -554,7 +556,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
         def pixel(i: list[Expr]) -> list[Stmt]:
             taps = [Load(read, base + i[0] + phases.used.index(phase) * plane + offset)
                     for phase, offset in phases.taps]
-            return [Store(finished, i[0], finish(tap_sum(taps, locals_, start, in_float), m))]
+            return [Store(finished, i[0], finish(tap_sum(taps, locals_, start, in_float, pairs16), m))]
 
         def output(i: list[Expr]) -> list[Stmt]:
             oh, ow = i
@@ -566,7 +568,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
 
     def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
         body, locals_, start = channel_locals(kb, weights, init, m, len(phases.taps),
-                                               "float32" if in_float else ACCUMULATOR)
+                                               "float32" if in_float else "int8" if pairs16 else ACCUMULATOR)
         return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, m, at, locals_, start, row0, count), "c")
 
     def group_planes(idx: list[Expr]) -> list[Stmt]:

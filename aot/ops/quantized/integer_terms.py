@@ -173,9 +173,20 @@ def channel_locals(kb: KernelBuilder, weights: Buffer, init: PerIndex, m: Expr, 
     return [*decls, Declare(start, init(m))], locals_, start
 
 
-def tap_sum(taps: list[Expr], weights: list[Var], start: Var, in_float: bool) -> Expr:
+def tap_sum(taps: list[Expr], weights: list[Var], start: Var, in_float: bool, pairs: bool = False) -> Expr:
     """start + the taps times their weights, as an int32 accumulator: summed in float32 by fused
-    multiply-adds (exact integers: fused or not, the same sums) when `in_float`, else in int32."""
+    multiply-adds (exact integers: fused or not, the same sums) when `in_float`, else in int32;
+    with `pairs` (int8 taps, int8 weights never -128) two taps' products summed in int16 first
+    (at most 2 x 128 x 127), then added to the int32 sum."""
+    if pairs:
+        acc = start
+        for k in range(0, len(taps) - 1, 2):
+            pair = cast(taps[k], "int16") * cast(weights[k], "int16") + \
+                cast(taps[k + 1], "int16") * cast(weights[k + 1], "int16")
+            acc = acc + widened(pair)
+        if len(taps) % 2:
+            acc = acc + widened(taps[-1]) * widened(weights[-1])
+        return acc
     if not in_float:
         acc: Expr = start
         for tap, w in zip(taps, weights):
