@@ -282,8 +282,8 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         # (DS-CNN's 10x4 stride-2 conv on rpi3). Strided depthwise convolutions take it (VWW's
         # four: int8 rpi4 C 4.59 -> 4.37 M instructions, LLVM 4.07 -> 4.00).
         if ctx.tiles.lanes > 1 and (_sums_in_float(ctx) or g.strides == (1, 1) or g.groups > 1):
-            pairs = conv.x.dtype == np.int8 and fits_pairs(weights)
-            return _flat_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store, pairs)
+            return _flat_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store,
+                                   _tap_pairs(ctx, conv, weights))
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     x_fill = x_zp
@@ -533,8 +533,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     # LLVM 3.44 -> 2.21 M instructions; VWW 9.50 -> 7.61, 9.51 -> 7.29). Not on aarch64, whose
     # compilers' own vectors of the integer loop ran fewer (rpi4 VWW C 4.80, LLVM 4.16 M; 5.66,
     # 4.77 written as vectors).
-    in_vectors = ctx.tiles.int8_dot == "neon" and ctx.tiles.by_scalar
-    pairs16 = pairs and not in_float and not in_vectors
+    in_vectors = _armv7_vectors(ctx)
     # Integer sums at unit stride read the padded planes themselves (the single phase), past
     # whose end a slack of the zero point covers the last chunk's discarded pixels.
     direct = not in_float and g.strides == (1, 1)
@@ -556,7 +555,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
         def pixel(i: list[Expr]) -> list[Stmt]:
             taps = [Load(read, base + i[0] + phases.used.index(phase) * plane + offset)
                     for phase, offset in phases.taps]
-            return [Store(finished, i[0], finish(tap_sum(taps, locals_, start, in_float, pairs16), m))]
+            return [Store(finished, i[0], finish(tap_sum(taps, locals_, start, in_float, pairs), m))]
 
         def output(i: list[Expr]) -> list[Stmt]:
             oh, ow = i
@@ -568,7 +567,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
 
     def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
         body, locals_, start = channel_locals(kb, weights, init, m, len(phases.taps),
-                                               "float32" if in_float else "int8" if pairs16 else ACCUMULATOR)
+                                               "float32" if in_float else "int8" if pairs else ACCUMULATOR)
         return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, m, at, locals_, start, row0, count), "c")
 
     def group_planes(idx: list[Expr]) -> list[Stmt]:
@@ -630,6 +629,17 @@ class PhasePlanes:
         row_step = s_h * self.g.padded_hw[1]
         return kb.loops([count + extra, columns], lambda i: [Store(floats, base + i[0] * self.width + i[1], cast(
             Load(planes.buffer, start + i[0] * row_step + i[1] * s_w), floats.dtype))], prefix="f")
+
+
+def _armv7_vectors(ctx: LoweringContext) -> bool:
+    """Whether _flat_depthwise writes its loop as vectors of 4 pixels (armv7 NEON: by_scalar)."""
+    return ctx.tiles.int8_dot == "neon" and ctx.tiles.by_scalar
+
+
+def _tap_pairs(ctx: LoweringContext, conv: IntegerConv, weights: np.ndarray) -> bool:
+    """Whether _flat_depthwise's integer sums add two taps' products in int16 first
+    (integer_terms.tap_sum): int8 input, no weight -128, aarch64's compiler-vectorised loop."""
+    return conv.x.dtype == np.int8 and fits_pairs(weights) and not _sums_in_float(ctx) and not _armv7_vectors(ctx)
 
 
 def _sums_in_float(ctx: LoweringContext) -> bool:
