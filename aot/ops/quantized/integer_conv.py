@@ -371,15 +371,26 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
     # 12 (4 x 3), spills and all: rpi4 int8 ResNet-8 C 7.15 -> 6.71 M, LLVM 6.48 -> 5.82 M.
     one_step = ctx.tiles.int8_dot in ("vpdpbusd", "sdot")  # one instruction: no registers for its parts
     accumulators = ctx.tiles.accumulators if one_step else ctx.tiles.accumulators * 2 // 3
-    pixels = out_h * out_w
+    pixels, columns = out_h * out_w, weights.reshape(g.out_channels, -1)
     if pointwise and g.batch == 1 and (flattened or out_h == 1) and \
             wasteful_pixel_lanes(pixels, lanes, accumulators, g.out_channels):
+        # integer_gemm reads x itself: the start with x's own zero point
+        start = _constant_start(conv, columns.sum(axis=1), scalar(kb, conv.x_zero_point, 0, conv.x.dtype.name))
         zero = const(0, INDEX)
-        rows = pixel_rows(node, ctx, kb, x, conv.x_zero_point, conv.bias, weights.reshape(g.out_channels, -1),
-                          pixels, finish, lambda m, p, value: out_store(zero, m, zero, p, value))
+        rows = None if start is None else pixel_rows(node, ctx, kb, x, start, columns, pixels, finish,
+                                                     lambda m, p, value: out_store(zero, m, zero, p, value))
         if rows is not None:
             return rows
     return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init(), finish, out_store, lanes, accumulators, overlap)
+
+
+def _constant_start(conv: IntegerConv, weight_sums: np.ndarray, x_zp: Expr) -> np.ndarray | None:
+    """bias - x_zero_point * sum(w - w_zero_point) per output channel (int64, unwrapped), where the
+    zero point and the bias are constants; None otherwise."""
+    if not isinstance(x_zp, Const) or not (conv.bias is None or conv.bias.is_constant):
+        return None
+    values = -int(x_zp.value) * weight_sums
+    return values if conv.bias is None else values + np.asarray(conv.bias.data, np.int64).reshape(-1)
 
 
 def _folded_bias(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, weight_sums: np.ndarray,
@@ -387,10 +398,8 @@ def _folded_bias(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: Inte
     """The accumulator's start per output channel: bias - x_zero_point * sum(w - w_zero_point),
     one int32 constant when bias and zero point are constants, else computed from them."""
     bias = conv.bias
-    if isinstance(x_zp, Const) and (bias is None or bias.is_constant):
-        values = -int(x_zp.value) * weight_sums
-        if bias is not None:
-            values = values + np.asarray(bias.data, np.int64).reshape(-1)
+    values = _constant_start(conv, weight_sums, x_zp)
+    if values is not None:
         folded = wrap_int32(values)
         if uniform(folded):
             return lambda m: const(int(folded[0]), ACCUMULATOR)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from aot.ir.graph import Node, Tensor
+from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, Expr, Load, Stmt, Store, Var, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
@@ -33,20 +33,15 @@ def wasteful_pixel_lanes(pixels: int, lanes: int, accumulators: int, out_channel
     return -(-pixels // shape.lanes) * shape.lanes >= MIN_WASTE * pixels
 
 
-def pixel_rows(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, x_zero_point: Tensor | None,
-               bias: Tensor | None, weights: np.ndarray, pixels: int, finish: Finish,
-               store: PixelStore) -> list[Stmt] | None:
+def pixel_rows(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, start: np.ndarray,
+               weights: np.ndarray, pixels: int, finish: Finish, store: PixelStore) -> list[Stmt] | None:
     """The convolution of one image's `pixels` (x read as [0][c][0][p]) by `weights` ([M][C],
-    less their zero points), each output finished (`finish(sum with its start, m)`) and stored
-    by `store(m, p, value)`; None where the zero point or bias is not constant or the weights do
-    not fit integer_gemm's tiles (a dot step, whole vectors of output channels)."""
-    if not all(t is None or t.is_constant for t in (x_zero_point, bias)) or not weights_fit(ctx, weights):
+    less their zero points), each sum starting from `start` [M] (bias and x's zero-point term),
+    finished (`finish(sum, m)`) and stored by `store(m, p, value)`; None where the weights do not
+    fit integer_gemm's tiles (a dot step, whole vectors of output channels)."""
+    if not weights_fit(ctx, weights):
         return None
     out_channels, channels = weights.shape
-    x_zp = 0 if x_zero_point is None else int(np.asarray(x_zero_point.data).reshape(-1)[0])
-    start = -x_zp * weights.sum(axis=1)
-    if bias is not None:
-        start = start + np.asarray(bias.data, np.int64).reshape(-1)
     operands = GemmOperands(pixels, channels, x.buffer.dtype, lambda p, c: x.load([const(0, INDEX), c,
                             const(0, INDEX), p]), weights, start)
     dtype = finish(Var("probe", ACCUMULATOR), const(0, INDEX)).dtype
