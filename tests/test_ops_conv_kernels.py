@@ -157,6 +157,28 @@ def test_heavy_weights_keep_wide_vector_pointwise_convs_in_place(target: str, pa
     assert_matches_onnxruntime(model, {"x": x})
 
 
+@pytest.mark.parametrize("channels,side,banded", [(512, 28, True), (1024, 14, False)], ids=["1.6MB", "0.8MB"])
+def test_wide_vector_pointwise_convs_in_place_run_bands_over_inputs_beyond_l2(channels: int, side: int,
+                                                                               banded: bool) -> None:
+    """Read in place on an AVX-512 target, a pointwise conv whose input is beyond L2 (512 -> 256
+    at 28x28, 1.6 MB) runs bands of pixels outermost, every block of output channels over one
+    band (with a ragged last band: 784 pixels in bands of 240) instead of each block streaming
+    the whole input; an input L2 keeps (1024 -> 256 at 14x14) keeps the blocks of output
+    channels outermost. Both match onnxruntime."""
+    from aot.compiler import compile as compile_model
+
+    x = rand(1, channels, side, side)
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                       {"x": x}, ["y"], {"w": rand(256, channels, 1, 1, seed=1) * 0.05, "b": rand(256, seed=2)})
+    source = compile_model(model, target="x86_64-v4").files["test_graph.c"].decode()
+    kernel = source[source.index("static void test_graph_k0("):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    assert "panel" not in kernel
+    outermost = kernel[kernel.index("for ("):].split("\n")[0]
+    assert outermost.startswith("for (int32_t q0") == banded, outermost
+    assert_matches_onnxruntime(model, {"x": x}, target="x86_64-v4")
+
+
 @pytest.mark.parametrize("residual", [False, True], ids=["relu", "residual_relu"])
 def test_wide_channel_tiles_with_reduction_slabs(residual: bool) -> None:
     """1x1 convs over a 7x7 image on a 512-bit target run as channel tiles four vectors wide, their

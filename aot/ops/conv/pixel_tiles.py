@@ -30,6 +30,9 @@ from aot.ops.scratch import scratch_tensor
 # TiledConv.emit): about half of a big core's L2.
 STREAM_LIMIT_BYTES = 512 * 1024
 BAND_BYTES = 128 * 1024
+# An input image beyond this stays in no L2 of an AVX-512 core (1-2 MB) alongside the weights
+# and output that stream through it (TiledConv._in_place_band).
+L2_INPUT_BYTES = 1024 * 1024
 BAND_TILE_BYTES = 8 * 1024
 # On 512-bit vector targets, a pointwise conv reads its input in place rather than through the
 # panel when the weights, read once per band, would be more than this many times its input
@@ -209,18 +212,11 @@ class TiledConv:
             return split(self.kb, self.s.out_h, 1, lambda oh, _: blocks(
                 self.kb, self.s.per_group, self.rows, lambda oc0, count: self._row(n, g, oc0, count, oh), "o"), "h")
         s, cols = self.s, self.cols
-        itemsize = np.dtype(self.dt).itemsize
         if self.mode == "pointwise" and self.band:
             return blocks(self.kb, s.out_h * s.out_w, self.band, lambda q0, width: self._panel_band(n, g, q0, width),
                           "q")
-        if self.mode == "pointwise" and self._streams_input() and s.group_in * cols * itemsize <= BAND_TILE_BYTES:
-            # Short reductions on big images: bands of pixels outermost, so a band of the input
-            # (C x band) stays in L2 for every block of output channels instead of each block
-            # streaming the whole image (a ResNet-50's 64 -> 256 1x1 convs at 56x56 with their
-            # residual Add: 1.11 -> 1.02 ms). With longer reductions (a tile's input column
-            # beyond a quarter of L1) the bands measured much slower (256 -> 64: 0.97 -> 1.73 ms).
-            band = max(cols, BAND_BYTES // (s.group_in * itemsize) // cols * cols)
-
+        band = self._in_place_band()
+        if band:
             def in_band(q0: Expr, width: int) -> list[Stmt]:
                 return blocks(self.kb, s.per_group, self.rows, lambda oc0, count: blocks(
                     self.kb, width, cols, lambda p0, c: self._pointwise_tile(n, g, oc0, count, q0 + p0, c), "p"), "o")
@@ -228,6 +224,29 @@ class TiledConv:
             return split(self.kb, s.out_h * s.out_w, band, in_band, "q")
         body = {"pointwise": self._pointwise, "rows": self._rows}[self.mode]
         return split(self.kb, self.s.per_group, self.rows, lambda oc0, count: body(n, g, oc0, count), "o")
+
+    def _in_place_band(self) -> int:
+        """Pixels per band where a pointwise conv that reads its input in place runs bands of
+        pixels outermost, so that a band of the input (C x band) stays in L2 for every block of
+        output channels instead of each block streaming the whole image from L3 or memory; 0
+        where blocks of output channels stay outermost.
+        - Short reductions (a tile's input column within BAND_TILE_BYTES): bands of BAND_BYTES
+          (a ResNet-50's 64 -> 256 1x1 convs at 56x56 with their residual Add: 1.11 -> 1.02 ms).
+        - Long ones, on 512-bit targets (which read them in place where the panel would re-read
+          the weights too often, _weights_outweigh_panel), where the input is beyond
+          L2_INPUT_BYTES: bands of STREAM_LIMIT_BYTES. The bands re-read the weights once each,
+          far fewer bytes than each block of output channels re-reading the input. On an AVX-512 Xeon, 512 -> 256 at 28x28 (input 1.6 MB) took 1.28-1.48x
+          onnxruntime's time with the channels outermost and 0.83-0.94x in bands (in ResNet-50,
+          2176 -> 1480 us); 1024 -> 256 at 14x14 (0.8 MB) is no faster in bands."""
+        s, cols = self.s, self.cols
+        if self.mode != "pointwise" or self.band or not self._streams_input():
+            return 0
+        column = s.group_in * np.dtype(self.dt).itemsize
+        if column * cols <= BAND_TILE_BYTES:
+            return max(cols, BAND_BYTES // column // cols * cols)
+        if self.tile.lanes < WIDE_LANES or column * s.in_h * s.in_w <= L2_INPUT_BYTES:
+            return 0
+        return max(cols, STREAM_LIMIT_BYTES // column // cols * cols)
 
     def _streams_input(self) -> bool:
         """Whether one group's input image is too big to stay in cache between blocks of output
