@@ -244,8 +244,8 @@ class TiledConv:
         column = s.group_in * np.dtype(self.dt).itemsize
         if column * cols <= BAND_TILE_BYTES:
             return max(cols, BAND_BYTES // column // cols * cols)
-        if self.tile.lanes < WIDE_LANES or column * s.in_h * s.in_w <= L2_INPUT_BYTES:
-            return 0
+        if self.parallel or self.tile.lanes < WIDE_LANES or column * s.in_h * s.in_w <= L2_INPUT_BYTES:
+            return 0  # (threads split the blocks of output channels, as measured)
         return max(cols, STREAM_LIMIT_BYTES // column // cols * cols)
 
     def _streams_input(self) -> bool:
