@@ -104,7 +104,7 @@ class _Lanewise:
             step = index_step(at_j.index, at_next.index)
             if step == 0:
                 return Splat(at_j, lanes)
-            if step != 1 or at_j.dtype != "float32":
+            if step != 1:  # (float32, or with `integers` int32: a depthwise loop's stored sums)
                 raise _Decline
             return VecLoad(at_j.buffer, at_j.index, lanes)
         if isinstance(at_j, Binary):

@@ -537,12 +537,16 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     # targets keep integer planes: their compilers' widening multiply-adds (smlal) ran fewer
     # instructions under qemu than the float form (LLVM, DS-CNN rpi4: 2.77M against 3.13M).
     in_float = _sums_in_float(ctx)
-    # armv7 NEON (by_scalar: its 16 registers): the loop written as vectors of 4 pixels, requantised
-    # in registers, since its compilers vectorise no float loop (rpi3 int8 DS-CNN C 3.20 -> 2.29,
-    # LLVM 3.44 -> 2.21 M instructions; VWW 9.50 -> 7.61, 9.51 -> 7.29). Not on aarch64, whose
-    # compilers' own vectors of the integer loop ran fewer (rpi4 VWW C 4.80, LLVM 4.16 M; 5.66,
-    # 4.77 written as vectors).
+    # armv7 NEON (by_scalar: its 16 registers): compilers vectorise no float loop there, so the
+    # requantisation is written as vectors of 4 pixels (rpi3 int8 DS-CNN C 3.20 -> 2.29, LLVM
+    # 3.44 -> 2.21 M instructions; VWW 9.50 -> 7.61, 9.51 -> 7.29). With gcc (vectorises_loops)
+    # the sums are a loop of their own, integer, which gcc vectorises (tap pairs: vmull.s8,
+    # vmlal.s8, vaddw.s16), into an int32 scratch row that the requantisation reads (C 2.27 ->
+    # 1.77, VWW 7.30 -> 6.10); LLVM vectorised that loop through the stack (2.09 -> 2.31), so
+    # there the sums stay in the vectors of 4. Not on aarch64, whose compilers' own vectors of
+    # the whole loop ran fewer (rpi4 VWW C 4.80, LLVM 4.16 M; 5.66, 4.77 written as vectors).
     in_vectors = _armv7_vectors(ctx)
+    split = in_vectors and ctx.tiles.vectorises_loops
     # Integer sums at unit stride read the padded planes themselves (the single phase), past
     # whose end a slack of the zero point covers the last chunk's discarded pixels.
     direct = not in_float and g.strides == (1, 1)
@@ -551,6 +555,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     element = "float32" if in_float else x.dtype.name
     floats = None if direct else kb.output(scratch_tensor(ctx, node, (len(phases.used) * plane,), np.dtype(element),
                                                           "phase_planes")).buffer
+    sums = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(ACCUMULATOR), "sums")).buffer if split else None
 
     def chunk(n: Expr, m: Expr, at: list[Expr], locals_: list[Var], start: Var, row0: Expr,
               count: int) -> list[Stmt]:
@@ -561,17 +566,26 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
             copies = [stmt for k, phase in enumerate(phases.used)
                       for stmt in phases.copy(kb, planes, *at, row0, count, phase, floats, k * plane)]
 
-        def pixel(i: list[Expr]) -> list[Stmt]:
+        def summed(i: list[Expr]) -> Expr:
             taps = [Load(read, base + i[0] + phases.used.index(phase) * plane + offset)
                     for phase, offset in phases.taps]
-            return [Store(finished, i[0], finish(tap_sum(taps, locals_, start, in_float, pairs), m))]
+            return tap_sum(taps, locals_, start, in_float, pairs)
 
         def output(i: list[Expr]) -> list[Stmt]:
             oh, ow = i
             return [store(n, m, row0 + oh, ow, Load(finished, oh * phases.width + ow))]
 
-        sums = _pixels_in_vectors(kb, _whole_steps(count * phases.width), pixel) if in_vectors else None
-        return (copies + (sums or kb.loops([_whole_steps(count * phases.width)], pixel, prefix="p"))
+        def pixel(i: list[Expr]) -> list[Stmt]:
+            return [Store(finished, i[0], finish(summed(i), m))]
+
+        extent = _whole_steps(count * phases.width)
+        if sums is not None:
+            requantised = _pixels_in_vectors(kb, extent, lambda i: [Store(finished, i[0], finish(Load(sums, i[0]), m))])
+            computed = None if requantised is None else (
+                kb.loops([extent], lambda i: [Store(sums, i[0], summed(i))], prefix="p") + requantised)
+        else:
+            computed = _pixels_in_vectors(kb, extent, pixel) if in_vectors else None
+        return (copies + (computed or kb.loops([extent], pixel, prefix="p"))
                 + kb.loops([count, out_w], output, prefix="q"))
 
     def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
@@ -647,8 +661,9 @@ def _armv7_vectors(ctx: LoweringContext) -> bool:
 
 def _tap_pairs(ctx: LoweringContext, conv: IntegerConv, weights: np.ndarray) -> bool:
     """Whether _flat_depthwise's integer sums add two taps' products in int16 first
-    (integer_terms.tap_sum): int8 input, no weight -128, aarch64's compiler-vectorised loop."""
-    return conv.x.dtype == np.int8 and fits_pairs(weights) and not _sums_in_float(ctx) and not _armv7_vectors(ctx)
+    (integer_terms.tap_sum): int8 input, no weight -128, in the Arm compilers' vectorised loop."""
+    return (conv.x.dtype == np.int8 and fits_pairs(weights) and not _sums_in_float(ctx)
+            and (ctx.tiles.vectorises_loops or not _armv7_vectors(ctx)))
 
 
 def _sums_in_float(ctx: LoweringContext) -> bool:
