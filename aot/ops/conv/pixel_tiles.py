@@ -235,9 +235,11 @@ class TiledConv:
         - Long ones, on 512-bit targets (which read them in place where the panel would re-read
           the weights too often, _weights_outweigh_panel), where the input is beyond
           L2_INPUT_BYTES: bands of STREAM_LIMIT_BYTES. The bands re-read the weights once each,
-          far fewer bytes than each block of output channels re-reading the input. On an AVX-512 Xeon, 512 -> 256 at 28x28 (input 1.6 MB) took 1.28-1.48x
-          onnxruntime's time with the channels outermost and 0.83-0.94x in bands (in ResNet-50,
-          2176 -> 1480 us); 1024 -> 256 at 14x14 (0.8 MB) is no faster in bands."""
+          far fewer bytes than each block of output channels re-reading the input. On an
+          AVX-512 Xeon, 512 -> 256 at 28x28 (input 1.6 MB) took 1.28-1.48x onnxruntime's time
+          with the channels outermost and 0.83-0.94x in bands (in ResNet-50, 2176 -> 1480 us);
+          1024 -> 256 at 14x14 (0.8 MB) is no faster in bands. One thread: threads split the
+          blocks of output channels, the measured form."""
         s, cols = self.s, self.cols
         if self.mode != "pointwise" or self.band or not self._streams_input():
             return 0
@@ -245,7 +247,7 @@ class TiledConv:
         if column * cols <= BAND_TILE_BYTES:
             return max(cols, BAND_BYTES // column // cols * cols)
         if self.parallel or self.tile.lanes < WIDE_LANES or column * s.in_h * s.in_w <= L2_INPUT_BYTES:
-            return 0  # (threads split the blocks of output channels, as measured)
+            return 0
         return max(cols, STREAM_LIMIT_BYTES // column // cols * cols)
 
     def _streams_input(self) -> bool:

@@ -537,16 +537,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     # targets keep integer planes: their compilers' widening multiply-adds (smlal) ran fewer
     # instructions under qemu than the float form (LLVM, DS-CNN rpi4: 2.77M against 3.13M).
     in_float = _sums_in_float(ctx)
-    # armv7 NEON (by_scalar: its 16 registers): compilers vectorise no float loop there, so the
-    # requantisation is written as vectors of 4 pixels (rpi3 int8 DS-CNN C 3.20 -> 2.29, LLVM
-    # 3.44 -> 2.21 M instructions; VWW 9.50 -> 7.61, 9.51 -> 7.29). With gcc (vectorises_loops)
-    # the sums are a loop of their own, integer, which gcc vectorises (tap pairs: vmull.s8,
-    # vmlal.s8, vaddw.s16), into an int32 scratch row that the requantisation reads (C 2.27 ->
-    # 1.77, VWW 7.30 -> 6.10); LLVM vectorised that loop through the stack (2.09 -> 2.31), so
-    # there the sums stay in the vectors of 4. Not on aarch64, whose compilers' own vectors of
-    # the whole loop ran fewer (rpi4 VWW C 4.80, LLVM 4.16 M; 5.66, 4.77 written as vectors).
     in_vectors = _armv7_vectors(ctx)
-    split = in_vectors and ctx.tiles.vectorises_loops
     # Integer sums at unit stride read the padded planes themselves (the single phase), past
     # whose end a slack of the zero point covers the last chunk's discarded pixels.
     direct = not in_float and g.strides == (1, 1)
@@ -555,6 +546,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     element = "float32" if in_float else x.dtype.name
     floats = None if direct else kb.output(scratch_tensor(ctx, node, (len(phases.used) * plane,), np.dtype(element),
                                                           "phase_planes")).buffer
+    split = _armv7_split_sums(ctx)
     sums = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(ACCUMULATOR), "sums")).buffer if split else None
 
     def chunk(n: Expr, m: Expr, at: list[Expr], locals_: list[Var], start: Var, row0: Expr,
@@ -575,18 +567,9 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
             oh, ow = i
             return [store(n, m, row0 + oh, ow, Load(finished, oh * phases.width + ow))]
 
-        def pixel(i: list[Expr]) -> list[Stmt]:
-            return [Store(finished, i[0], finish(summed(i), m))]
-
-        extent = _whole_steps(count * phases.width)
-        if sums is not None:
-            requantised = _pixels_in_vectors(kb, extent, lambda i: [Store(finished, i[0], finish(Load(sums, i[0]), m))])
-            computed = None if requantised is None else (
-                kb.loops([extent], lambda i: [Store(sums, i[0], summed(i))], prefix="p") + requantised)
-        else:
-            computed = _pixels_in_vectors(kb, extent, pixel) if in_vectors else None
-        return (copies + (computed or kb.loops([extent], pixel, prefix="p"))
-                + kb.loops([count, out_w], output, prefix="q"))
+        computed = _finished_pixels(kb, _whole_steps(count * phases.width), summed, lambda value: finish(value, m),
+                                    finished, sums, in_vectors)
+        return copies + computed + kb.loops([count, out_w], output, prefix="q")
 
     def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
         body, locals_, start = channel_locals(kb, weights, init, m, len(phases.taps),
@@ -654,6 +637,36 @@ class PhasePlanes:
             Load(planes.buffer, start + i[0] * row_step + i[1] * s_w), floats.dtype))], prefix="f")
 
 
+def _finished_pixels(kb: KernelBuilder, extent: int, summed: Callable[[list[Expr]], Expr],
+                     finish_at: Callable[[Expr], Expr], finished: Buffer, sums: Buffer | None,
+                     in_vectors: bool) -> list[Stmt]:
+    """The loop over pixels [0, extent) that stores each one's tap sum (`summed`) requantised
+    (`finish_at`) into `finished`: as vectors of 4 pixels where `in_vectors`, and with a `sums`
+    row (_armv7_split_sums) the sums first, in a loop of their own."""
+    def pixel(i: list[Expr]) -> list[Stmt]:
+        return [Store(finished, i[0], finish_at(summed(i)))]
+
+    if sums is not None:
+        requantised = _pixels_in_vectors(kb, extent, lambda i: [Store(finished, i[0], finish_at(Load(sums, i[0])))])
+        if requantised is not None:
+            return kb.loops([extent], lambda i: [Store(sums, i[0], summed(i))], prefix="p") + requantised
+    vectors = _pixels_in_vectors(kb, extent, pixel) if in_vectors else None
+    return vectors or kb.loops([extent], pixel, prefix="p")
+
+
+def _armv7_split_sums(ctx: LoweringContext) -> bool:
+    """Whether _flat_depthwise sums its taps in a loop of their own before requantising. armv7
+    NEON's compilers vectorise no float loop, so the requantisation is written as vectors of 4
+    pixels (_armv7_vectors: rpi3 int8 DS-CNN C 3.20 -> 2.29, LLVM 3.44 -> 2.21 M instructions;
+    VWW 9.50 -> 7.61, 9.51 -> 7.29). gcc (vectorises_loops) vectorises an integer loop of the
+    sums itself (tap pairs: vmull.s8, vmlal.s8, vaddw.s16), into an int32 scratch row that the
+    requantisation reads (C 2.27 -> 1.77, VWW 7.30 -> 6.10); LLVM vectorised that loop through
+    the stack (DS-CNN 2.09 -> 2.31), so there the sums stay in the vectors of 4. aarch64's
+    compilers vectorise the whole loop themselves, which ran fewer instructions than vectors
+    written out (rpi4 VWW C 4.80, LLVM 4.16 M; 5.66, 4.77)."""
+    return _armv7_vectors(ctx) and ctx.tiles.vectorises_loops
+
+
 def _armv7_vectors(ctx: LoweringContext) -> bool:
     """Whether _flat_depthwise writes its loop as vectors of 4 pixels (armv7 NEON: by_scalar)."""
     return ctx.tiles.int8_dot == "neon" and ctx.tiles.by_scalar
@@ -663,7 +676,7 @@ def _tap_pairs(ctx: LoweringContext, conv: IntegerConv, weights: np.ndarray) -> 
     """Whether _flat_depthwise's integer sums add two taps' products in int16 first
     (integer_terms.tap_sum): int8 input, no weight -128, in the Arm compilers' vectorised loop."""
     return (conv.x.dtype == np.int8 and fits_pairs(weights) and not _sums_in_float(ctx)
-            and (ctx.tiles.vectorises_loops or not _armv7_vectors(ctx)))
+            and (_armv7_split_sums(ctx) or not _armv7_vectors(ctx)))
 
 
 def _sums_in_float(ctx: LoweringContext) -> bool:
