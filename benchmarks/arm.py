@@ -83,6 +83,12 @@ def build_package(model: Path, target: str, backend: str, folder: Path) -> Packa
     if backend == "llvm":
         command += ["--backend", "llvm"]
     _run(command, f"aot compile {model} --target {target} --backend {backend}", env=env)
+    return made_package(directory, target)
+
+
+def made_package(directory: Path, target: str) -> Package:
+    """A compiled package's folder (perhaps with its C edited by hand) made with the cross
+    compiler and static linking, with seeded inputs written beside it."""
     _run(["make", "-s", "-C", str(directory), "LDFLAGS=-static"], f"make -C {directory}")
     manifest = json.loads((directory / "manifest.json").read_text())
     inputs, _ = write_inputs(manifest, directory)

@@ -3,6 +3,8 @@
 
     python -m benchmarks.arm_profile MODEL.onnx [--target rpi3] [--backend c|llvm] [--runs 10] [--top 15]
                                      [--hot-blocks N]
+    python -m benchmarks.arm_profile --package DIR --target rpi4 ...   # a package compiled with
+        `aot compile --target rpi4 -o DIR` and perhaps edited by hand (an experiment's C), made here
 
 The package is built as benchmarks/arm.py builds it (static runner, the preset's flags); the
 runner does `--runs` inferences, and the plugin (benchmarks/qemu_insn/insn_count.c, `blocks=`)
@@ -23,7 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.arm import TARGETS, build_package
+from benchmarks.arm import TARGETS, build_package, made_package
 from benchmarks.arm_apt import ArmBenchError
 from benchmarks.arm_qemu import QEMU_CPU, TARGET_CPU, build_plugin
 
@@ -107,7 +109,8 @@ def print_hot_blocks(d: Disassembly, blocks: list[tuple[int, int, int]], count: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", type=Path)
+    parser.add_argument("model", type=Path, nargs="?")
+    parser.add_argument("--package", type=Path, help="profile this compiled package's folder, not MODEL's")
     parser.add_argument("--target", default="rpi3", choices=sorted(TARGETS))
     parser.add_argument("--backend", default="c", choices=("c", "llvm"))
     parser.add_argument("--runs", type=int, default=10)
@@ -115,11 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mnemonics", type=int, default=8, help="mnemonics shown per function")
     parser.add_argument("--hot-blocks", type=int, default=0, help="also disassemble the N hottest blocks")
     args = parser.parse_args(argv)
+    if (args.model is None) == (args.package is None):
+        parser.error("give MODEL or --package DIR")
     try:
         plugin = build_plugin()
         assert plugin is not None
         with tempfile.TemporaryDirectory(prefix="aot-arm-profile-build-") as tmp:
-            package = build_package(args.model.resolve(), args.target, args.backend, Path(tmp))
+            package = (made_package(args.package.resolve(), args.target) if args.package
+                       else build_package(args.model.resolve(), args.target, args.backend, Path(tmp)))
             command = [str(package.runner), "-r", str(args.runs), "-w", "0", "-o", tmp, *map(str, package.inputs)]
             blocks = block_profile(TARGETS[args.target][0], plugin, command, TARGET_CPU.get(args.target))
             disassembly = disassemble(OBJDUMP[args.target], package.runner)
@@ -128,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"arm_profile: error: {e}", file=sys.stderr)
         return 2
     total = sum(per_symbol.values())
-    print(f"{args.model.name} {args.target} {args.backend}: {total / args.runs / 1e6:.3f} M instructions per "
+    name = args.package.name if args.package else f"{args.model.name} {args.target} {args.backend}"
+    print(f"{name}: {total / args.runs / 1e6:.3f} M instructions per "
           f"inference (start-up included, over {args.runs} runs)\n")
     for symbol, n in per_symbol.most_common(args.top):
         top = ", ".join(f"{m} {100 * c / n:.0f}%" for m, c in per_mnemonic[symbol].most_common(args.mnemonics))

@@ -9,6 +9,7 @@ medians (benchmarks/ort_profile.py). Needs perf, make and a C compiler.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import os
 import re
@@ -80,7 +81,13 @@ def our_kernels(model: str, repeat: int) -> list[tuple[str, str, float, int]]:
 
 
 def main(argv: list[str]) -> int:
-    model, repeat = argv[0], int(argv[1]) if len(argv) > 1 else 200
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("repeat", type=int, nargs="?", default=200, help="runs of our package's runner")
+    args = parser.parse_args(argv)
+    model, repeat = args.model, args.repeat
+    if not Path(model).is_file():
+        parser.error(f"{model}: no such file")
     theirs = onnxruntime_nodes(model, max(20, repeat // 4))
     ours = our_kernels(model, repeat)
     unmatched = [t for t in theirs if t[3] > 0]

@@ -133,3 +133,35 @@ def test_profile_puts_an_rpi3_c_package_in_its_neon_kernels(plugin: Path, tmp_pa
     assert simd > 0.25 * total, mnemonics.most_common(10)
     print(f"SIMD {simd / total:.3f}, d-register loads/stores {spills / total:.3f}")
     assert spills < 0.08 * total, mnemonics.most_common(10)
+
+
+def test_profile_takes_a_compiled_package_edited_by_hand(plugin: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`arm_profile --package DIR`: a package compiled for rpi4 whose C is edited (an experiment's
+    kernel) is made and profiled as it stands: the edit's mnemonic shows in the kernel's counts.
+    Neither or both of MODEL and --package is a usage error (exit 2)."""
+    import subprocess
+    import sys
+
+    from benchmarks.arm_profile import main
+
+    if shutil.which("aarch64-linux-gnu-objdump") is None:
+        pytest.skip("aarch64-linux-gnu-objdump not installed")
+    folder = tmp_path / "pkg"
+    subprocess.run([sys.executable, "-m", "aot", "compile", str(TINY_CNN), "--target", "rpi4", "-o", str(folder)],
+                   check=True, capture_output=True)
+    source = folder / "tiny_cnn.c"
+    # every run's first kernel also executes 1000 `yield`s (a no-op hint, which nothing else uses)
+    text = source.read_text()
+    first = text.index("{", text.index("static void tiny_cnn_k0(")) + 1
+    source.write_text(text[:first] + '\n    for (int i = 0; i < 1000; ++i) __asm__ volatile("yield");' + text[first:])
+    assert main(["--package", str(folder), "--target", "rpi4", "--top", "30", "--mnemonics", "30"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pkg: ")
+    kernel = next(line for line in out.splitlines()[out.splitlines().index(next(
+        line for line in out.splitlines() if "tiny_cnn_k0" in line)) + 1:])
+    assert "yield" in kernel, out
+    for argv in ([], [str(TINY_CNN), "--package", str(folder)]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
