@@ -708,7 +708,10 @@ static inline aot_i32x4 aot_i32x4_extend_u8(const uint8_t *p)
   return (aot_i32x4)vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(w))))); }
 #define AOT_F32X4_CONVERT(v) ((aot_f32x4)vcvtq_f32_s32((int32x4_t)(v)))
 #define AOT_I32X4_CONVERT(v) ((aot_i32x4)vcvtq_s32_f32((float32x4_t)(v)))
-#if defined(__aarch64__) || defined(__ARM_FEATURE_DIRECTED_ROUNDING)
+#if defined(__aarch64__) || defined(__ARM_FEATURE_DIRECTED_ROUNDING) || defined(__ARM_FEATURE_NUMERIC_MAXMIN)
+/* vrintn: aarch64, and 32-bit code for an ARMv8 core with its FP-ARMv8 (rpi3's Cortex-A53:
+ * -mfpu=neon-fp-armv8), where gcc 12 defines __ARM_FEATURE_NUMERIC_MAXMIN (vmaxnm and vminnm
+ * come with the same extension) but not __ARM_FEATURE_DIRECTED_ROUNDING as clang does. */
 #define AOT_F32X4_ROUND_EVEN(v) ((aot_f32x4)vrndnq_f32((float32x4_t)(v)))
 #else
 /* ARMv7 NEON has no rounding instruction: 2^23 with v's sign added and taken away where

@@ -427,3 +427,24 @@ def test_the_requantisation_in_registers_is_exact(tmp_path: Path, cc: str, flags
         source = tmp_path / f"requantize{lanes}.c"
         source.write_text(_REQUANTIZE_PROGRAM.replace("@", str(lanes)))
         _assert_prints_ok(tmp_path, cc, flags, source, runner, [])
+    if "neon-fp-armv8" in flags or "cortex-a7 " in flags:  # the instruction each armv7 form takes
+        disassembly = subprocess.run(["arm-linux-gnueabihf-objdump", "-d", str(tmp_path / "requantize4")],
+                                     capture_output=True, text=True, check=True).stdout
+        assert ("vrintn.f32" in disassembly) == ("neon-fp-armv8" in flags)
+
+
+def test_llvm_rounds_armv8_lanes_with_vrintn(tmp_path: Path) -> None:
+    """The llvm backend's rpi3 code (an ARMv8 core's 32-bit NEON: +fp-armv8) rounds an int8
+    convolution's requantisation with vrintn, neither calling roundevenf per lane nor adding 2^23."""
+    from tests.test_int8_tiles import QLINEAR_CONV_INPUTS, model_of, values_for
+
+    if shutil.which("arm-linux-gnueabihf-objdump") is None:
+        pytest.skip("arm-linux-gnueabihf-objdump not installed")
+    values, attrs = values_for("depthwise_3x3", "int8", "int8")
+    model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    package = aot.compile(model, backend="llvm", target="rpi3")
+    (name,) = [n for n in package.files if n.endswith(".o")]
+    (tmp_path / "model.o").write_bytes(package.files[name])
+    disassembly = subprocess.run(["arm-linux-gnueabihf-objdump", "-dr", str(tmp_path / "model.o")],
+                                 capture_output=True, text=True, check=True).stdout
+    assert "vrintn.f32" in disassembly and "roundevenf" not in disassembly

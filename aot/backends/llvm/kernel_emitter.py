@@ -114,10 +114,14 @@ class KernelEmitter:
     """Emits each kernel of a module as an internal function `void name(ptr, ...)`."""
 
     def __init__(self, module: ir.Module, math: MathLibrary, paired_loads: bool = False,
-                 separate_kernels: bool = False, dot_product: bool = False, avx2: bool = False) -> None:
+                 separate_kernels: bool = False, dot_product: bool = False, avx2: bool = False,
+                 rounds_lanes: bool = True) -> None:
         self.module = module
         self.math = math
         self.paired_loads = paired_loads
+        # Whether llvm.roundeven of a vector is an instruction (vrintn, roundps...): everywhere but
+        # 32-bit Arm NEON without ARMv8's floating point (+fp-armv8), see round_even_lanes.
+        self.rounds_lanes = rounds_lanes
         self.dot_product = dot_product  # aarch64's sdot (the target's +dotprod)
         self.avx2 = avx2  # x86's signed dot steps as vpmaddubsw (signed_dot_avx2)
         # Kernels kept out of the run function (noinline): see module.py's build.
@@ -146,17 +150,18 @@ class KernelEmitter:
             if nbytes > 0:
                 # The caller passes whole tensors: lets LLVM speculate loads it can prove in range.
                 arg.attributes.dereferenceable = nbytes
-        _FunctionEmitter(fn, kernel, self.math, self.paired_loads, self.dot_product, self.avx2).run()
+        _FunctionEmitter(fn, kernel, self.math, self.paired_loads, self.dot_product, self.avx2, self.rounds_lanes).run()
         return fn
 
 
 class _FunctionEmitter:
     def __init__(self, fn: ir.Function, kernel: kernel_ir.Kernel, math: MathLibrary, paired_loads: bool,
-                 dot_product: bool = False, avx2: bool = False) -> None:
+                 dot_product: bool = False, avx2: bool = False, rounds_lanes: bool = True) -> None:
         self.fn = fn
         self.kernel = kernel
         self.math = math
         self.paired_loads = paired_loads
+        self.rounds_lanes = rounds_lanes
         self.dot_product = dot_product
         self.avx2 = avx2
         self.buffers = {b.name: (b, arg) for b, arg in zip(kernel.params, fn.args)}
@@ -403,11 +408,12 @@ class _FunctionEmitter:
         raise TypeError(f"{self.kernel.name}: cannot emit expression {e!r}")
 
     def round_even_lanes(self, v: ir.Value) -> ir.Value:
-        """Each lane of float vector v rounded half to even: llvm.roundeven, but on armv7, whose
-        NEON has no such instruction before ARMv8 (LLVM calls roundevenf per lane), by adding and
-        subtracting 2^23 with v's sign where |v| < 2^23 (NEON rounds to nearest even; larger
-        values are integers already), v's sign kept (as runtime_c/aot_kernels.h does)."""
-        if not self.paired_loads:  # not 32-bit Arm NEON (module.py)
+        """Each lane of float vector v rounded half to even: llvm.roundeven (vrintn on an ARMv8
+        core's 32-bit NEON, rpi3's Cortex-A53), but on ARMv7 NEON, which has no such instruction
+        (LLVM calls roundevenf per lane), by adding and subtracting 2^23 with v's sign where
+        |v| < 2^23 (NEON rounds to nearest even; larger values are integers already), v's sign
+        kept (as runtime_c/aot_kernels.h does)."""
+        if self.rounds_lanes:
             return self.b.call(self.math.vector_intrinsic("llvm.roundeven", v.type, 1), [v])
         copysign = self.math.vector_intrinsic("llvm.copysign", v.type, 2)
         big = ir.Constant(v.type, [8388608.0] * v.type.count)

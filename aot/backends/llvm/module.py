@@ -100,7 +100,8 @@ class ModelModule:
         dot_product = self.spec.arch.startswith("aarch64") and "+dotprod" in features
         avx2 = self.spec.arch.startswith("x86_64") and "+avx2" in features
         emitter = KernelEmitter(self.module, MathLibrary(self.module), paired_loads, separate_kernels=arm,
-                                dot_product=dot_product, avx2=avx2)
+                                dot_product=dot_product, avx2=avx2,
+                                rounds_lanes=not paired_loads or "+fp-armv8" in features)
         kernels: list[list[tuple[Call, ir.Function]]] = []
         serial_forms: list[tuple[Call, ir.Function] | None] = []
         for step in self.run.steps:
