@@ -64,7 +64,7 @@ def values_for(case: str, x_dtype: str, w_dtype: str, seed: int = 0,
     """Inputs of `case`; `symmetric`: int8 weights in -127..127 (onnxruntime.quantization's
     symmetric weights, which NEON's PairDotAdd multiplies), the input at its least value in
     places, so two products of -128 * -127 meet in 16 bits."""
-    x_shape, w_shape, attrs = {**CASES, **DEPTHWISE, **SHIFTED}[case]
+    x_shape, w_shape, attrs = {**CASES, **DEPTHWISE, **SHIFTED, **EIGHT_QUADS}[case]
     rng = np.random.default_rng(seed)
     m, taps = w_shape[0], int(np.prod(w_shape[1:]))
     x_scale, w_scale = np.float32(0.02), (0.001 + 0.01 * rng.random(m)).astype(np.float32)
@@ -189,6 +189,58 @@ def test_neon_pair_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, b
     if case == "pointwise_wide_row":  # whole tiles: requantised in registers, stored 4 bytes at a time
         assert "AOT_I32X4_STORE_NARROW" in text and "AOT_I32X4_ROUND_CONVERT" in text
     check_under_qemu(model, feeds, target, backend)
+
+
+# aarch64's pair tiles read eight quads at a time (integer_tiles.pair_halves_step): rows of 12
+# pixels make tiles of three vectors (the third the high half of a load one vector back) and 5
+# output channels two pairs of weight quads (ld4r) and one alone (ld2r).
+EIGHT_QUADS = {"three_vectors_five_channels": ((1, 9, 5, 12), (5, 9, 3, 3), {"pads": [1, 1, 1, 1]})}
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+def test_aarch64_pair_tiles_read_eight_quads_under_qemu(x_dtype: str, backend: str, tmp_path: Path) -> None:
+    """rpi4's tiles load two vectors' quads in one ld2 and two weight quads in one ld4r, not each
+    four in a load and a tbl (C: AOT_I16X16_PAIRS, AOT_I16X32_SPLAT_PAIRS; LLVM: the instructions
+    themselves); rpi3 (armv7) keeps four-quad operands. Exact against onnxruntime under qemu."""
+    values, attrs = values_for("three_vectors_five_channels", x_dtype, "int8", symmetric=True)
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    if backend == "c":
+        text = generated_c(model, "rpi4")
+        for form in ("AOT_I16X16_PAIRS(", "AOT_I16X32_SPLAT_PAIRS(", "AOT_I16X16_SPLAT_PAIRS(",
+                     "AOT_I16X32_PART(", "AOT_I32X4_PAIR_DOTADD_LOW(", "AOT_I32X4_PAIR_DOTADD_HIGH("):
+            assert form in text, form
+        assert "AOT_I32X4_PAIRS(" not in text and "AOT_I16X16" not in generated_c(model, "rpi3")
+    else:
+        disassembly = _aarch64_disassembly(model, tmp_path)
+        assert "ld2\t" in disassembly and "ld4r\t" in disassembly and "ld2r\t" in disassembly
+    check_under_qemu(model, feeds, "rpi4", backend)
+
+
+@pytest.mark.skipif(BACKEND != "c", reason="the C header's forms")
+@pytest.mark.parametrize("flags", ["", "-DAOT_NO_VECTOR_EXTENSIONS"])
+def test_eight_quad_pair_tiles_compile_anywhere(flags: str) -> None:
+    """An rpi4 package's eight-quad operands built for this machine: the header keeps them as
+    four-quad ones (GNU C vectors, or the struct-and-loops form), with the same sums."""
+    values, attrs = values_for("three_vectors_five_channels", "int8", "int8", symmetric=True, seed=2)
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    host = HostModel.build(compile_model(model, backend="c", target="rpi4"), opt="-O1",
+                           extra_cflags=f"-pedantic {flags}")
+    assert_quantized_match(host.run(dict(feeds)), run_onnxruntime(model, feeds))
+
+
+def _aarch64_disassembly(model, tmp_path: Path) -> str:
+    import shutil
+    import subprocess
+
+    if shutil.which("aarch64-linux-gnu-objdump") is None:
+        pytest.skip("aarch64-linux-gnu-objdump not installed")
+    package = compile_model(model, backend="llvm", target="rpi4")
+    (name,) = [n for n in package.files if n.endswith(".o")]
+    (tmp_path / "model.o").write_bytes(package.files[name])
+    return subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(tmp_path / "model.o")],
+                          capture_output=True, text=True, check=True).stdout
 
 
 @pytest.mark.qemu

@@ -35,6 +35,9 @@ VECTOR_DTYPES = {f"float32x{n}": ("float32", n) for n in (4, 8, 16)}
 # int32 vectors hold the int8 tiles' accumulators and their operands, four bytes per lane
 # (aot/ops/quantized/integer_tiles.py).
 VECTOR_DTYPES.update({f"int32x{n}": ("int32", n) for n in (4, 8, 16)})
+# The 16-bit halves of eight quads, two NEON registers (PairHalvesLoad, PairHalvesSplat), and
+# two splat quads' halves, four registers (a PairHalvesSplat of two quads).
+VECTOR_DTYPES.update({"int16x16": ("int16", 16), "int16x32": ("int16", 32)})
 UNARY_OPS = {
     "neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
@@ -259,6 +262,42 @@ class PairSplat(VecLoad):
 
 
 @dataclass(frozen=True, eq=True)
+class PairHalvesLoad(VecLoad):
+    """Eight quads (`lanes` = 32 bytes of an int8 `buffer`, two PairLoads' worth) as 16 int16
+    elements: the first 16-bit halves of quads 0-7 in elements 0-7, the second halves in elements
+    8-15. aarch64 loads it in one ld2 .8h, where two PairLoads take two loads and two tbl."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "int16x16"
+
+
+@dataclass(frozen=True, eq=True)
+class PairHalvesSplat(VecLoad):
+    """One quad (`lanes` = 4 bytes of an int8 `buffer`) as 16 int16 elements: bytes 0-1 in
+    elements 0-7, bytes 2-3 in elements 8-15 (aarch64: one ld2r .8h). The weight operand of a
+    PairDotAdd over a PairHalvesLoad. Two quads (`lanes` = 8) make 32 elements, the second
+    quad's in elements 16-31 (one ld4r .8h), of which PairHalvesPart takes either."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "int16x16" if self.lanes == 4 else "int16x32"
+
+
+@dataclass(frozen=True, eq=True)
+class PairHalvesPart(Expr):
+    """Quad `part` (elements 16 * part to 16 * part + 15) of a two-quad PairHalvesSplat, as a
+    one-quad one."""
+
+    a: Expr
+    part: int
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "int16x16"
+
+
+@dataclass(frozen=True, eq=True)
 class PairDotAdd(OperandDtype):
     """acc (int32x4) + in lane p the dot product of a's and b's signed bytes of 16-bit elements p
     and p + 4 (PairLoad, PairSplat: one quad of each), exactly in int32 (acc wraps as the integer
@@ -266,11 +305,14 @@ class PairDotAdd(OperandDtype):
     (vmull.s8 / smull), adds the other half's products there (vmlal.s8 / smlal: two products of
     which at most one is 128 * 128 fit in int16 when b is never -128), then adds those pairwise
     into the int32 lanes (vpadal.s16 / sadalp): 3 instructions per vector and weight quad, where
-    DotAdd's unsigned-by-signed bytes take 6 (splitting a's bytes by masks and shifts)."""
+    DotAdd's unsigned-by-signed bytes take 6 (splitting a's bytes by masks and shifts).
+    Operands of 16 int16 (PairHalvesLoad, PairHalvesSplat) hold eight quads: lane p then reads
+    quad 4 * `half` + p, elements 4 * half + p and 8 + 4 * half + p (smull2, smlal2 for half 1)."""
 
     acc: Expr
     a: Expr
     b: Expr
+    half: int = 0
 
 
 @dataclass(frozen=True, eq=True)

@@ -31,6 +31,9 @@ from aot.kernel.ir import (
     MulAdd,
     NarrowStore,
     PairDotAdd,
+    PairHalvesLoad,
+    PairHalvesPart,
+    PairHalvesSplat,
     PairLoad,
     PairSplat,
     QuadLoad,
@@ -351,8 +354,14 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_PAIRS(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, PairSplat):
             return f"{self._vector(e.dtype)}_SPLAT_PAIRS(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, (PairHalvesLoad, PairHalvesSplat)):  # (VecLoads too)
+            step = "SPLAT_PAIRS" if isinstance(e, PairHalvesSplat) else "PAIRS"
+            return f"{self._vector(e.dtype)}_{step}(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, PairHalvesPart):
+            return f"{self._vector(e.a.dtype)}_PART({self.expr(e.a)}, {e.part})"
         if isinstance(e, PairDotAdd):
-            return f"{self._vector(e.dtype)}_PAIR_DOTADD({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
+            step = "PAIR_DOTADD" if e.a.dtype != "int16x16" else ("PAIR_DOTADD_HIGH" if e.half else "PAIR_DOTADD_LOW")
+            return f"{self._vector(e.dtype)}_{step}({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, QuadLoad):  # (a VecLoad too)
             return f"{self._vector(e.dtype)}_QUADS(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, QuadSplat):

@@ -105,7 +105,8 @@ class MathLibrary:
 
 # What _FunctionEmitter.integer_tile_expr emits: the int8 tiles' operands, dot steps and
 # requantisation in registers.
-INTEGER_TILE_NODES = (kernel_ir.PairLoad, kernel_ir.PairSplat, kernel_ir.PairDotAdd, kernel_ir.QuadLoad,
+INTEGER_TILE_NODES = (kernel_ir.PairLoad, kernel_ir.PairSplat, kernel_ir.PairHalvesLoad, kernel_ir.PairHalvesSplat,
+                      kernel_ir.PairHalvesPart, kernel_ir.PairDotAdd, kernel_ir.QuadLoad,
                       kernel_ir.QuadSplat, kernel_ir.DotAdd, kernel_ir.ExtendLoad, kernel_ir.VecConvert,
                       kernel_ir.VecRoundEven)
 
@@ -499,8 +500,14 @@ class _FunctionEmitter:
         """The int8 tiles' operands, dot steps and requantisation (INTEGER_TILE_NODES)."""
         if isinstance(e, (kernel_ir.PairLoad, kernel_ir.PairSplat)):
             return self.pair_order(e)
+        if isinstance(e, (kernel_ir.PairHalvesLoad, kernel_ir.PairHalvesSplat)):
+            return self.pair_halves(e)
+        if isinstance(e, kernel_ir.PairHalvesPart):
+            a = self.expr(e.a)
+            part = _mask(list(range(16 * e.part, 16 * e.part + 16)))
+            return self.b.shuffle_vector(a, ir.Constant(a.type, ir.Undefined), part)
         if isinstance(e, kernel_ir.PairDotAdd):
-            return self.pair_dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b))
+            return self.pair_dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b), e.half)
         if isinstance(e, kernel_ir.QuadLoad):  # (a VecLoad too): 4 * lanes bytes as int32 lanes
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
@@ -552,15 +559,43 @@ class _FunctionEmitter:
                                          _mask([0, 2, 4, 6, 1, 3, 5, 7]))
         return self.b.bitcast(both, t.storage_type(e.dtype))
 
-    def pair_dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
-        """kernel_ir.PairDotAdd: the low and high 8 bytes of a and b multiplied as signed bytes,
-        the two products of each byte position summed in 16 bits (smull, smlal: exact when b has
-        no -128), those added pairwise into acc's int32 lanes (sadalp / vpadal.s16). Without NEON
-        the same sums in int32."""
-        as_bytes = ir.VectorType(t.I8, 16)
+    def pair_halves(self, e: kernel_ir.PairHalvesLoad | kernel_ir.PairHalvesSplat) -> ir.Value:
+        """PairHalvesLoad (eight quads' 16-bit halves de-interleaved) or PairHalvesSplat (one
+        or two quads' halves, each in 8 elements) as 16 or 32 int16: aarch64's ld2 / ld2r / ld4r
+        .8h, whose registers the dot steps then read directly; elsewhere a load and a shuffle."""
+        buf, arg = self.buffers[e.buffer.name]
+        ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+        splat = isinstance(e, kernel_ir.PairHalvesSplat)
+        count = e.lanes // 2 if splat else 2  # the registers (halves of quads) it loads
+        if self.fn.module.triple.startswith("aarch64"):
+            halves = ir.VectorType(t.I16, 8)
+            ld = self.math.module.declare_intrinsic(
+                f"llvm.aarch64.neon.{f'ld{count}r' if splat else 'ld2'}.v8i16.p0",
+                fnty=ir.FunctionType(ir.LiteralStructType([halves] * count), [t.PTR]))
+            loaded = self.b.call(ld, [ptr])
+            parts = [self.b.shuffle_vector(self.b.extract_value(loaded, i), self.b.extract_value(loaded, i + 1),
+                                           _mask(list(range(16)))) for i in range(0, count, 2)]
+            return parts[0] if count == 2 else self.b.shuffle_vector(parts[0], parts[1], _mask(list(range(32))))
+        if splat:
+            quad = self.b.load(ptr, typ=ir.VectorType(t.I16, count), align=1)
+            return self.b.shuffle_vector(quad, ir.Constant(quad.type, ir.Undefined),
+                                         _mask([i for i in range(count) for _ in range(8)]))
+        quads = self.b.load(ptr, typ=ir.VectorType(t.I16, 16), align=1)
+        return self.b.shuffle_vector(quads, ir.Constant(quads.type, ir.Undefined),
+                                     _mask(list(range(0, 16, 2)) + list(range(1, 16, 2))))
+
+    def pair_dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value, half: int = 0) -> ir.Value:
+        """kernel_ir.PairDotAdd: the bytes of a and b's first and second 16-bit halves (of four
+        quads: the low and high 8 bytes; of eight, those of quads 4 * half to 4 * half + 3)
+        multiplied as signed bytes, the two products of each byte position summed in 16 bits
+        (smull, smlal: exact when b has no -128), those added pairwise into acc's int32 lanes
+        (sadalp / vpadal.s16). Without NEON the same sums in int32."""
+        count = a.type.count * a.type.element.width // 8
+        as_bytes = ir.VectorType(t.I8, count)
         sa, sb = self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes)
         undef = ir.Constant(as_bytes, ir.Undefined)
-        low, high = _mask(list(range(8))), _mask(list(range(8, 16)))
+        first, second = 8 * half, count // 2 + 8 * half
+        low, high = _mask(list(range(first, first + 8))), _mask(list(range(second, second + 8)))
         neon = self.neon_pairwise_add
         wide = ir.VectorType(t.I16 if neon else t.I32, 8)
 
