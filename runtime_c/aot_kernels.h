@@ -68,6 +68,18 @@ static inline float aot_select_float32(int cond, float a, float b)
 }
 #endif
 
+/* The lesser and the greater of two floats neither of which is NaN (kernel IR Select with
+ * `numbers`: an int8 requantisation's clamps): on aarch64 fminnm and fmaxnm, which gcc vectorises
+ * (int8 DS-CNN's depthwise loop on rpi4: 4 instructions per 4 lanes where the selects took 8);
+ * elsewhere the selects themselves. */
+#if defined(__aarch64__) && defined(__GNUC__)
+static inline float aot_min_numbers_float32(float a, float b) { return __builtin_fminf(a, b); }
+static inline float aot_max_numbers_float32(float a, float b) { return __builtin_fmaxf(a, b); }
+#else
+static inline float aot_min_numbers_float32(float a, float b) { return aot_select_float32(a < b, a, b); }
+static inline float aot_max_numbers_float32(float a, float b) { return aot_select_float32(a > b, a, b); }
+#endif
+
 /*
  * Float vectors of 4, 8 or 16 lanes for register tiles: aot_f32x<lanes> and the macros
  * AOT_F32X<lanes>_LOAD, _WIDEN (lanes int8_t or int16_t converted to float: weights kept

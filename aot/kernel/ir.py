@@ -144,12 +144,23 @@ class Select(OperandDtype):
     compilers can turn it into a blend. gcc does not if-convert a lazy select whose operand has
     a floating-point operation that may trap, so on targets without masked vector instructions
     (AVX2, NEON) a loop with one stays scalar; the polynomials of aot/kernel/transcendentals.py,
-    whose operands are all evaluated anyway, use eager ones."""
+    whose operands are all evaluated anyway, use eager ones. `numbers`: neither operand is ever
+    NaN, so a select of the lesser (a < b ? a : b) or greater of its two operands may be a
+    min or max instruction that returns the number of a NaN pair (aarch64's fminnm)."""
 
     cond: Expr
     a: Expr
     b: Expr
     eager: bool = False
+    numbers: bool = False
+
+    @property
+    def extremum(self) -> str | None:
+        """"min" for a < b ? a : b, "max" for a > b ? a : b of NaN-free `numbers`, else None."""
+        cond = self.cond
+        if not self.numbers or not isinstance(cond, Binary) or (cond.a, cond.b) != (self.a, self.b):
+            return None
+        return {"lt": "min", "gt": "max"}.get(cond.op)
 
 
 @dataclass(frozen=True, eq=True)
@@ -666,9 +677,9 @@ def logical_or(a: Expr, b: Expr) -> Expr:
     return Binary("or", a, b, "bool")
 
 
-def select(cond: Expr, a: ExprLike, b: ExprLike, eager: bool = False) -> Expr:
+def select(cond: Expr, a: ExprLike, b: ExprLike, eager: bool = False, numbers: bool = False) -> Expr:
     dtype = _result_dtype(a, b)
-    return Select(cond, as_expr(a, dtype), as_expr(b, dtype), eager)
+    return Select(cond, as_expr(a, dtype), as_expr(b, dtype), eager, numbers)
 
 
 def bitcast(a: Expr, dtype: str) -> Expr:

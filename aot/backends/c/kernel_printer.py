@@ -333,6 +333,10 @@ class KernelPrinter:
         if isinstance(e, Unary):
             return self._unary(e)
         if isinstance(e, Select):
+            if e.eager and e.dtype == "float32" and e.extremum:
+                helper = f"aot_{e.extremum}_numbers_float32"
+                self.helpers.add(helper)
+                return f"{helper}({self.expr(e.a)}, {self.expr(e.b)})", PRIMARY
             if e.eager and e.dtype == "float32":  # a function's arguments are all evaluated
                 self.helpers.add("aot_select_float32")
                 return f"aot_select_float32({self.expr(e.cond)}, {self.expr(e.a)}, {self.expr(e.b)})", PRIMARY

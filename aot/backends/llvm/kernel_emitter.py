@@ -783,6 +783,12 @@ class _FunctionEmitter:
         return self.b.fcmp_ordered("==", a, ir.Constant(a.type, float("-inf")))
 
     def select(self, e: kernel_ir.Select) -> ir.Value:
+        if e.extremum and e.dtype == "float32" and self.fn.module.triple.startswith("aarch64"):
+            # of numbers (never NaN): fminnm / fmaxnm, one instruction where a compare and a pick took two
+            typ = t.storage_type(e.dtype)
+            extremum = self.math.module.declare_intrinsic(f"llvm.{e.extremum}num", [typ],
+                                                          ir.FunctionType(typ, [typ, typ]))
+            return self.b.call(extremum, [self.expr(e.a), self.expr(e.b)])
         cond = self.condition(e.cond)
         if e.eager or not (self.may_fault(e.a) or self.may_fault(e.b)):
             return self.b.select(cond, self.expr(e.a), self.expr(e.b))

@@ -35,11 +35,12 @@ def clamped_round(value: Expr, zero_point: Expr, dtype: str) -> Expr:
     are one compare and one pick each (a < b ? a : b: min's own shape, x86's minps); the rounding
     and the conversion side by side are one instruction on AVX-512 and aarch64 (cvtps2dq with
     its rounding mode, fcvtns), and the zero point is an integer add: 7 instructions per
-    16 outputs on AVX-512 where rounding, adding and clamping in float took 9."""
+    16 outputs on AVX-512 where rounding, adding and clamping in float took 9. The clamps' values
+    are numbers, so aarch64 takes fminnm and fmaxnm, one instruction each."""
     shift = cast(zero_point, value.dtype)
     lo, hi = (const(float(v), value.dtype) - shift for v in QUANTIZED_RANGES[dtype])
-    below = select(lt(hi, value), hi, value, eager=True)
-    inside = select(gt(below, lo), below, lo, eager=True)
+    below = select(lt(hi, value), hi, value, eager=True, numbers=True)
+    inside = select(gt(below, lo), below, lo, eager=True, numbers=True)
     return cast(cast(unary("round_even", inside), "int32") + cast(zero_point, "int32"), dtype)
 
 
