@@ -1218,5 +1218,25 @@ static inline void aot_i32x16_store_narrow_first(void *p, aot_i32x16 v, int n)
 #define AOT_F32X16_PICK_LESS(a, b) AOT_F32X16_SELECT_LT((a), (b), (a), (b))
 #define AOT_F32X16_PICK_GREATER(a, b) AOT_F32X16_SELECT_GT((a), (b), (a), (b))
 #endif
+/* AOT_F32X<lanes>_MIN_NUMBERS(a, b), _MAX_NUMBERS(a, b): the same picks of numbers, neither ever
+ * NaN (kernel IR VecSelect with `numbers`: the requantisation's clamps): aarch64's fminnm and
+ * fmaxnm, one instruction where the select took two; elsewhere the picks. */
+#if defined(AOT_WANT_F32X4) && defined(__aarch64__) && defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+#include <arm_neon.h>
+#define AOT_F32X4_MIN_NUMBERS(a, b) ((aot_f32x4)vminnmq_f32((float32x4_t)(a), (float32x4_t)(b)))
+#define AOT_F32X4_MAX_NUMBERS(a, b) ((aot_f32x4)vmaxnmq_f32((float32x4_t)(a), (float32x4_t)(b)))
+#endif
+#if defined(AOT_WANT_F32X4) && !defined(AOT_F32X4_MIN_NUMBERS)
+#define AOT_F32X4_MIN_NUMBERS(a, b) AOT_F32X4_PICK_LESS(a, b)
+#define AOT_F32X4_MAX_NUMBERS(a, b) AOT_F32X4_PICK_GREATER(a, b)
+#endif
+#if defined(AOT_WANT_F32X8)
+#define AOT_F32X8_MIN_NUMBERS(a, b) AOT_F32X8_PICK_LESS(a, b)
+#define AOT_F32X8_MAX_NUMBERS(a, b) AOT_F32X8_PICK_GREATER(a, b)
+#endif
+#if defined(AOT_WANT_F32X16)
+#define AOT_F32X16_MIN_NUMBERS(a, b) AOT_F32X16_PICK_LESS(a, b)
+#define AOT_F32X16_MAX_NUMBERS(a, b) AOT_F32X16_PICK_GREATER(a, b)
+#endif
 
 #endif /* AOT_KERNELS_H_INCLUDED */

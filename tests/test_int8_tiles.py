@@ -232,10 +232,12 @@ def test_eight_quad_pair_tiles_compile_anywhere(flags: str) -> None:
 
 @pytest.mark.qemu
 @pytest.mark.parametrize("backend", ["c", "llvm"])
-def test_aarch64_requantisation_clamps_with_fminnm(backend: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", ["depthwise_3x3", "pointwise_wide_row"])
+def test_aarch64_requantisation_clamps_with_fminnm(case: str, backend: str, tmp_path: Path) -> None:
     """The requantisation's clamps (of numbers: an int32 sum times a constant) are fminnm and
-    fmaxnm on aarch64 (rpi4), both backends, in the depthwise loop gcc vectorises."""
-    values, attrs = values_for("depthwise_3x3", "int8", "int8")
+    fmaxnm on aarch64 (rpi4), both backends: in the depthwise loop gcc vectorises, and in the
+    tiles' requantisation in registers (kernel IR VecSelect)."""
+    values, attrs = values_for(case, "int8", "int8", symmetric=True)
     model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
     disassembly = _aarch64_disassembly(model, tmp_path, backend)
     assert "fminnm\tv" in disassembly and "fmaxnm\tv" in disassembly

@@ -413,13 +413,15 @@ class VecArith(OperandDtype):
 @dataclass(frozen=True, eq=True)
 class VecSelect(OperandDtype):
     """Lane-wise (a cmp b) ? x : y, cmp one of VECTOR_COMPARISONS, false where a or b is NaN
-    (the scalar Select over an ordered comparison, by lanes: Relu is x < 0 ? 0 : x)."""
+    (the scalar Select over an ordered comparison, by lanes: Relu is x < 0 ? 0 : x). `numbers`:
+    as Select's, never NaN, so a < b ? a : b may be a min instruction of numbers (fminnm)."""
 
     cmp: str
     a: Expr
     b: Expr
     x: Expr
     y: Expr
+    numbers: bool = False
 
 
 @dataclass(frozen=True, eq=True)

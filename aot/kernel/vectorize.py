@@ -127,7 +127,7 @@ class _Lanewise:
                 raise _Decline
             a, b, x, y = (self.pair(p, q, depth) for p, q in
                           ((cond.a, cond_next.a), (cond.b, cond_next.b), (at_j.a, at_next.a), (at_j.b, at_next.b)))
-            return VecSelect(cond.op, a, b, x, y)
+            return VecSelect(cond.op, a, b, x, y, at_j.numbers and at_next.numbers)
         if isinstance(at_j, Cast) and at_j.dtype == "int32" and isinstance(at_j.a, Load):
             return self._extended(at_j.a, at_next)
         if isinstance(at_j, Cast) and at_j.dtype == "int32" and at_j.a.dtype == "float32":

@@ -385,6 +385,11 @@ class _FunctionEmitter:
         if isinstance(e, kernel_ir.VecArith):
             method = {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul, "div": self.b.fdiv}[e.op]
             return method(self.expr(e.a), self.expr(e.b))
+        if isinstance(e, kernel_ir.VecSelect) and e.numbers and e.cmp in ("lt", "gt") and (e.x, e.y) == (e.a, e.b) \
+                and self.fn.module.triple.startswith("aarch64"):  # of numbers: fminnm / fmaxnm
+            a = self.expr(e.a)
+            extremum = self.math.vector_intrinsic(f"llvm.{'min' if e.cmp == 'lt' else 'max'}num", a.type, 2)
+            return self.b.call(extremum, [a, self.expr(e.b)])
         if isinstance(e, kernel_ir.VecSelect):
             sign = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.cmp]
             holds = self.b.fcmp_ordered(sign, self.expr(e.a), self.expr(e.b))
