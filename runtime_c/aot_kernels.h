@@ -70,9 +70,9 @@ static inline float aot_select_float32(int cond, float a, float b)
 
 /* The lesser and the greater of two floats neither of which is NaN (kernel IR Select with
  * `numbers`: an int8 requantisation's clamps): on aarch64 fminnm and fmaxnm, which gcc vectorises
- * (int8 DS-CNN's depthwise loop on rpi4: 4 instructions per 4 lanes where the selects took 8);
- * elsewhere the selects themselves. */
-#if defined(__aarch64__) && defined(__GNUC__)
+ * (int8 DS-CNN's depthwise loop on rpi4: 4 instructions per 4 lanes where the selects took 8),
+ * and ARMv8's vminnm / vmaxnm in 32-bit mode (rpi3); elsewhere the selects themselves. */
+#if (defined(__aarch64__) || defined(__ARM_FEATURE_NUMERIC_MAXMIN)) && defined(__GNUC__)
 static inline float aot_min_numbers_float32(float a, float b) { return __builtin_fminf(a, b); }
 static inline float aot_max_numbers_float32(float a, float b) { return __builtin_fmaxf(a, b); }
 #else
@@ -1220,8 +1220,10 @@ static inline void aot_i32x16_store_narrow_first(void *p, aot_i32x16 v, int n)
 #endif
 /* AOT_F32X<lanes>_MIN_NUMBERS(a, b), _MAX_NUMBERS(a, b): the same picks of numbers, neither ever
  * NaN (kernel IR VecSelect with `numbers`: the requantisation's clamps): aarch64's fminnm and
- * fmaxnm, one instruction where the select took two; elsewhere the picks. */
-#if defined(AOT_WANT_F32X4) && defined(__aarch64__) && defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+ * fmaxnm (rpi3's ARMv8 NEON in 32-bit mode: vminnm.f32, vmaxnm.f32), one instruction where the
+ * select took two; elsewhere the picks. */
+#if defined(AOT_WANT_F32X4) && (defined(__aarch64__) || (defined(__ARM_NEON) && defined(__ARM_FEATURE_NUMERIC_MAXMIN))) \
+    && defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
 #include <arm_neon.h>
 #define AOT_F32X4_MIN_NUMBERS(a, b) ((aot_f32x4)vminnmq_f32((float32x4_t)(a), (float32x4_t)(b)))
 #define AOT_F32X4_MAX_NUMBERS(a, b) ((aot_f32x4)vmaxnmq_f32((float32x4_t)(a), (float32x4_t)(b)))

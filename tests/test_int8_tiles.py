@@ -213,7 +213,7 @@ def test_aarch64_pair_tiles_read_eight_quads_under_qemu(x_dtype: str, backend: s
             assert form in text, form
         assert "AOT_I32X4_PAIRS(" not in text and "AOT_I16X16" not in generated_c(model, "rpi3")
     else:
-        disassembly = _aarch64_disassembly(model, tmp_path)
+        disassembly = _arm_disassembly(model, tmp_path)
         assert "ld2\t" in disassembly and "ld4r\t" in disassembly and "ld2r\t" in disassembly
     check_under_qemu(model, feeds, "rpi4", backend)
 
@@ -231,37 +231,41 @@ def test_eight_quad_pair_tiles_compile_anywhere(flags: str) -> None:
 
 
 @pytest.mark.qemu
+@pytest.mark.parametrize("target", ["rpi4", "rpi3"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 @pytest.mark.parametrize("case", ["depthwise_3x3", "pointwise_wide_row"])
-def test_aarch64_requantisation_clamps_with_fminnm(case: str, backend: str, tmp_path: Path) -> None:
+def test_arm_requantisation_clamps_with_minnm(case: str, backend: str, target: str, tmp_path: Path) -> None:
     """The requantisation's clamps (of numbers: an int32 sum times a constant) are fminnm and
-    fmaxnm on aarch64 (rpi4), both backends: in the depthwise loop gcc vectorises, and in the
-    tiles' requantisation in registers (kernel IR VecSelect)."""
+    fmaxnm on aarch64 (rpi4), vminnm and vmaxnm on rpi3's ARMv8 NEON in 32-bit mode, both
+    backends: in the depthwise loop and in the tiles' requantisation in registers (VecSelect)."""
     values, attrs = values_for(case, "int8", "int8", symmetric=True)
     model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
-    disassembly = _aarch64_disassembly(model, tmp_path, backend)
-    assert "fminnm\tv" in disassembly and "fmaxnm\tv" in disassembly
+    disassembly = _arm_disassembly(model, tmp_path, backend, target)
+    if target == "rpi4":
+        assert "fminnm\tv" in disassembly and "fmaxnm\tv" in disassembly
+    else:
+        assert "vminnm.f32\tq" in disassembly and "vmaxnm.f32\tq" in disassembly
 
 
-def _aarch64_disassembly(model, tmp_path: Path, backend: str = "llvm") -> str:
-    """The rpi4 LLVM object, or the runner gcc builds from the C package."""
+def _arm_disassembly(model, tmp_path: Path, backend: str = "llvm", target: str = "rpi4") -> str:
+    """The target's LLVM object, or the runner gcc builds from the C package."""
     import shutil
     import subprocess
 
     from aot.toolchain.target_build import TargetModel
     from tests.conformance import cross_unavailable
 
-    if shutil.which("aarch64-linux-gnu-objdump") is None or (backend == "c" and cross_unavailable("rpi4")):
-        pytest.skip("no aarch64 cross toolchain")
-    package = compile_model(model, backend=backend, target="rpi4")
+    objdump = "aarch64-linux-gnu-objdump" if target == "rpi4" else "arm-linux-gnueabihf-objdump"
+    if shutil.which(objdump) is None or (backend == "c" and cross_unavailable(target)):
+        pytest.skip(f"no {target} cross toolchain")
+    package = compile_model(model, backend=backend, target=target)
     if backend == "c":
-        binary = TargetModel.build(package, load_target("rpi4"), build_dir=tmp_path / "build").runner
+        binary = TargetModel.build(package, load_target(target), build_dir=tmp_path / "build").runner
     else:
         (name,) = [n for n in package.files if n.endswith(".o")]
         binary = tmp_path / "model.o"
         binary.write_bytes(package.files[name])
-    return subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(binary)],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run([objdump, "-d", str(binary)], capture_output=True, text=True, check=True).stdout
 
 
 @pytest.mark.qemu

@@ -386,7 +386,7 @@ class _FunctionEmitter:
             method = {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul, "div": self.b.fdiv}[e.op]
             return method(self.expr(e.a), self.expr(e.b))
         if isinstance(e, kernel_ir.VecSelect) and e.numbers and e.cmp in ("lt", "gt") and (e.x, e.y) == (e.a, e.b) \
-                and self.fn.module.triple.startswith("aarch64"):  # of numbers: fminnm / fmaxnm
+                and self.extrema_of_numbers:
             a = self.expr(e.a)
             extremum = self.math.vector_intrinsic(f"llvm.{'min' if e.cmp == 'lt' else 'max'}num", a.type, 2)
             return self.b.call(extremum, [a, self.expr(e.b)])
@@ -491,6 +491,14 @@ class _FunctionEmitter:
         products = self.b.call(pairs, [self.b.call(absolute, [a, ir.Constant(ir.IntType(1), 0)]),
                                        self.b.call(sign, [b, a])])
         return self.b.add(acc, self.b.call(quads, [products, ir.Constant(v16, [1] * 16)]))
+
+    @property
+    def extrema_of_numbers(self) -> bool:
+        """Whether a min or max of numbers (kernel IR Select, VecSelect with `numbers`) is one
+        instruction, fminnm / fmaxnm: aarch64, and ARMv8's NEON in 32-bit mode (rpi3, +fp-armv8:
+        vminnm.f32), one instruction where a compare and a pick took two. (Elsewhere LLVM's minnum
+        can be a call or several instructions: the select stays.)"""
+        return self.fn.module.triple.startswith("aarch64") or (self.paired_loads and self.rounds_lanes)
 
     @property
     def neon_pairwise_add(self) -> str | None:
@@ -788,8 +796,7 @@ class _FunctionEmitter:
         return self.b.fcmp_ordered("==", a, ir.Constant(a.type, float("-inf")))
 
     def select(self, e: kernel_ir.Select) -> ir.Value:
-        if e.extremum and e.dtype == "float32" and self.fn.module.triple.startswith("aarch64"):
-            # of numbers (never NaN): fminnm / fmaxnm, one instruction where a compare and a pick took two
+        if e.extremum and e.dtype == "float32" and self.extrema_of_numbers:
             typ = t.storage_type(e.dtype)
             extremum = self.math.module.declare_intrinsic(f"llvm.{e.extremum}num", [typ],
                                                           ir.FunctionType(typ, [typ, typ]))
