@@ -581,6 +581,11 @@ static inline aot_i32x4 aot_i32x4_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i32x4 b
 /* sdot (the dot-product extension: rpi5's Cortex-A76): 16 signed multiply-adds in one. */
 #define AOT_I32X4_SDOTADD(acc, a, b) ((aot_i32x4)vdotq_s32((int32x4_t)(acc), vreinterpretq_s8_s32((int32x4_t)(a)), \
                                                           vreinterpretq_s8_s32((int32x4_t)(b))))
+#if defined(__aarch64__)
+/* By a lane of b (four channels' weight quads in one load): sdot v.4s, v.16b, v.4b[i]. */
+#define AOT_I32X4_SDOTADD_LANE(acc, a, b, i) ((aot_i32x4)vdotq_laneq_s32((int32x4_t)(acc), \
+    vreinterpretq_s8_s32((int32x4_t)(a)), vreinterpretq_s8_s32((int32x4_t)(b)), (i)))
+#endif
 #else
 /* Compiled without the extension: the signed bytes' 16-bit products added pairwise twice. */
 static inline aot_i32x4 aot_i32x4_sdotadd(aot_i32x4 acc, aot_i32x4 a, aot_i32x4 b)
@@ -698,7 +703,7 @@ static inline aot_i32x4 aot_i32x4_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i32x4 b
       int32_t w = (int32_t)((ub >> (8 * j)) & 0xffu); sum += (uint32_t)(x * (w > 127 ? w - 256 : w)); }
     acc.lane[i] = aot_i32x4_wrap((uint32_t)acc.lane[i] + sum); }
   return acc; }
-#define AOT_I32X4_QUADS(p) aot_i32x4_quads(p)
+#define AOT_I32X4_QUADS(p) aot_i32x4_quads((const uint8_t *)(const void *)(p))
 #define AOT_I32X4_STORE(p, v) aot_i32x4_store((p), (v))
 #define AOT_I32X4_LOAD(p) aot_i32x4_load(p)
 #define AOT_I32X4_SPLAT(x) aot_i32x4_splat(x)
@@ -717,6 +722,14 @@ static inline aot_i32x4 aot_i32x4_pair_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i3
 #define AOT_I32X4_SPLAT_PAIRS(p) aot_i32x4_splat(aot_i32x4_quad(p))
 #define AOT_I32X4_PAIR_DOTADD(acc, a, b) aot_i32x4_pair_dotadd((acc), (a), (b))
 #define AOT_I32X4_SDOTADD(acc, a, b) aot_i32x4_pair_dotadd((acc), (a), (b))
+#endif
+#ifndef AOT_I32X4_SDOTADD_LANE
+/* AOT_I32X4_SDOTADD_LANE(acc, a, b, i): SDOTADD by lane i of b in every lane. */
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+#define AOT_I32X4_SDOTADD_LANE(acc, a, b, i) AOT_I32X4_SDOTADD((acc), (a), AOT_I32X4_SPLAT((b)[i]))
+#else
+#define AOT_I32X4_SDOTADD_LANE(acc, a, b, i) AOT_I32X4_SDOTADD((acc), (a), aot_i32x4_splat((b).lane[i]))
+#endif
 #endif
 #ifndef AOT_I16X16_DEFINED
 /* Eight quads' halves (kernel IR PairHalvesLoad, PairHalvesSplat) kept as two vectors of the

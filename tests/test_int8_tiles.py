@@ -9,6 +9,7 @@ of the tile's, rows shorter and longer than a tile, padding, strides 2 and 3 wit
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -213,19 +214,21 @@ def test_aarch64_pair_tiles_read_eight_quads_under_qemu(x_dtype: str, backend: s
             assert form in text, form
         assert "AOT_I32X4_PAIRS(" not in text and "AOT_I16X16" not in generated_c(model, "rpi3")
     else:
-        disassembly = _arm_disassembly(model, tmp_path)
+        disassembly = _arm_disassembly(model, tmp_path, target="rpi4")
         assert "ld2\t" in disassembly and "ld4r\t" in disassembly and "ld2r\t" in disassembly
     check_under_qemu(model, feeds, "rpi4", backend)
 
 
 @pytest.mark.skipif(BACKEND != "c", reason="the C header's forms")
+@pytest.mark.parametrize("target", ["rpi4", "rpi5"])
 @pytest.mark.parametrize("flags", ["", "-DAOT_NO_VECTOR_EXTENSIONS"])
-def test_eight_quad_pair_tiles_compile_anywhere(flags: str) -> None:
-    """An rpi4 package's eight-quad operands built for this machine: the header keeps them as
-    four-quad ones (GNU C vectors, or the struct-and-loops form), with the same sums."""
+def test_arm_tile_operands_compile_anywhere(flags: str, target: str) -> None:
+    """An rpi4 package's eight-quad operands, an rpi5 package's weights by lane, built for this
+    machine: the header keeps them as four-quad ones and splats (GNU C vectors, or the
+    struct-and-loops form), with the same sums."""
     values, attrs = values_for("three_vectors_five_channels", "int8", "int8", symmetric=True, seed=2)
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
-    host = HostModel.build(compile_model(model, backend="c", target="rpi4"), opt="-O1",
+    host = HostModel.build(compile_model(model, backend="c", target=target), opt="-O1",
                            extra_cflags=f"-pedantic {flags}")
     assert_quantized_match(host.run(dict(feeds)), run_onnxruntime(model, feeds))
 
@@ -247,7 +250,7 @@ def test_arm_requantisation_clamps_with_minnm(case: str, backend: str, target: s
         assert "vminnm.f32\tq" in disassembly and "vmaxnm.f32\tq" in disassembly
 
 
-def _arm_disassembly(model, tmp_path: Path, backend: str = "llvm", target: str = "rpi4") -> str:
+def _arm_disassembly(model, tmp_path: Path, backend: str = "llvm", target: str = "rpi5") -> str:
     """The target's LLVM object, or the runner gcc builds from the C package."""
     import shutil
     import subprocess
@@ -255,7 +258,7 @@ def _arm_disassembly(model, tmp_path: Path, backend: str = "llvm", target: str =
     from aot.toolchain.target_build import TargetModel
     from tests.conformance import cross_unavailable
 
-    objdump = "aarch64-linux-gnu-objdump" if target == "rpi4" else "arm-linux-gnueabihf-objdump"
+    objdump = "arm-linux-gnueabihf-objdump" if target == "rpi3" else "aarch64-linux-gnu-objdump"
     if shutil.which(objdump) is None or (backend == "c" and cross_unavailable(target)):
         pytest.skip(f"no {target} cross toolchain")
     package = compile_model(model, backend=backend, target=target)
@@ -369,6 +372,25 @@ def test_sdot_tiles_match_onnxruntime_under_qemu(case: str, x_dtype: str, backen
     """rpi5's sdot (the dot-product extension: signed bytes, any int8 weight, -128 included)."""
     values, attrs = values_for(case, x_dtype, "int8")
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    check_under_qemu(model, feeds, "rpi5", backend)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_sdot_tiles_take_weights_by_lane(backend: str, tmp_path: Path) -> None:
+    """rpi5's tiles load four channels' weight quads at once and multiply by each lane (`sdot
+    v.4s, v.16b, v.4b[i]`); the fifth channel of five, alone, is still a splat quad. Exact
+    against onnxruntime under qemu, with a -128 weight."""
+    values, attrs = values_for("three_vectors_five_channels", "int8", "int8")
+    values["w"].flat[0] = -128
+    model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+    if backend == "c":
+        text = generated_c(model, "rpi5")
+        assert "AOT_I32X4_SDOTADD_LANE(" in text and "AOT_I32X4_SPLAT_QUAD(" in text
+    else:  # (over this model's one block of channels LLVM hoists every weight out of the loops)
+        values, attrs = values_for("3x3_ragged", "int8", "int8")
+        ragged, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
+        assert re.search(r"sdot\tv\d+\.4s, v\d+\.16b, v\d+\.4b\[3\]", _arm_disassembly(ragged, tmp_path))
     check_under_qemu(model, feeds, "rpi5", backend)
 
 

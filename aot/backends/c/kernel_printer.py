@@ -370,6 +370,9 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_QUADS(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, QuadSplat):
             return f"{self._vector(e.dtype)}_SPLAT_QUAD(&{e.buffer.name}[{self.expr(e.index)}])"
+        if isinstance(e, DotAdd) and e.signed and isinstance(e.b, LaneSplat):  # by a lane: sdot v.4b[i]
+            return (f"{self._vector(e.dtype)}_SDOTADD_LANE({self.expr(e.acc)}, {self.expr(e.a)}, "
+                    f"{self.expr(e.b.vector)}, {e.b.lane})")
         if isinstance(e, DotAdd):
             step = "SDOTADD" if e.signed else "DOTADD"
             return f"{self._vector(e.dtype)}_{step}({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
