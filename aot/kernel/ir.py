@@ -156,11 +156,11 @@ class Select(OperandDtype):
 
     @property
     def extremum(self) -> str | None:
-        """"min" for a < b ? a : b, "max" for a > b ? a : b of NaN-free `numbers`, else None."""
+        """min or max where this is a < b ? a : b or a > b ? a : b of `numbers`, else None."""
         cond = self.cond
-        if not self.numbers or not isinstance(cond, Binary) or (cond.a, cond.b) != (self.a, self.b):
+        if not isinstance(cond, Binary) or (cond.a, cond.b) != (self.a, self.b):
             return None
-        return {"lt": "min", "gt": "max"}.get(cond.op)
+        return extremum_of_numbers(cond.op, self.numbers)
 
 
 @dataclass(frozen=True, eq=True)
@@ -423,6 +423,11 @@ class VecSelect(OperandDtype):
     y: Expr
     numbers: bool = False
 
+    @property
+    def extremum(self) -> str | None:
+        """min or max where this is a < b ? a : b or a > b ? a : b of `numbers`, else None."""
+        return extremum_of_numbers(self.cmp, self.numbers) if (self.x, self.y) == (self.a, self.b) else None
+
 
 @dataclass(frozen=True, eq=True)
 class VecZip(OperandDtype):
@@ -469,6 +474,12 @@ def inherited_dtype(e: Expr) -> str:
         if field_name is None:
             return e.dtype
         e = getattr(e, field_name)
+
+
+def extremum_of_numbers(cmp: str, numbers: bool) -> str | None:
+    """The min or max that picking the operand compared less (lt) or greater (gt) is, where the
+    operands are numbers (never NaN: a min instruction may then return either of equal ones)."""
+    return {"lt": "min", "gt": "max"}.get(cmp) if numbers else None
 
 
 def vector_of(scalar: str, lanes: int) -> str:

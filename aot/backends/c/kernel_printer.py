@@ -403,9 +403,10 @@ class KernelPrinter:
             return f"{self._vector(e.dtype)}_ROUND_EVEN({self.expr(e.a)})"
         if isinstance(e, VecArith):
             return f"{self._vector(e.dtype)}_{e.op.upper()}({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, VecSelect) and e.extremum:
+            return f"{self._vector(e.dtype)}_{e.extremum.upper()}_NUMBERS({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, VecSelect) and e.cmp in PICKS and e.x == e.a and e.y == e.b:  # a < b ? a : b
-            pick = ("MIN", "MAX")[e.cmp == "gt"] + "_NUMBERS" if e.numbers else PICKS[e.cmp]
-            return f"{self._vector(e.dtype)}_{pick}({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"{self._vector(e.dtype)}_{PICKS[e.cmp]}({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, VecSelect):
             return (f"{self._vector(e.dtype)}_SELECT_{e.cmp.upper()}({self.expr(e.a)}, {self.expr(e.b)}, "
                     f"{self.expr(e.x)}, {self.expr(e.y)})")

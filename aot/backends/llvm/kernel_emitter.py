@@ -385,11 +385,8 @@ class _FunctionEmitter:
         if isinstance(e, kernel_ir.VecArith):
             method = {"add": self.b.fadd, "sub": self.b.fsub, "mul": self.b.fmul, "div": self.b.fdiv}[e.op]
             return method(self.expr(e.a), self.expr(e.b))
-        if isinstance(e, kernel_ir.VecSelect) and e.numbers and e.cmp in ("lt", "gt") and (e.x, e.y) == (e.a, e.b) \
-                and self.extrema_of_numbers:
-            a = self.expr(e.a)
-            extremum = self.math.vector_intrinsic(f"llvm.{'min' if e.cmp == 'lt' else 'max'}num", a.type, 2)
-            return self.b.call(extremum, [a, self.expr(e.b)])
+        if isinstance(e, kernel_ir.VecSelect) and e.extremum and self.extrema_of_numbers:
+            return self.extremum(e.extremum, self.expr(e.a), self.expr(e.b))
         if isinstance(e, kernel_ir.VecSelect):
             sign = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.cmp]
             holds = self.b.fcmp_ordered(sign, self.expr(e.a), self.expr(e.b))
@@ -499,6 +496,14 @@ class _FunctionEmitter:
         vminnm.f32), one instruction where a compare and a pick took two. (Elsewhere LLVM's minnum
         can be a call or several instructions: the select stays.)"""
         return self.fn.module.triple.startswith("aarch64") or (self.paired_loads and self.rounds_lanes)
+
+    def extremum(self, kind: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        """llvm.minnum / maxnum (`kind` min or max) of a and b, float32 scalars or vectors."""
+        if isinstance(a.type, ir.VectorType):
+            fn = self.math.vector_intrinsic(f"llvm.{kind}num", a.type, 2)
+        else:
+            fn = self.math.module.declare_intrinsic(f"llvm.{kind}num", [a.type], ir.FunctionType(a.type, [a.type] * 2))
+        return self.b.call(fn, [a, b])
 
     @property
     def neon_pairwise_add(self) -> str | None:
@@ -797,10 +802,7 @@ class _FunctionEmitter:
 
     def select(self, e: kernel_ir.Select) -> ir.Value:
         if e.extremum and e.dtype == "float32" and self.extrema_of_numbers:
-            typ = t.storage_type(e.dtype)
-            extremum = self.math.module.declare_intrinsic(f"llvm.{e.extremum}num", [typ],
-                                                          ir.FunctionType(typ, [typ, typ]))
-            return self.b.call(extremum, [self.expr(e.a), self.expr(e.b)])
+            return self.extremum(e.extremum, self.expr(e.a), self.expr(e.b))
         cond = self.condition(e.cond)
         if e.eager or not (self.may_fault(e.a) or self.may_fault(e.b)):
             return self.b.select(cond, self.expr(e.a), self.expr(e.b))
