@@ -618,33 +618,6 @@ static inline aot_i32x4 aot_i32x4_pair_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i3
 #define AOT_I32X4_SPLAT_PAIRS(p) aot_i32x4_pair_order(vreinterpretq_s8_s32(vld1q_dup_s32( \
     (const int32_t *)(const void *)(p))))
 #define AOT_I32X4_PAIR_DOTADD(acc, a, b) aot_i32x4_pair_dotadd((acc), (a), (b))
-/* Eight quads in one ld2 .8h (the first 16-bit halves in val[0], the second in val[1]) and a weight
- * quad in one ld2r .8h: quads 0-3 multiply by smull and smlal of the low halves, quads 4-7 by
- * smull2 and smlal2, with no tbl (a 4 x 4 tile's step: 74 -> 66 instructions). */
-#define AOT_I16X16_DEFINED
-typedef int16x8x2_t aot_i16x16;
-#define AOT_I16X16_PAIRS(p) vld2q_s16((const int16_t *)(const void *)(p))
-#define AOT_I16X16_SPLAT_PAIRS(p) vld2q_dup_s16((const int16_t *)(const void *)(p))
-/* Two weight quads in one ld4r .8h: the registers of each, as one quad's. */
-typedef int16x8x4_t aot_i16x32;
-#define AOT_I16X32_SPLAT_PAIRS(p) vld4q_dup_s16((const int16_t *)(const void *)(p))
-static inline aot_i16x16 aot_i16x32_part(aot_i16x32 v, int part)
-{ aot_i16x16 quad; quad.val[0] = v.val[2 * part]; quad.val[1] = v.val[2 * part + 1]; return quad; }
-#define AOT_I16X32_PART(v, part) aot_i16x32_part((v), (part))
-static inline aot_i32x4 aot_i32x4_pair_dotadd_low(aot_i32x4 acc, aot_i16x16 a, aot_i16x16 b)
-{
-    int16x8_t sums = vmlal_s8(vmull_s8(vget_low_s8(vreinterpretq_s8_s16(a.val[0])), vget_low_s8(vreinterpretq_s8_s16(b.val[0]))),
-                              vget_low_s8(vreinterpretq_s8_s16(a.val[1])), vget_low_s8(vreinterpretq_s8_s16(b.val[1])));
-    return (aot_i32x4)vpadalq_s16((int32x4_t)acc, sums);
-}
-static inline aot_i32x4 aot_i32x4_pair_dotadd_high(aot_i32x4 acc, aot_i16x16 a, aot_i16x16 b)
-{
-    int16x8_t sums = vmlal_high_s8(vmull_high_s8(vreinterpretq_s8_s16(a.val[0]), vreinterpretq_s8_s16(b.val[0])),
-                                   vreinterpretq_s8_s16(a.val[1]), vreinterpretq_s8_s16(b.val[1]));
-    return (aot_i32x4)vpadalq_s16((int32x4_t)acc, sums);
-}
-#define AOT_I32X4_PAIR_DOTADD_LOW(acc, a, b) aot_i32x4_pair_dotadd_low((acc), (a), (b))
-#define AOT_I32X4_PAIR_DOTADD_HIGH(acc, a, b) aot_i32x4_pair_dotadd_high((acc), (a), (b))
 #else
 /* armv7: pair order. vld2.16 de-interleaves the quads' 16-bit halves into the two d registers of
  * a q register (the first halves of 4 pixels in the low one, the second halves in the high one);
@@ -663,6 +636,60 @@ static inline aot_i32x4 aot_i32x4_pair_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i3
 #define AOT_I32X4_SPLAT_PAIRS(p) aot_i32x4_splat_pairs(p)
 #define AOT_I32X4_PAIR_DOTADD(acc, a, b) aot_i32x4_pair_dotadd((acc), (a), (b))
 #endif
+/* Eight quads in one ld2 .8h / vld2.16 of four d registers (the first 16-bit halves in val[0], the
+ * second in val[1]): quads 0-3 multiply by smull and smlal of the low halves, quads 4-7 by those of
+ * the high halves (aarch64's smull2 and smlal2; armv7's high d registers), with no tbl (aarch64 4 x 4
+ * tile's step: 74 -> 66 instructions) and half the loads (armv7). One weight quad in one ld2r .8h
+ * (armv7: vld2.16 to all lanes of two d registers, each then both halves of a q register), two in
+ * one ld4r .8h (vld4.16): the registers of each, as one quad's. */
+#define AOT_I16X16_DEFINED
+typedef int16x8x2_t aot_i16x16;
+typedef int16x8x4_t aot_i16x32;
+#define AOT_I16X16_PAIRS(p) vld2q_s16((const int16_t *)(const void *)(p))
+#if defined(__aarch64__)
+#define AOT_I16X16_SPLAT_PAIRS(p) vld2q_dup_s16((const int16_t *)(const void *)(p))
+#define AOT_I16X32_SPLAT_PAIRS(p) vld4q_dup_s16((const int16_t *)(const void *)(p))
+#define AOT_I16X8_HIGH_PRODUCTS(a0, b0, a1, b1) vmlal_high_s8(vmull_high_s8((a0), (b0)), (a1), (b1))
+#else
+static inline aot_i16x16 aot_i16x16_splat_pairs(const int8_t *p)
+{
+    int16x4x2_t w = vld2_dup_s16((const int16_t *)(const void *)p);
+    aot_i16x16 v;
+    v.val[0] = vcombine_s16(w.val[0], w.val[0]);
+    v.val[1] = vcombine_s16(w.val[1], w.val[1]);
+    return v;
+}
+static inline aot_i16x32 aot_i16x32_splat_pairs(const int8_t *p)
+{
+    int16x4x4_t w = vld4_dup_s16((const int16_t *)(const void *)p);
+    aot_i16x32 v;
+    int i;
+    for (i = 0; i < 4; ++i)
+        v.val[i] = vcombine_s16(w.val[i], w.val[i]);
+    return v;
+}
+#define AOT_I16X16_SPLAT_PAIRS(p) aot_i16x16_splat_pairs(p)
+#define AOT_I16X32_SPLAT_PAIRS(p) aot_i16x32_splat_pairs(p)
+#define AOT_I16X8_HIGH_PRODUCTS(a0, b0, a1, b1) \
+    vmlal_s8(vmull_s8(vget_high_s8(a0), vget_high_s8(b0)), vget_high_s8(a1), vget_high_s8(b1))
+#endif
+static inline aot_i16x16 aot_i16x32_part(aot_i16x32 v, int part)
+{ aot_i16x16 quad; quad.val[0] = v.val[2 * part]; quad.val[1] = v.val[2 * part + 1]; return quad; }
+#define AOT_I16X32_PART(v, part) aot_i16x32_part((v), (part))
+static inline aot_i32x4 aot_i32x4_pair_dotadd_low(aot_i32x4 acc, aot_i16x16 a, aot_i16x16 b)
+{
+    int16x8_t sums = vmlal_s8(vmull_s8(vget_low_s8(vreinterpretq_s8_s16(a.val[0])), vget_low_s8(vreinterpretq_s8_s16(b.val[0]))),
+                              vget_low_s8(vreinterpretq_s8_s16(a.val[1])), vget_low_s8(vreinterpretq_s8_s16(b.val[1])));
+    return (aot_i32x4)vpadalq_s16((int32x4_t)acc, sums);
+}
+static inline aot_i32x4 aot_i32x4_pair_dotadd_high(aot_i32x4 acc, aot_i16x16 a, aot_i16x16 b)
+{
+    int16x8_t sums = AOT_I16X8_HIGH_PRODUCTS(vreinterpretq_s8_s16(a.val[0]), vreinterpretq_s8_s16(b.val[0]),
+                                             vreinterpretq_s8_s16(a.val[1]), vreinterpretq_s8_s16(b.val[1]));
+    return (aot_i32x4)vpadalq_s16((int32x4_t)acc, sums);
+}
+#define AOT_I32X4_PAIR_DOTADD_LOW(acc, a, b) aot_i32x4_pair_dotadd_low((acc), (a), (b))
+#define AOT_I32X4_PAIR_DOTADD_HIGH(acc, a, b) aot_i32x4_pair_dotadd_high((acc), (a), (b))
 #else
 /* Each byte of a lane by shifts: a's unsigned, b's signed (an arithmetic right shift, as gcc and
  * clang define it); the sum in unsigned arithmetic, which wraps. */
@@ -753,7 +780,7 @@ static inline aot_i16x32 aot_i16x32_splat_pairs(const int8_t *p)
 
 /*
  * An int8 tile's requantisation in registers, 4 lanes (the NEON targets' tiles; kernel IR int32
- * VecArith, VecConvert, VecRoundEven, NarrowStore): AOT_I32X4_ADD(a, b) (wrapping),
+ * VecArith, VecConvert, VecRoundEven, NarrowStore): AOT_I32X4_ADD(a, b), AOT_I32X4_SUB(a, b) (wrapping),
  * AOT_F32X4_CONVERT(v) (int32 lanes to float, rounded to nearest as C's cast),
  * AOT_I32X4_CONVERT(v) (float lanes, integral and in range, to int32), AOT_F32X4_ROUND_EVEN(v)
  * (half to even) and AOT_I32X4_STORE_NARROW(p, v) (the lanes, each within the type's range, as
@@ -780,6 +807,7 @@ static inline float aot_round_even_f32(float x)
 #if defined(AOT_WANT_I32X4) && defined(AOT_WANT_F32X4)
 #if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
 #define AOT_I32X4_ADD(a, b) ((aot_i32x4)((aot_u32x4)(a) + (aot_u32x4)(b)))
+#define AOT_I32X4_SUB(a, b) ((aot_i32x4)((aot_u32x4)(a) - (aot_u32x4)(b)))
 #define AOT_I32X4_MUL(a, b) ((aot_i32x4)((aot_u32x4)(a) * (aot_u32x4)(b)))
 #if defined(__ARM_NEON) && (defined(__aarch64__) || !defined(AOT_NO_NEON_INTRINSICS))
 /* Four bytes loaded as one 32-bit word, widened twice (vmovl). */
@@ -834,6 +862,8 @@ static inline aot_i32x4 aot_i32x4_extend_u8(const uint8_t *p) { return (aot_i32x
 #else
 static inline aot_i32x4 aot_i32x4_add(aot_i32x4 a, aot_i32x4 b)
 { int i; for (i = 0; i < 4; ++i) a.lane[i] = aot_i32x4_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x4 aot_i32x4_sub(aot_i32x4 a, aot_i32x4 b)
+{ int i; for (i = 0; i < 4; ++i) a.lane[i] = aot_i32x4_wrap((uint32_t)a.lane[i] - (uint32_t)b.lane[i]); return a; }
 static inline aot_i32x4 aot_i32x4_mul(aot_i32x4 a, aot_i32x4 b)
 { int i; for (i = 0; i < 4; ++i) a.lane[i] = aot_i32x4_wrap((uint32_t)a.lane[i] * (uint32_t)b.lane[i]); return a; }
 static inline aot_i32x4 aot_i32x4_extend_i8(const int8_t *p)
@@ -849,6 +879,7 @@ static inline aot_f32x4 aot_f32x4_round_even(aot_f32x4 v)
 static inline void aot_i32x4_store_narrow(void *p, aot_i32x4 v)
 { unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < 4; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
 #define AOT_I32X4_ADD(a, b) aot_i32x4_add((a), (b))
+#define AOT_I32X4_SUB(a, b) aot_i32x4_sub((a), (b))
 #define AOT_I32X4_MUL(a, b) aot_i32x4_mul((a), (b))
 #define AOT_I32X4_EXTEND_I8(p) aot_i32x4_extend_i8(p)
 #define AOT_I32X4_EXTEND_U8(p) aot_i32x4_extend_u8(p)
@@ -1030,6 +1061,7 @@ typedef uint8_t aot_u8x8 __attribute__((vector_size(8)));
 typedef int8_t aot_i8x8_unaligned __attribute__((vector_size(8), aligned(1), may_alias));
 typedef uint8_t aot_u8x8_unaligned __attribute__((vector_size(8), aligned(1), may_alias));
 #define AOT_I32X8_ADD(a, b) ((aot_i32x8)((aot_u32x8)(a) + (aot_u32x8)(b)))
+#define AOT_I32X8_SUB(a, b) ((aot_i32x8)((aot_u32x8)(a) - (aot_u32x8)(b)))
 #define AOT_I32X8_MUL(a, b) ((aot_i32x8)((aot_u32x8)(a) * (aot_u32x8)(b)))
 #define AOT_F32X8_CONVERT(v) __builtin_convertvector((v), aot_f32x8)
 #define AOT_I32X8_CONVERT(v) __builtin_convertvector((v), aot_i32x8)
@@ -1078,6 +1110,8 @@ static inline __m128i aot_i32x8_low_bytes(__m256i v)
 #else
 static inline aot_i32x8 aot_i32x8_add(aot_i32x8 a, aot_i32x8 b)
 { int i; for (i = 0; i < 8; ++i) a.lane[i] = aot_i32x8_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x8 aot_i32x8_sub(aot_i32x8 a, aot_i32x8 b)
+{ int i; for (i = 0; i < 8; ++i) a.lane[i] = aot_i32x8_wrap((uint32_t)a.lane[i] - (uint32_t)b.lane[i]); return a; }
 static inline aot_i32x8 aot_i32x8_mul(aot_i32x8 a, aot_i32x8 b)
 { int i; for (i = 0; i < 8; ++i) a.lane[i] = aot_i32x8_wrap((uint32_t)a.lane[i] * (uint32_t)b.lane[i]); return a; }
 static inline aot_i32x8 aot_i32x8_extend_i8(const int8_t *p)
@@ -1093,6 +1127,7 @@ static inline aot_f32x8 aot_f32x8_round_even(aot_f32x8 v)
 static inline void aot_i32x8_store_narrow_first(void *p, aot_i32x8 v, int n)
 { unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < n; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
 #define AOT_I32X8_ADD(a, b) aot_i32x8_add((a), (b))
+#define AOT_I32X8_SUB(a, b) aot_i32x8_sub((a), (b))
 #define AOT_I32X8_MUL(a, b) aot_i32x8_mul((a), (b))
 #define AOT_I32X8_EXTEND_I8(p) aot_i32x8_extend_i8(p)
 #define AOT_I32X8_EXTEND_U8(p) aot_i32x8_extend_u8(p)
@@ -1111,6 +1146,7 @@ typedef uint8_t aot_u8x16 __attribute__((vector_size(16)));
 typedef int8_t aot_i8x16_unaligned __attribute__((vector_size(16), aligned(1), may_alias));
 typedef uint8_t aot_u8x16_unaligned __attribute__((vector_size(16), aligned(1), may_alias));
 #define AOT_I32X16_ADD(a, b) ((aot_i32x16)((aot_u32x16)(a) + (aot_u32x16)(b)))
+#define AOT_I32X16_SUB(a, b) ((aot_i32x16)((aot_u32x16)(a) - (aot_u32x16)(b)))
 #define AOT_I32X16_MUL(a, b) ((aot_i32x16)((aot_u32x16)(a) * (aot_u32x16)(b)))
 #define AOT_F32X16_CONVERT(v) __builtin_convertvector((v), aot_f32x16)
 #define AOT_I32X16_CONVERT(v) __builtin_convertvector((v), aot_i32x16)
@@ -1144,6 +1180,8 @@ typedef uint8_t aot_u8x16_unaligned __attribute__((vector_size(16), aligned(1), 
 #else
 static inline aot_i32x16 aot_i32x16_add(aot_i32x16 a, aot_i32x16 b)
 { int i; for (i = 0; i < 16; ++i) a.lane[i] = aot_i32x16_wrap((uint32_t)a.lane[i] + (uint32_t)b.lane[i]); return a; }
+static inline aot_i32x16 aot_i32x16_sub(aot_i32x16 a, aot_i32x16 b)
+{ int i; for (i = 0; i < 16; ++i) a.lane[i] = aot_i32x16_wrap((uint32_t)a.lane[i] - (uint32_t)b.lane[i]); return a; }
 static inline aot_i32x16 aot_i32x16_mul(aot_i32x16 a, aot_i32x16 b)
 { int i; for (i = 0; i < 16; ++i) a.lane[i] = aot_i32x16_wrap((uint32_t)a.lane[i] * (uint32_t)b.lane[i]); return a; }
 static inline aot_i32x16 aot_i32x16_extend_i8(const int8_t *p)
@@ -1159,6 +1197,7 @@ static inline aot_f32x16 aot_f32x16_round_even(aot_f32x16 v)
 static inline void aot_i32x16_store_narrow_first(void *p, aot_i32x16 v, int n)
 { unsigned char *b = (unsigned char *)p; int i; for (i = 0; i < n; ++i) b[i] = (unsigned char)((uint32_t)v.lane[i] & 0xffu); }
 #define AOT_I32X16_ADD(a, b) aot_i32x16_add((a), (b))
+#define AOT_I32X16_SUB(a, b) aot_i32x16_sub((a), (b))
 #define AOT_I32X16_MUL(a, b) aot_i32x16_mul((a), (b))
 #define AOT_I32X16_EXTEND_I8(p) aot_i32x16_extend_i8(p)
 #define AOT_I32X16_EXTEND_U8(p) aot_i32x16_extend_u8(p)

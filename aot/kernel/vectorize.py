@@ -133,6 +133,9 @@ class _Lanewise:
         if isinstance(at_j, Cast) and at_j.dtype == "int32" and at_j.a.dtype == "float32":
             assert isinstance(at_next, Cast)  # an integral float sum (int8 depthwise taps) as int32
             return VecConvert(self.pair(at_j.a, at_next.a, depth), vector_of("int32", lanes))
+        if isinstance(at_j, Cast) and at_j.dtype == "float32" and isinstance(at_j.a, Load) \
+                and at_j.a.dtype in ("int8", "uint8"):  # an int8 tensor's element dequantised
+            return VecConvert(self._extended(at_j.a, at_next), vector_of("float32", lanes))
         if isinstance(at_j, Cast) and at_j.dtype == "float32":
             assert isinstance(at_next, Cast)
             if at_j.a.dtype != "int32":

@@ -17,6 +17,7 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import (
     INDEX,
     Expr,
+    Stmt,
     binary,
     cast,
     const,
@@ -35,6 +36,7 @@ from aot.kernel.ir import (
 from aot.lowering.builder import View, merge_groups
 from aot.lowering.context import LoweringContext
 from aot.lowering.forms import FORMS, Form, FormBuilder, ScalarFn
+from aot.lowering.lane_loops import requantising_loop
 from aot.lowering.parallel import mark_outer, pays
 from aot.ops.attrs import constant_input, fail
 from aot.ops.registry import register
@@ -73,8 +75,10 @@ def emit_elementwise(ctx: LoweringContext, node: Node, inputs: Sequence[Tensor],
         def flat(i: Expr, t: Tensor, v: View) -> Expr:
             return v.load_flat(const(0, INDEX) if t.shape != shape else i)
 
-        body = kb.loops([output.size], lambda i: [out.store_flat(i[0], epilogue.apply(
-            fn([flat(i[0], t, v) for t, v in zip(inputs, views)]), flat_index=i[0]))])
+        def element(i: Expr) -> Stmt:
+            return out.store_flat(i, epilogue.apply(fn([flat(i, t, v) for t, v in zip(inputs, views)]), flat_index=i))
+
+        body = requantising_loop(kb, output.size, ctx.tiles.loops_in_vectors, element)
     else:
         groups = merge_groups(shape, [*views, out, *epilogue.views()])
         views, out = [v.merged(groups) for v in views], out.merged(groups)

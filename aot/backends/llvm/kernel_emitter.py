@@ -585,6 +585,8 @@ class _FunctionEmitter:
         ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
         splat = isinstance(e, kernel_ir.PairHalvesSplat)
         count = e.lanes // 2 if splat else 2  # the registers (halves of quads) it loads
+        if self.paired_loads:  # 32-bit Arm NEON: vld2.16 of four d registers, vld2.16 / vld4.16 to all lanes
+            return self.arm_pair_halves(ptr, splat, count)
         if self.fn.module.triple.startswith("aarch64"):
             halves = ir.VectorType(t.I16, 8)
             ld = self.math.module.declare_intrinsic(
@@ -601,6 +603,23 @@ class _FunctionEmitter:
         quads = self.b.load(ptr, typ=ir.VectorType(t.I16, 16), align=1)
         return self.b.shuffle_vector(quads, ir.Constant(quads.type, ir.Undefined),
                                      _mask(list(range(0, 16, 2)) + list(range(1, 16, 2))))
+
+    def arm_pair_halves(self, ptr: ir.Value, splat: bool, count: int) -> ir.Value:
+        """pair_halves on 32-bit Arm NEON: eight quads by vld2.16 into two q registers; one or two
+        splat weight quads by vld2.16 / vld4.16 to all lanes of d registers, each register's 4
+        elements then doubled to 8, which the dot steps' halves read back as that d register."""
+        halves = ir.VectorType(t.I16, 4 if splat else 8)
+        name = f"llvm.arm.neon.vld{count}dup.v4i16.p0" if splat else "llvm.arm.neon.vld2.v8i16.p0"
+        ld = self.math.module.declare_intrinsic(
+            name, fnty=ir.FunctionType(ir.LiteralStructType([halves] * count), [t.PTR, t.I32]))
+        loaded = self.b.call(ld, [ptr, ir.Constant(t.I32, 1)])
+        registers = [self.b.extract_value(loaded, i) for i in range(count)]
+        if splat:
+            registers = [self.b.shuffle_vector(r, ir.Constant(halves, ir.Undefined), _mask(list(range(4)) * 2))
+                         for r in registers]
+        parts = [self.b.shuffle_vector(registers[i], registers[i + 1], _mask(list(range(16))))
+                 for i in range(0, count, 2)]
+        return parts[0] if count == 2 else self.b.shuffle_vector(parts[0], parts[1], _mask(list(range(32))))
 
     def pair_dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value, half: int = 0) -> ir.Value:
         """kernel_ir.PairDotAdd: the bytes of a and b's first and second 16-bit halves (of four

@@ -324,10 +324,13 @@ def weight_quad(packed: Buffer, at: Expr, channel: int, shape: TileShape, by_lan
 
 
 def pair_halves(ctx: LoweringContext) -> bool:
-    """Whether NEON's PairDotAdds read eight-quad operands (PairHalvesLoad, PairHalvesSplat):
-    aarch64 (32 vector registers), whose ld2 and ld2r load them, against a load and a tbl per
-    four-quad operand (rpi4 int8 DS-CNN, C: 1.28 -> 1.20 M instructions)."""
-    return ctx.tiles.int8_dot == "neon" and ctx.tiles.registers > 16
+    """Whether NEON's PairDotAdds read eight-quad operands (PairHalvesLoad, PairHalvesSplat): on
+    aarch64 ld2 and ld2r / ld4r load them, against a load and a tbl per four-quad operand (rpi4
+    int8 DS-CNN, C: 1.28 -> 1.20 M instructions); on armv7 vld2.16 of four d registers and
+    vld2.16 / vld4.16 to all lanes, half the loads and their address arithmetic (rpi3 int8
+    ResNet-8's 3x3 convolutions of 2 x 4 tiles 0.93 -> 0.71 M instructions each; C 5.21 -> 4.42 M,
+    LLVM 5.24 -> 5.17 M)."""
+    return ctx.tiles.int8_dot == "neon"
 
 
 def pair_halves_step(kb: KernelBuilder, accs: list[list[Var]], pixels: Buffer, weights: Buffer,
