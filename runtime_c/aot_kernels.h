@@ -776,6 +776,43 @@ static inline aot_i16x32 aot_i16x32_splat_pairs(const int8_t *p)
 #define AOT_I32X4_PAIR_DOTADD_LOW(acc, a, b) AOT_I32X4_PAIR_DOTADD((acc), (a).quads[0], (b).quads[0])
 #define AOT_I32X4_PAIR_DOTADD_HIGH(acc, a, b) AOT_I32X4_PAIR_DOTADD((acc), (a).quads[1], (b).quads[1])
 #endif
+/* A depthwise convolution's taps in pairs for 8 pixels (kernel IR TapProducts, WidenAdd; armv7):
+ * AOT_I16X8_TAP(p, w) the 8 signed bytes at p times the int8 w, in 16 bits; AOT_I16X8_TAP_PAIR(p, w,
+ * q, v) plus those at q times v (exact: neither weight is -128); AOT_I32X4_ADD_WIDE_LOW / _HIGH(acc,
+ * a) acc plus elements 0-3 / 4-7 of a, sign-extended. NEON: vmull.s8, vmlal.s8 of d registers and
+ * vaddw.s16, where gcc's own vectors of 16 pixels kept each weight in a q register and spilled
+ * them (rpi3 int8 VWW) and LLVM's went through the stack. */
+#if defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS) && defined(__ARM_NEON)
+typedef int16x8_t aot_i16x8;
+#define AOT_I16X8_TAP(p, w) vmull_s8(vld1_s8((const int8_t *)(p)), vdup_n_s8(w))
+#define AOT_I16X8_TAP_PAIR(p, w, q, v) vmlal_s8(AOT_I16X8_TAP((p), (w)), vld1_s8((const int8_t *)(q)), vdup_n_s8(v))
+#define AOT_I32X4_ADD_WIDE_LOW(acc, a) ((aot_i32x4)vaddw_s16((int32x4_t)(acc), vget_low_s16(a)))
+#define AOT_I32X4_ADD_WIDE_HIGH(acc, a) ((aot_i32x4)vaddw_s16((int32x4_t)(acc), vget_high_s16(a)))
+#elif defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS)
+typedef int16_t aot_i16x8 __attribute__((vector_size(16)));
+typedef int8_t aot_i8x8_bytes __attribute__((vector_size(8), aligned(1), may_alias));
+static inline aot_i16x8 aot_i16x8_tap(const int8_t *p, int8_t w)
+{ return __builtin_convertvector(*(const aot_i8x8_bytes *)(const void *)p, aot_i16x8) * (int16_t)w; }
+#define AOT_I16X8_TAP(p, w) aot_i16x8_tap((p), (w))
+#define AOT_I16X8_TAP_PAIR(p, w, q, v) (aot_i16x8_tap((p), (w)) + aot_i16x8_tap((q), (v)))
+#define AOT_I32X4_ADD_WIDE_LOW(acc, a) \
+    ((aot_i32x4)((aot_u32x4)(acc) + (aot_u32x4)((aot_i32x4){ (a)[0], (a)[1], (a)[2], (a)[3] })))
+#define AOT_I32X4_ADD_WIDE_HIGH(acc, a) \
+    ((aot_i32x4)((aot_u32x4)(acc) + (aot_u32x4)((aot_i32x4){ (a)[4], (a)[5], (a)[6], (a)[7] })))
+#else
+typedef struct { int16_t lane[8]; } aot_i16x8;
+static inline aot_i16x8 aot_i16x8_tap(const int8_t *p, int8_t w)
+{ aot_i16x8 v; int i; for (i = 0; i < 8; ++i) v.lane[i] = (int16_t)(p[i] * w); return v; }
+static inline aot_i16x8 aot_i16x8_tap_pair(const int8_t *p, int8_t w, const int8_t *q, int8_t v)
+{ aot_i16x8 r; int i; for (i = 0; i < 8; ++i) r.lane[i] = (int16_t)(p[i] * w + q[i] * v); return r; }
+static inline aot_i32x4 aot_i32x4_add_wide(aot_i32x4 acc, aot_i16x8 a, int half)
+{ int i; for (i = 0; i < 4; ++i) acc.lane[i] = aot_i32x4_wrap((uint32_t)acc.lane[i] + (uint32_t)(int32_t)a.lane[4 * half + i]);
+  return acc; }
+#define AOT_I16X8_TAP(p, w) aot_i16x8_tap((p), (w))
+#define AOT_I16X8_TAP_PAIR(p, w, q, v) aot_i16x8_tap_pair((p), (w), (q), (v))
+#define AOT_I32X4_ADD_WIDE_LOW(acc, a) aot_i32x4_add_wide((acc), (a), 0)
+#define AOT_I32X4_ADD_WIDE_HIGH(acc, a) aot_i32x4_add_wide((acc), (a), 1)
+#endif
 #endif /* AOT_WANT_I32X4 */
 
 /*

@@ -122,18 +122,23 @@ def check_under_qemu(model, feeds: dict[str, np.ndarray], target: str, backend: 
 @pytest.mark.parametrize("target", ["rpi5", "rpi4", "rpi3"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 @pytest.mark.parametrize("case", sorted(DEPTHWISE))
-def test_arm_depthwise_tap_pairs_match_onnxruntime_under_qemu(case: str, backend: str, target: str) -> None:
+def test_arm_depthwise_tap_pairs_match_onnxruntime_under_qemu(case: str, backend: str, target: str,
+                                                              tmp_path: Path) -> None:
     """int8 input, weights in -127..127: two taps' products summed in int16 before the int32 sum
-    (integer_terms.tap_sum's pairs: smull + smlal; on armv7 gcc's vmull.s8 + vmlal.s8 in the sums'
-    own loop), with -128 inputs against -127 weights in both; a -128 weight keeps the int32
-    products."""
+    (integer_terms.tap_sum's pairs: smull + smlal; on armv7 vectors of 8 pixels written out,
+    vmull.s8 + vmlal.s8 of d registers and vaddw.s16, in the sums' own loop, both backends), with
+    -128 inputs against -127 weights in both; a -128 weight keeps the int32 products."""
     values, attrs = values_for(case, "int8", "int8", symmetric=True)
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
-    assert "(int16_t)" in generated_c(model, target)
+    pairs = "AOT_I16X8_TAP_PAIR(" if target == "rpi3" else "(int16_t)"
+    assert pairs in generated_c(model, target)
+    if target == "rpi3" and backend == "llvm":
+        disassembly = _arm_disassembly(model, tmp_path, backend, target)
+        assert re.search(r"vmlal\.s8\tq\d+, d", disassembly) and "vaddw.s16\t" in disassembly
     check_under_qemu(model, feeds, target, backend)
     values["w"][0].flat[0] = -128
     model, _ = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
-    assert "(int16_t)" not in generated_c(model, target)
+    assert pairs not in generated_c(model, target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -236,11 +241,13 @@ def test_neon_pair_tiles_read_eight_quads_under_qemu(case: str, x_dtype: str, ba
 @pytest.mark.skipif(BACKEND != "c", reason="the C header's forms")
 @pytest.mark.parametrize("target", ["rpi3", "rpi4", "rpi5"])
 @pytest.mark.parametrize("flags", ["", "-DAOT_NO_VECTOR_EXTENSIONS"])
-def test_arm_tile_operands_compile_anywhere(flags: str, target: str) -> None:
-    """An rpi3 or rpi4 package's eight-quad operands, an rpi5 package's weights by lane, built for this
-    machine: the header keeps them as four-quad ones and splats (GNU C vectors, or the
+@pytest.mark.parametrize("case", ["three_vectors_five_channels", "depthwise_3x3"])
+def test_arm_tile_operands_compile_anywhere(case: str, flags: str, target: str) -> None:
+    """An rpi3 or rpi4 package's eight-quad operands, an rpi5 package's weights by lane, rpi3's
+    depthwise tap pairs (AOT_I16X8_TAP_PAIR, AOT_I32X4_ADD_WIDE_*), built for this machine: the
+    header keeps them as four-quad ones and splats, and 16-bit products (GNU C vectors, or the
     struct-and-loops form), with the same sums."""
-    values, attrs = values_for("three_vectors_five_channels", "int8", "int8", symmetric=True, seed=2)
+    values, attrs = values_for(case, "int8", "int8", symmetric=True, seed=2)
     model, feeds = model_of("QLinearConv", QLINEAR_CONV_INPUTS, values, {"x"}, ["y"], **attrs)
     host = HostModel.build(compile_model(model, backend="c", target=target), opt="-O1",
                            extra_cflags=f"-pedantic {flags}")

@@ -38,6 +38,8 @@ VECTOR_DTYPES.update({f"int32x{n}": ("int32", n) for n in (4, 8, 16)})
 # The 16-bit halves of eight quads, two NEON registers (PairHalvesLoad, PairHalvesSplat), and
 # two splat quads' halves, four registers (a PairHalvesSplat of two quads).
 VECTOR_DTYPES.update({"int16x16": ("int16", 16), "int16x32": ("int16", 32)})
+# Eight bytes (a d register) and their 16-bit products (TapProducts: armv7's depthwise taps).
+VECTOR_DTYPES.update({"int8x8": ("int8", 8), "int16x8": ("int16", 8)})
 UNARY_OPS = {
     "neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "tanh", "erf", "floor", "ceil", "round_even",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
@@ -327,6 +329,34 @@ class PairDotAdd(OperandDtype):
 
 
 @dataclass(frozen=True, eq=True)
+class TapProducts(Expr):
+    """Eight int16 elements: in element e the signed byte of `a` (an int8 VecLoad of 8 lanes) times
+    the int8 weight `w`, plus with a second tap the byte of `b` times `v`; exact where no weight
+    is -128 (at most 2 x 128 x 127: integer_terms.tap_sum's pairs). NEON's vmull.s8 and
+    vmlal.s8 of d registers, the weight in every lane: a depthwise convolution's taps in pairs
+    for 8 pixels (integer_terms.tap_pair_vectors), which WidenAdd then adds to int32 sums."""
+
+    a: VecLoad
+    w: Expr
+    b: VecLoad | None = None
+    v: Expr | None = None
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "int16x8"
+
+
+@dataclass(frozen=True, eq=True)
+class WidenAdd(OperandDtype):
+    """acc (int32x4) + elements 4 * half to 4 * half + 3 of a (int16x8), sign-extended and added
+    with wrapping as the integer ops' accumulation does (NEON's vaddw.s16)."""
+
+    acc: Expr
+    a: Expr
+    half: int
+
+
+@dataclass(frozen=True, eq=True)
 class Splat(Expr):
     """A scalar copied into every lane."""
 
@@ -464,7 +494,7 @@ class VecReduce(Expr):
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
 # ThresholdedRelu: x > a ? x : 0 ...) is as long as the model's chain, so it is followed by a loop.
 _DTYPE_OPERAND = {Select: "a", MulAdd: "acc", DotAdd: "acc", PairDotAdd: "acc", VecMax: "a", VecMin: "a",
-                  VecRoundEven: "a", VecArith: "a", VecSelect: "x", VecZip: "a"}
+                  VecRoundEven: "a", VecArith: "a", VecSelect: "x", VecZip: "a", WidenAdd: "acc"}
 
 
 def inherited_dtype(e: Expr) -> str:

@@ -42,6 +42,7 @@ from aot.kernel.ir import (
     Splat,
     Stmt,
     Store,
+    TapProducts,
     Unary,
     Var,
     VecArith,
@@ -54,6 +55,7 @@ from aot.kernel.ir import (
     VecSelect,
     VecStore,
     VecZip,
+    WidenAdd,
     WidenLoad,
     walk_stmts,
 )
@@ -366,6 +368,15 @@ class KernelPrinter:
         if isinstance(e, PairDotAdd):
             step = "PAIR_DOTADD" if e.a.dtype != "int16x16" else ("PAIR_DOTADD_HIGH" if e.half else "PAIR_DOTADD_LOW")
             return f"{self._vector(e.dtype)}_{step}({self.expr(e.acc)}, {self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, TapProducts):  # (armv7's depthwise taps: vmull.s8, vmlal.s8)
+            first = f"&{e.a.buffer.name}[{self.expr(e.a.index)}], {self.expr(e.w)}"
+            if e.b is None or e.v is None:
+                return f"{self._vector(e.dtype)}_TAP({first})"
+            second = f"&{e.b.buffer.name}[{self.expr(e.b.index)}], {self.expr(e.v)}"
+            return f"{self._vector(e.dtype)}_TAP_PAIR({first}, {second})"
+        if isinstance(e, WidenAdd):
+            half = "HIGH" if e.half else "LOW"
+            return f"{self._vector(e.dtype)}_ADD_WIDE_{half}({self.expr(e.acc)}, {self.expr(e.a)})"
         if isinstance(e, QuadLoad):  # (a VecLoad too)
             return f"{self._vector(e.dtype)}_QUADS(&{e.buffer.name}[{self.expr(e.index)}])"
         if isinstance(e, QuadSplat):

@@ -108,7 +108,7 @@ class MathLibrary:
 INTEGER_TILE_NODES = (kernel_ir.PairLoad, kernel_ir.PairSplat, kernel_ir.PairHalvesLoad, kernel_ir.PairHalvesSplat,
                       kernel_ir.PairHalvesPart, kernel_ir.PairDotAdd, kernel_ir.QuadLoad,
                       kernel_ir.QuadSplat, kernel_ir.DotAdd, kernel_ir.ExtendLoad, kernel_ir.VecConvert,
-                      kernel_ir.VecRoundEven)
+                      kernel_ir.VecRoundEven, kernel_ir.TapProducts, kernel_ir.WidenAdd)
 
 
 class KernelEmitter:
@@ -526,6 +526,14 @@ class _FunctionEmitter:
             return self.b.shuffle_vector(a, ir.Constant(a.type, ir.Undefined), part)
         if isinstance(e, kernel_ir.PairDotAdd):
             return self.pair_dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b), e.half)
+        if isinstance(e, kernel_ir.TapProducts):
+            return self.tap_products(e)
+        if isinstance(e, kernel_ir.WidenAdd):  # vaddw.s16: the half, sign-extended, added
+            a = self.expr(e.a)
+            lanes = _mask(list(range(4 * e.half, 4 * e.half + 4)))
+            half = self.b.shuffle_vector(a, ir.Constant(a.type, ir.Undefined), lanes)
+            acc = self.expr(e.acc)
+            return self.b.add(acc, self.b.sext(half, acc.type))
         if isinstance(e, kernel_ir.QuadLoad):  # (a VecLoad too): 4 * lanes bytes as int32 lanes
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
@@ -550,6 +558,28 @@ class _FunctionEmitter:
         if isinstance(e, kernel_ir.VecRoundEven):
             return self.round_even_lanes(self.expr(e.a))
         raise TypeError(f"{self.kernel.name}: not an integer tile expression {e!r}")
+
+    def tap_products(self, e: kernel_ir.TapProducts) -> ir.Value:
+        """kernel_ir.TapProducts: each tap's 8 bytes times its weight in 16 bits, the two products
+        added. 32-bit Arm NEON: vld1.8 and vmull.s8 themselves (LLVM folds the add into vmlal.s8;
+        a plain unaligned <8 x i8> load became two ldr through the stack, and the products of
+        sign-extended vectors vmovl.s8 + vmla.i16); elsewhere the same sums from extended bytes."""
+        wide, bytes8 = ir.VectorType(t.I16, 8), ir.VectorType(t.I8, 8)
+
+        def product(taps: kernel_ir.VecLoad, weight: kernel_ir.Expr) -> ir.Value:
+            buf, arg = self.buffers[taps.buffer.name]
+            ptr = self.b.gep(arg, [self.expr(taps.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
+            w = self.expr(weight)  # an int8 value, which the emitter may hold in a wider integer
+            w = self.splat(self.b.trunc(w, t.I8) if w.type.width > 8 else w, bytes8)
+            if not self.paired_loads:
+                loaded = self.b.load(ptr, typ=bytes8, align=1)
+                return self.b.mul(self.b.sext(loaded, wide), self.b.sext(w, wide))
+            vld1 = self.math.declared("llvm.arm.neon.vld1.v8i8.p0", bytes8, [t.PTR, t.I32])
+            multiply = self.math.declared("llvm.arm.neon.vmulls.v8i16", wide, [bytes8, bytes8])
+            return self.b.call(multiply, [self.b.call(vld1, [ptr, ir.Constant(t.I32, 1)]), w])
+
+        first = product(e.a, e.w)
+        return first if e.b is None or e.v is None else self.b.add(first, product(e.b, e.v))
 
     def pair_order(self, e: kernel_ir.PairLoad | kernel_ir.PairSplat) -> ir.Value:
         """PairLoad (16 bytes, the quads' 16-bit halves de-interleaved) or PairSplat (one quad's

@@ -36,6 +36,7 @@ from aot.kernel.ir import (
     Stmt,
     Store,
     Var,
+    VecLoad,
     cast,
     const,
     ge,
@@ -67,6 +68,7 @@ from aot.ops.quantized.integer_terms import (
     requantize,
     scalar,
     signed_byte,
+    tap_pair_vectors,
     tap_sum,
     uniform,
     unsigned_byte,
@@ -90,6 +92,8 @@ FLAT_DEPTHWISE_SUMS = 2048
 # planes' slack and are discarded): a remainder is scalar code, and DS-CNN's 175-pixel planes
 # left 15 pixels per channel to scalar requantisation.
 FLAT_DEPTHWISE_STEP = 32
+# Pixels per vector of armv7's depthwise tap pairs (integer_terms.tap_pair_vectors): a d register.
+TAP_PAIR_LANES = 8
 # Taps a float32 sum holds exactly: |x| <= 255 and |w - w_zero_point| <= 255, so each product is
 # at most 65025 and 258 of them stay below 2**24, where float32 represents every integer.
 EXACT_FLOAT_TAPS = 258
@@ -546,8 +550,8 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     element = "float32" if in_float else x.dtype.name
     floats = None if direct else kb.output(scratch_tensor(ctx, node, (len(phases.used) * plane,), np.dtype(element),
                                                           "phase_planes")).buffer
-    split = _armv7_split_sums(ctx)
-    sums = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(ACCUMULATOR), "sums")).buffer if split else None
+    sums = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(ACCUMULATOR), "sums")).buffer \
+        if _armv7_split_sums(ctx, pairs) else None
 
     def chunk(n: Expr, m: Expr, at: list[Expr], locals_: list[Var], start: Var, row0: Expr,
               count: int) -> list[Stmt]:
@@ -558,17 +562,20 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
             copies = [stmt for k, phase in enumerate(phases.used)
                       for stmt in phases.copy(kb, planes, *at, row0, count, phase, floats, k * plane)]
 
-        def summed(i: list[Expr]) -> Expr:
-            taps = [Load(read, base + i[0] + phases.used.index(phase) * plane + offset)
-                    for phase, offset in phases.taps]
-            return tap_sum(taps, locals_, start, in_float, pairs)
+        def taps(at: Expr, lanes: int = 1) -> list[Expr]:
+            """Pixel `at`'s taps (Loads), or those of `lanes` pixels from it (VecLoads: armv7's pairs)."""
+            starts = [base + at + phases.used.index(phase) * plane + offset for phase, offset in phases.taps]
+            return [Load(read, i) if lanes == 1 else VecLoad(read, i, lanes) for i in starts]
 
         def output(i: list[Expr]) -> list[Stmt]:
             oh, ow = i
             return [store(n, m, row0 + oh, ow, Load(finished, oh * phases.width + ow))]
 
+        summed = lambda i: tap_sum(taps(i[0]), locals_, start, in_float, pairs)  # noqa: E731
+        in_pairs = lambda at: tap_pair_vectors(kb, taps(at, TAP_PAIR_LANES), locals_, start, sums, at)  # noqa: E731
+
         computed = _finished_pixels(kb, _whole_steps(count * phases.width), summed, lambda value: finish(value, m),
-                                    finished, sums, in_vectors)
+                                    finished, sums, in_vectors, in_pairs if in_vectors and pairs else None)
         return copies + computed + kb.loops([count, out_w], output, prefix="q")
 
     def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
@@ -639,32 +646,39 @@ class PhasePlanes:
 
 def _finished_pixels(kb: KernelBuilder, extent: int, summed: Callable[[list[Expr]], Expr],
                      finish_at: Callable[[Expr], Expr], finished: Buffer, sums: Buffer | None,
-                     in_vectors: bool) -> list[Stmt]:
+                     in_vectors: bool, summed_in_vectors: Callable[[Expr], list[Stmt]] | None = None) -> list[Stmt]:
     """The loop over pixels [0, extent) that stores each one's tap sum (`summed`) requantised
     (`finish_at`) into `finished`: as vectors of 4 pixels where `in_vectors`, and with a `sums`
-    row (_armv7_split_sums) the sums first, in a loop of their own."""
+    row (_armv7_split_sums) the sums first, in a loop of their own, written as vectors of
+    TAP_PAIR_LANES pixels by `summed_in_vectors` where given."""
     def pixel(i: list[Expr]) -> list[Stmt]:
         return [Store(finished, i[0], finish_at(summed(i)))]
 
     if sums is not None:
         requantised = _pixels_in_vectors(kb, extent, lambda i: [Store(finished, i[0], finish_at(Load(sums, i[0])))])
         if requantised is not None:
+            if summed_in_vectors is not None:
+                return kb.loops([extent // TAP_PAIR_LANES], lambda i: summed_in_vectors(i[0] * TAP_PAIR_LANES),
+                                prefix="p") + requantised
             return kb.loops([extent], lambda i: [Store(sums, i[0], summed(i))], prefix="p") + requantised
     vectors = _pixels_in_vectors(kb, extent, pixel) if in_vectors else None
     return vectors or kb.loops([extent], pixel, prefix="p")
 
 
-def _armv7_split_sums(ctx: LoweringContext) -> bool:
+def _armv7_split_sums(ctx: LoweringContext, pairs: bool) -> bool:
     """Whether _flat_depthwise sums its taps in a loop of their own before requantising. armv7
     NEON's compilers vectorise no float loop, so the requantisation is written as vectors of 4
     pixels (_armv7_vectors: rpi3 int8 DS-CNN C 3.20 -> 2.29, LLVM 3.44 -> 2.21 M instructions;
-    VWW 9.50 -> 7.61, 9.51 -> 7.29). gcc (vectorises_loops) vectorises an integer loop of the
-    sums itself (tap pairs: vmull.s8, vmlal.s8, vaddw.s16), into an int32 scratch row that the
-    requantisation reads (C 2.27 -> 1.77, VWW 7.30 -> 6.10); LLVM vectorised that loop through
-    the stack (DS-CNN 2.09 -> 2.31), so there the sums stay in the vectors of 4. aarch64's
-    compilers vectorise the whole loop themselves, which ran fewer instructions than vectors
-    written out (rpi4 VWW C 4.80, LLVM 4.16 M; 5.66, 4.77)."""
-    return _armv7_vectors(ctx) and ctx.tiles.vectorises_loops
+    VWW 9.50 -> 7.61, 9.51 -> 7.29), after the sums of a row: with tap pairs (`pairs`) written
+    out as vectors of 8 pixels (integer_terms.tap_pair_vectors: vmull.s8, vmlal.s8, vaddw.s16 by
+    weights in d registers), where gcc's own vectors of 16 kept each weight in a q register and
+    spilled them and LLVM's went through the stack (rpi3 C / LLVM DS-CNN 1.43 / 1.92 -> 1.36 / 1.48,
+    VWW 4.71 / 6.00 -> 4.61 / 4.81);
+    else the integer loop gcc (vectorises_loops) vectorises itself (C 2.27 -> 1.77, VWW 7.30 ->
+    6.10); LLVM's sums stay in the vectors of 4. aarch64's compilers vectorise the whole loop
+    themselves, which ran fewer instructions than vectors written out (rpi4 VWW C 4.80, LLVM
+    4.16 M; 5.66, 4.77)."""
+    return _armv7_vectors(ctx) and (pairs or ctx.tiles.vectorises_loops)
 
 
 def _armv7_vectors(ctx: LoweringContext) -> bool:
@@ -674,9 +688,8 @@ def _armv7_vectors(ctx: LoweringContext) -> bool:
 
 def _tap_pairs(ctx: LoweringContext, conv: IntegerConv, weights: np.ndarray) -> bool:
     """Whether _flat_depthwise's integer sums add two taps' products in int16 first
-    (integer_terms.tap_sum): int8 input, no weight -128, in the Arm compilers' vectorised loop."""
-    return (conv.x.dtype == np.int8 and fits_pairs(weights) and not _sums_in_float(ctx)
-            and (_armv7_split_sums(ctx) or not _armv7_vectors(ctx)))
+    (integer_terms.tap_sum, tap_pair_vectors): int8 input, no weight -128, integer sums (Arm)."""
+    return conv.x.dtype == np.int8 and fits_pairs(weights) and not _sums_in_float(ctx)
 
 
 def _sums_in_float(ctx: LoweringContext) -> bool:

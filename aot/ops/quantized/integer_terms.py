@@ -16,7 +16,26 @@ from collections.abc import Callable
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Buffer, Const, Declare, Expr, Load, MulAdd, Stmt, Var, cast, const, unary
+from aot.kernel.ir import (
+    INDEX,
+    Assign,
+    Buffer,
+    Const,
+    Declare,
+    Expr,
+    Load,
+    MulAdd,
+    Splat,
+    Stmt,
+    TapProducts,
+    Var,
+    VecLoad,
+    VecStore,
+    WidenAdd,
+    cast,
+    const,
+    unary,
+)
 from aot.lowering.builder import KernelBuilder
 from aot.ops.attrs import fail
 from aot.ops.quantized.arithmetic import clamped_round, saturate
@@ -196,3 +215,19 @@ def tap_sum(taps: list[Expr], weights: list[Var], start: Var, in_float: bool, pa
     for tap, w in zip(taps[1:], weights[1:]):
         total = MulAdd(total, tap, w)
     return start + cast(total, ACCUMULATOR)
+
+
+def tap_pair_vectors(kb: KernelBuilder, taps: list[VecLoad], weights: list[Var], start: Var, sums: Buffer,
+                     at: Expr) -> list[Stmt]:
+    """tap_sum's pairs for 8 pixels at once, stored as two int32x4 at sums[at] and sums[at + 4]:
+    `taps` 8-byte VecLoads of int8, `weights` int8 (never -128). Each pair of taps is one
+    TapProducts (vmull.s8 + vmlal.s8), added to the sums of pixels 0-3 and 4-7 by WidenAdd
+    (vaddw.s16): the same int32 sums as tap_sum's, integer arithmetic being exact."""
+    low, high = kb.var("sums", "int32x4"), kb.var("sums", "int32x4")
+    body: list[Stmt] = [Declare(low, Splat(start, 4)), Declare(high, Splat(start, 4))]
+    for k in range(0, len(taps), 2):
+        second = (taps[k + 1], weights[k + 1]) if k + 1 < len(taps) else ()
+        products = kb.var("products", "int16x8")
+        body += [Declare(products, TapProducts(taps[k], weights[k], *second)),
+                 Assign(low, WidenAdd(low, products, 0)), Assign(high, WidenAdd(high, products, 1))]
+    return body + [VecStore(sums, at, low), VecStore(sums, at + 4, high)]
