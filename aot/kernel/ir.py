@@ -278,7 +278,8 @@ class PairSplat(VecLoad):
 class PairHalvesLoad(VecLoad):
     """Eight quads (`lanes` = 32 bytes of an int8 `buffer`, two PairLoads' worth) as 16 int16
     elements: the first 16-bit halves of quads 0-7 in elements 0-7, the second halves in elements
-    8-15. aarch64 loads it in one ld2 .8h, where two PairLoads take two loads and two tbl."""
+    8-15. aarch64 loads it in one ld2 .8h (armv7: one vld2.16 of four d registers), where two
+    PairLoads take two loads (and on aarch64 two tbl)."""
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
@@ -288,9 +289,9 @@ class PairHalvesLoad(VecLoad):
 @dataclass(frozen=True, eq=True)
 class PairHalvesSplat(VecLoad):
     """One quad (`lanes` = 4 bytes of an int8 `buffer`) as 16 int16 elements: bytes 0-1 in
-    elements 0-7, bytes 2-3 in elements 8-15 (aarch64: one ld2r .8h). The weight operand of a
-    PairDotAdd over a PairHalvesLoad. Two quads (`lanes` = 8) make 32 elements, the second
-    quad's in elements 16-31 (one ld4r .8h), of which PairHalvesPart takes either."""
+    elements 0-7, bytes 2-3 in elements 8-15 (aarch64: one ld2r .8h; armv7: vld2.16 to all lanes).
+    The weight operand of a PairDotAdd over a PairHalvesLoad. Two quads (`lanes` = 8) make 32 elements, the second
+    quad's in elements 16-31 (one ld4r .8h; vld4.16), of which PairHalvesPart takes either."""
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
