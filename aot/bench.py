@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import sys
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from aot.compiler import compile as compile_model
 from aot.compiler import load
 from aot.errors import AotError
 from aot.frontend.input_values import InputValue
+from aot.host.cpu_mask import HiddenBits, hidden_for, hide_cpu_features
 from aot.host.peak import peak_gflops
 from aot.host.run import HostModel, aligned_array
 from aot.targets import Target, host_preset_name, load_target
@@ -51,6 +53,8 @@ class BenchResult:
     peak_gflops: float  # this core's measured fp32 peak (aot/host/peak.py), times the threads
     ours_percent_of_peak: float
     target: str = ""  # the preset aot's code was compiled and built for
+    # "native", or the preset whose vector features were all onnxruntime's CPU checks saw
+    onnxruntime_isa: str = "native"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +94,8 @@ def _peak_rss() -> int:
 _MEMORY_SCRIPT = """
 import sys
 import numpy as np
+from aot.host.cpu_mask import HiddenBits, hide_cpu_features
+hide_cpu_features(HiddenBits(*map(int, sys.argv[4:])))
 import onnxruntime  # loaded before the measurement starts: its code is not the session's memory
 from aot.bench import _peak_rss, _reset_peak_rss, onnxruntime_session
 model, feeds_path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -114,20 +120,21 @@ def onnxruntime_session(model_path: str, threads: int, profile: bool = False):  
     return ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
 
 
-def _onnxruntime_peak_memory(model_path: str, feeds: Mapping[str, np.ndarray], threads: int) -> int:
+def _onnxruntime_peak_memory(model_path: str, feeds: Mapping[str, np.ndarray], threads: int,
+                             hidden: HiddenBits) -> int:
     """How much onnxruntime's session adds to a process's peak resident memory (weights, its
     arena, prepacked kernels) from creating it to the end of its first run: measured in a fresh
     process, since in this one memory freed by earlier work (compiling, other models) is reused
     and would hide it."""
     import subprocess
-    import sys
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         feeds_path = Path(tmp) / "feeds.npz"
         np.savez(feeds_path, **feeds)
-        result = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, model_path, str(feeds_path), str(threads)],
-                                capture_output=True, text=True)
+        hidden_bits = [str(getattr(hidden, f.name)) for f in fields(hidden)]
+        result = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, model_path, str(feeds_path), str(threads),
+                                 *hidden_bits], capture_output=True, text=True)
     if result.returncode != 0:
         raise AotError(f"{model_path}: measuring onnxruntime's memory failed: "
                        f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}")
@@ -151,17 +158,35 @@ def native_target(name: str) -> Target:
 SETTLE_SECONDS = 0.2
 
 
+ONNXRUNTIME_ISAS = ("native", "target")
+
+
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
           opt: str | None = None, conv_algorithm: str = "auto",
           input_values: Mapping[str, InputValue] | None = None, target: str | None = None,
-          inputs: Mapping[str, np.ndarray] | None = None, max_arena: int | None = None) -> BenchResult:
+          inputs: Mapping[str, np.ndarray] | None = None, max_arena: int | None = None,
+          onnxruntime_isa: str = "native") -> BenchResult:
     """`target`: a preset this machine runs (native_target), compiled with its register tiles and
     built with its own flags (x86_64-v3: AVX2 code, -march=x86-64-v3, on an AVX-512 machine). By
     default the host's preset, built with -march=native. `inputs`: the arrays both sides run on
     (default: aot verify's seeded random ones; a model whose inputs have a meaning, an attention
-    mask of 0s and 1s, token ids, needs its own: random ones can make every output NaN)."""
+    mask of 0s and 1s, token ids, needs its own: random ones can make every output NaN).
+    `onnxruntime_isa`: "native", onnxruntime picks its kernels for this CPU; "target", its CPU
+    checks see only the vector features `target`'s code may use (aot.host.cpu_mask), as on a
+    machine of that target. onnxruntime reads them once, when it is loaded: if it already is in
+    this process, the comparison runs in a fresh one."""
+    if onnxruntime_isa not in ONNXRUNTIME_ISAS:
+        raise AotError(f"--onnxruntime-isa {onnxruntime_isa}: give one of {', '.join(ONNXRUNTIME_ISAS)}")
     preset = native_target(target) if target else None
+    hidden = hidden_for(preset or load_target(host_preset_name())) if onnxruntime_isa == "target" else HiddenBits()
+    if hidden.any() and "onnxruntime" in sys.modules:
+        return _bench_in_fresh_process(dict(
+            model_path=model_path, input_shapes=input_shapes, threads=threads, rounds=rounds,
+            min_round_seconds=min_round_seconds, warmup=warmup, seed=seed, opt=opt, conv_algorithm=conv_algorithm,
+            input_values=input_values, target=target, inputs=inputs, max_arena=max_arena,
+            onnxruntime_isa=onnxruntime_isa))
+    hide_cpu_features(hidden)
     # Register tiles sized for this CPU's vector registers, as the build uses -march=native.
     package = compile_model(model_path, input_shapes, target=target or host_preset_name(),
                             parallel=threads > 1, conv_algorithm=conv_algorithm, input_values=input_values,
@@ -184,10 +209,33 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
         ours.close()
         raise AotError(f"{model_path}: onnxruntime, the side aot is compared with, could not run the model: "
                        f"{str(e).splitlines()[0]}") from e
-    ort_rss = _onnxruntime_peak_memory(os.fspath(model_path), feeds, threads)
+    ort_rss = _onnxruntime_peak_memory(os.fspath(model_path), feeds, threads, hidden)
+    samples = _interleaved_samples(ours.runner_for(inputs), lambda: session.run(None, feeds), threads,
+                                   rounds, min_round_seconds, warmup)
+    # Measured after the timing, so that its busy loop does not warm the core for one side only.
+    peak = peak_gflops(preset=target) * threads
+    ours_ms = statistics.median(samples["ours"])
+    ort_ms = statistics.median(samples["ort"])
+    ours.close()
+    io_bytes = sum(i["bytes"] for i in package.inputs) + sum(o["bytes"] for o in package.outputs)
+    return BenchResult(
+        model=os.fspath(model_path), ours_ms=ours_ms, onnxruntime_ms=ort_ms, ratio=ours_ms / ort_ms,
+        ours_min_ms=min(samples["ours"]), onnxruntime_min_ms=min(samples["ort"]),
+        runs=len(samples["ours"]), threads=threads, macs=macs,
+        ours_gflops=2 * macs / (ours_ms * 1e6), onnxruntime_gflops=2 * macs / (ort_ms * 1e6),
+        arena_bytes=package.arena_bytes, weights_bytes=int(package.manifest["weights_bytes"]),
+        ours_memory_bytes=package.arena_bytes + int(package.manifest["weights_bytes"]) + io_bytes,
+        onnxruntime_peak_rss_delta_bytes=ort_rss,
+        peak_gflops=peak, ours_percent_of_peak=100 * (2 * macs / (ours_ms * 1e6)) / peak,
+        target=preset.name if preset else host_preset_name(),
+        onnxruntime_isa=(preset.name if preset else host_preset_name()) if hidden.any() else "native",
+    )
 
-    run_ours = ours.runner_for(inputs)
-    run_ort = lambda: session.run(None, feeds)  # noqa: E731 - symmetric with run_ours
+
+def _interleaved_samples(run_ours: Callable[[], object], run_ort: Callable[[], object], threads: int,
+                         rounds: int, min_round_seconds: float, warmup: int) -> dict[str, list[float]]:
+    """Milliseconds per call of each side, in `rounds` alternating rounds of about
+    min_round_seconds each, after `warmup` calls of each."""
     for _ in range(warmup):
         run_ours()
         run_ort()
@@ -214,20 +262,40 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
                 t0 = time.perf_counter_ns()
                 fn()
                 samples[label].append((time.perf_counter_ns() - t0) / 1e6)
-    # Measured after the timing, so that its busy loop does not warm the core for one side only.
-    peak = peak_gflops(preset=target) * threads
-    ours_ms = statistics.median(samples["ours"])
-    ort_ms = statistics.median(samples["ort"])
-    ours.close()
-    io_bytes = sum(i["bytes"] for i in package.inputs) + sum(o["bytes"] for o in package.outputs)
-    return BenchResult(
-        model=os.fspath(model_path), ours_ms=ours_ms, onnxruntime_ms=ort_ms, ratio=ours_ms / ort_ms,
-        ours_min_ms=min(samples["ours"]), onnxruntime_min_ms=min(samples["ort"]),
-        runs=len(samples["ours"]), threads=threads, macs=macs,
-        ours_gflops=2 * macs / (ours_ms * 1e6), onnxruntime_gflops=2 * macs / (ort_ms * 1e6),
-        arena_bytes=package.arena_bytes, weights_bytes=int(package.manifest["weights_bytes"]),
-        ours_memory_bytes=package.arena_bytes + int(package.manifest["weights_bytes"]) + io_bytes,
-        onnxruntime_peak_rss_delta_bytes=ort_rss,
-        peak_gflops=peak, ours_percent_of_peak=100 * (2 * macs / (ours_ms * 1e6)) / peak,
-        target=preset.name if preset else host_preset_name(),
-    )
+    return samples
+
+
+_FRESH_PROCESS_SCRIPT = """
+import pickle
+import sys
+from aot.bench import bench
+from aot.errors import AotError
+with open(sys.argv[1], "rb") as f:
+    kwargs = pickle.load(f)
+try:
+    result = bench(**kwargs)
+except AotError as e:
+    result = e
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(result, f)
+"""
+
+
+def _bench_in_fresh_process(kwargs: dict[str, Any]) -> BenchResult:
+    """bench(**kwargs) in a new Python process, where onnxruntime is not loaded yet."""
+    import pickle
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        exchange = Path(tmp) / "bench.pickle"
+        exchange.write_bytes(pickle.dumps(kwargs))
+        done = subprocess.run([sys.executable, "-c", _FRESH_PROCESS_SCRIPT, str(exchange)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise AotError(f"{kwargs['model_path']}: bench in a fresh process failed: "
+                           f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+        result = pickle.loads(exchange.read_bytes())
+    if isinstance(result, AotError):
+        raise result
+    return result

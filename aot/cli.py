@@ -666,6 +666,11 @@ def bench_cmd(
         help="Time the code for this preset, built with its own flags (e.g. x86_64-v3: AVX2 code on an "
              "AVX-512 machine); it must run natively here. Default: this machine's preset, -march=native.",
         show_default=False)] = None,
+    onnxruntime_isa: Annotated[str, typer.Option(
+        "--onnxruntime-isa", metavar="native|target",
+        help="native: onnxruntime runs the kernels it picks for this CPU. target: its CPU checks see only the "
+             "vector features --target's code may use (x86_64-v3 on an AVX-512 machine: its AVX2 kernels), as "
+             "on a machine of that target (x86 Linux, CPUID faulting).")] = "native",
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -680,7 +685,7 @@ def bench_cmd(
     with _progress().step(f"bench ({rounds} rounds)"):
         result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds,
                        conv_algorithm=conv_algorithm, input_values=_values(input_value), target=target,
-                       max_arena=budget)
+                       max_arena=budget, onnxruntime_isa=onnxruntime_isa)
     if as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
         return
@@ -688,8 +693,9 @@ def bench_cmd(
           f"aot built for {printable(result.target)}")
     print(f"  aot          {result.ours_ms:9.4f} ms  {result.ours_gflops:7.2f} GFLOP/s  "
           f"memory {result.ours_memory_bytes / 1024:.1f} KiB (arena {result.arena_bytes / 1024:.1f} KiB)")
+    kernels = "" if result.onnxruntime_isa == "native" else f"  (kernels for {printable(result.onnxruntime_isa)})"
     print(f"  onnxruntime  {result.onnxruntime_ms:9.4f} ms  {result.onnxruntime_gflops:7.2f} GFLOP/s  "
-          f"peak RSS growth {result.onnxruntime_peak_rss_delta_bytes / 1024:.0f} KiB")
+          f"peak RSS growth {result.onnxruntime_peak_rss_delta_bytes / 1024:.0f} KiB{kernels}")
     print(f"  ratio aot/onnxruntime {result.ratio:.3f}")
     print(f"  aot reaches {result.ours_percent_of_peak:.0f}% of this machine's measured fp32 peak "
           f"({result.peak_gflops:.1f} GFLOP/s for {threads} core(s))")
