@@ -3,6 +3,7 @@ shapes chosen, and Conv/Gemm/MatMul through each shape against onnxruntime."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -271,3 +272,24 @@ def test_flat_depthwise_keeps_inf_out_of_the_padding(monkeypatch: pytest.MonkeyP
     assert np.array_equal(np.isnan(ours), np.isnan(expected)) and np.array_equal(np.isinf(ours), np.isinf(expected))
     finite = np.isfinite(expected)
     np.testing.assert_allclose(ours[finite], expected[finite], rtol=1e-5, atol=1e-5)
+
+
+def _copy_store_offsets(source: str) -> list[int]:
+    """The first index each shifted copy of a flat depthwise conv stores to (its loop at 0)."""
+    stores = re.findall(r"^\s*shifted\[([0-9 +()]*\bs\d+\)?)\] = x\[", source, re.MULTILINE)
+    return [eval(re.sub(r"\bs\d+", "0", index)) for index in stores]  # noqa: S307 - integers and + only
+
+
+@pytest.mark.parametrize("target,lanes", [("x86_64-v3", 8), ("x86_64-v4", 16)])
+def test_flat_depthwise_copies_store_whole_aligned_vectors(target: str, lanes: int) -> None:
+    """With 32- and 64-byte vectors each shifted copy of a plane starts on a vector boundary
+    of the arena, so that no vector store of the copy spans two cache lines; the results stay
+    exact (the unread lead before each copy is never loaded)."""
+    model, inputs = CASES["depthwise_flat_48x48"]()
+    package = compile_model(model, target=target)
+    offsets = _copy_store_offsets(package.files[f"{model.graph.name}.c"].decode())
+    assert len(offsets) == 3 and all(offset % lanes == 0 for offset in offsets), offsets
+    if target == "x86_64-v3":  # this machine runs it (x86_64-v4 needs AVX-512)
+        assert_matches_onnxruntime(model, inputs, target=target)
+    rpi4 = _copy_store_offsets(compile_model(model, target="rpi4").files[f"{model.graph.name}.c"].decode())
+    assert [offset % 4 for offset in rpi4] == [1, 3, 1], rpi4  # NEON: as before (fewer instructions)
