@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,9 +132,8 @@ def _onnxruntime_peak_memory(model_path: str, feeds: Mapping[str, np.ndarray], t
     with tempfile.TemporaryDirectory() as tmp:
         feeds_path = Path(tmp) / "feeds.npz"
         np.savez(feeds_path, **feeds)
-        hidden_bits = [str(getattr(hidden, f.name)) for f in fields(hidden)]
         result = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, model_path, str(feeds_path), str(threads),
-                                 *hidden_bits], capture_output=True, text=True)
+                                 *map(str, hidden.masks())], capture_output=True, text=True)
     if result.returncode != 0:
         raise AotError(f"{model_path}: measuring onnxruntime's memory failed: "
                        f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}")

@@ -55,9 +55,8 @@ print(" ".join(name for name, on in sorted(features.items()) if on))
 
 
 def _numpy_sees(hidden: HiddenBits) -> set[str]:
-    bits = [str(v) for v in (hidden.leaf1_ecx, hidden.leaf7_ebx, hidden.leaf7_ecx, hidden.leaf7_edx,
-                             hidden.leaf7_1_eax)]
-    done = subprocess.run([sys.executable, "-c", _NUMPY_FEATURES, *bits], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", _NUMPY_FEATURES, *map(str, hidden.masks())], capture_output=True,
+                          text=True, check=True)
     return set(done.stdout.split())
 
 

@@ -17,7 +17,7 @@ import platform
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from aot.errors import AotError
@@ -35,13 +35,15 @@ class HiddenBits:
     leaf7_edx: int = 0
     leaf7_1_eax: int = 0
 
+    def masks(self) -> tuple[int, ...]:
+        """The five masks in field order: aot_hide_cpu_features's arguments, and a command line's."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
     def __or__(self, other: HiddenBits) -> HiddenBits:
-        return HiddenBits(self.leaf1_ecx | other.leaf1_ecx, self.leaf7_ebx | other.leaf7_ebx,
-                          self.leaf7_ecx | other.leaf7_ecx, self.leaf7_edx | other.leaf7_edx,
-                          self.leaf7_1_eax | other.leaf7_1_eax)
+        return HiddenBits(*(a | b for a, b in zip(self.masks(), other.masks())))
 
     def any(self) -> bool:
-        return any((self.leaf1_ecx, self.leaf7_ebx, self.leaf7_ecx, self.leaf7_edx, self.leaf7_1_eax))
+        return any(self.masks())
 
 
 def _bits(*positions: int) -> int:
@@ -143,13 +145,20 @@ int aot_hide_cpu_features(unsigned leaf1_ecx, unsigned leaf7_ebx, unsigned leaf7
 }
 """
 
-_loaded: list[ctypes.CDLL] = []  # the handler's library stays loaded for the life of the process
+# The handler's library, loaded for the life of the process once installed, and what it hides.
+_installed: list[tuple[ctypes.CDLL, HiddenBits]] = []
 
 
 def hide_cpu_features(hidden: HiddenBits) -> None:
     """From now on CPUID, in this thread and the threads it starts, does not report `hidden`.
-    Code that has already read CPUID (a library loaded before this call) keeps what it chose."""
+    Code that has already read CPUID (a library loaded before this call) keeps what it chose.
+    Once per process: a later call asking for the same is a no-op, for other bits an error."""
     if not hidden.any():
+        return
+    if _installed:
+        if _installed[0][1] != hidden:
+            raise AotError("this process already hides other CPU features from onnxruntime: run the other "
+                           "--onnxruntime-isa comparison in a process of its own")
         return
     if platform.machine() not in ("x86_64", "AMD64") or not sys.platform.startswith("linux"):
         raise AotError("hiding CPU features from onnxruntime needs Linux on x86-64 (CPUID faulting)")
@@ -160,7 +169,7 @@ def hide_cpu_features(hidden: HiddenBits) -> None:
         library = ctypes.CDLL(str(lib), use_errno=True)
     function = library.aot_hide_cpu_features
     function.argtypes = [ctypes.c_uint] * 5
-    if function(hidden.leaf1_ecx, hidden.leaf7_ebx, hidden.leaf7_ecx, hidden.leaf7_edx, hidden.leaf7_1_eax) != 0:
+    if function(*hidden.masks()) != 0:
         raise AotError("this machine cannot hide CPU features from onnxruntime: no CPUID faulting "
                        f"(arch_prctl ARCH_SET_CPUID: errno {ctypes.get_errno()}; the CPU needs the cpuid_fault flag)")
-    _loaded.append(library)
+    _installed.append((library, hidden))
