@@ -17,7 +17,14 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.helpers import assert_matches_onnxruntime, assert_outputs_match, make_model, rand, run_onnxruntime
+from tests.helpers import (
+    assert_matches_onnxruntime,
+    assert_outputs_match,
+    compile_model,
+    make_model,
+    rand,
+    run_onnxruntime,
+)
 
 CONV_CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict[str, object]]] = {
     "3x3_pad1_oc_tail": ((1, 5, 9, 11), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
@@ -105,6 +112,23 @@ def test_matmul_kernel_paths(a_shape: tuple[int, ...], b_shape: tuple[int, ...])
     a, b = rand(*a_shape), rand(*b_shape, seed=1)
     model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], {"b": b})
     assert_matches_onnxruntime(model, {"a": a})
+
+
+@pytest.mark.parametrize("target", ["x86_64-v3", "rpi4", "cortex-m4f"])
+def test_strided_depthwise_copies_one_channel_at_a_time(target: str) -> None:
+    """A MobileNet's 3x3 stride-2 depthwise conv copies its input into column phases one channel
+    at a time, each just before that channel's tiles (tiled.py _channel_at_a_time): the arena
+    holds one padded channel (22 rows x 2 phases x 11 columns), not two images' worth, and the
+    scratch shared by every image and channel still gives onnxruntime's result."""
+    x = rand(2, 8, 20, 20)
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], group=8, pads=[1, 1, 1, 1], strides=[2, 2]),
+                        helper.make_node("Relu", ["c"], ["y"])], {"x": x}, ["y"],
+                       {"w": rand(8, 1, 3, 3, seed=1), "b": rand(8, seed=2)})
+    package = compile_model(model, target=target)
+    plane = 22 * 2 * 11 * 4
+    assert plane <= package.manifest["arena_bytes"] < 2 * plane
+    if target == "x86_64-v3":  # (once: this runs the host's build)
+        assert_matches_onnxruntime(model, {"x": x})
 
 
 def test_conv_kernel_propagates_nan_and_inf() -> None:

@@ -71,45 +71,93 @@ def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
     interleave_rows). Returns the statements, the scratch viewed as [n][c][row][phase][column]
     and its padded (height, width)."""
     batch, channels = x.shape[0], x.shape[1]
-    in_h, in_w = in_hw
-    (top, left), (bottom, right) = pad_begin, pad_end
-    height, width = in_h + top + bottom, in_w + left + right
-    per_phase = -(-width // stride)
-    dst = scratch_image(ctx, node, kb, (batch, channels, height, stride, per_phase), x, "strided", rows_first)
-    src = View(kb.input(x).buffer, (batch, channels, in_h, in_w))
+    layout = PhaseLayout(in_hw, pad_begin, pad_end, stride)
+    dst = scratch_image(ctx, node, kb, (batch, channels, *layout.shape), x, "strided", rows_first)
+    src = View(kb.input(x).buffer, (batch, channels, *in_hw))
     zero = const(fill, x.dtype.name)
-    columns = [valid_range(per_phase, in_w, stride, phase - left) for phase in range(stride)]
-    stmts = kb.loops([batch, channels], lambda nc: fill_phase_border(
-        kb, lambda h, p, q: dst.store([nc[0], nc[1], h, p, q], zero), (height, stride, per_phase),
-        (top, top + in_h), columns), prefix="b")
-    # The columns every phase copies go in one loop that stores all phases from consecutive
-    # loads: an interleaved access group, which the compilers vectorise as whole-vector loads and
-    # shuffles (a loop per phase of 24 strided loads became scalar inserts: 2x slower on a
-    # MobileNet's 3x3/2 depthwise convs).
-    joint = (max(lo for lo, _ in columns), min(hi for _, hi in columns))
-    pieces = [(phase, lo, hi) for phase, (lo, hi) in enumerate(columns)]
-    if joint[1] > joint[0]:
-        pieces = [(p, lo, hi) for phase, (lo, hi) in enumerate(columns)
-                  for p, lo, hi in ((phase, lo, joint[0]), (phase, joint[1], hi))]
+    stmts = kb.loops([batch, channels], lambda nc: layout.border(
+        kb, lambda h, p, q: dst.store([nc[0], nc[1], h, p, q], zero)), prefix="b")
+    stmts += layout.interior(kb, [batch, channels], lambda nc, h, p, q, value: dst.store([*nc, h, p, q], value),
+                             lambda nc, ih, iw: src.load([*nc, ih, iw]))
+    return stmts, dst, layout.height, layout.width
 
-        def together(idx: list[Expr]) -> list[Stmt]:
-            n, c, ih, q = idx
-            col = q + joint[0]
-            return [dst.store([n, c, ih + top, phase, col], src.load([n, c, ih, col * stride + (phase - left)]))
-                    for phase in range(stride)]
 
-        stmts += kb.loops([batch, channels, in_h, joint[1] - joint[0]], together, prefix="s")
-    for phase, lo, hi in pieces:
-        if hi <= lo:
-            continue
+def strided_channel_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
+                         pad_begin: list[int], pad_end: list[int],
+                         stride: int) -> tuple[list[Stmt], View, Callable[[Expr, Expr], list[Stmt]]]:
+    """The column-phase copy of strided_copy, one channel at a time into a scratch of one
+    channel's size, for a depthwise convolution that copies channel c just before computing it:
+    the copy is then read back from L1 rather than L2, and the scratch is a channel's, not the
+    image's. Returns the statements filling its border (once: the copies never touch it), the
+    scratch viewed as [n][c][row][phase][column] (every n and c the same plane) and the
+    statements copying channel c of image n into it."""
+    batch, channels = x.shape[0], x.shape[1]
+    layout = PhaseLayout(in_hw, pad_begin, pad_end, stride)
+    plane = View(kb.output(scratch_tensor(ctx, node, layout.shape, x.dtype, "strided")).buffer, layout.shape)
+    dst = View(plane.buffer, (batch, channels, *layout.shape), (0, 0, *plane.strides))
+    src = View(kb.input(x).buffer, (batch, channels, *in_hw))
+    zero = const(0.0, x.dtype.name)
+    border = layout.border(kb, lambda h, p, q: plane.store([h, p, q], zero))
 
-        def copy(idx: list[Expr], phase: int = phase, lo: int = lo) -> list[Stmt]:
-            n, c, ih, q = idx
-            col = q + lo
-            return [dst.store([n, c, ih + top, phase, col], src.load([n, c, ih, col * stride + (phase - left)]))]
+    def copy_channel(n: Expr, c: Expr) -> list[Stmt]:
+        return layout.interior(kb, [], lambda _, h, p, q, value: plane.store([h, p, q], value),
+                               lambda _, ih, iw: src.load([n, c, ih, iw]))
 
-        stmts += kb.loops([batch, channels, in_h, hi - lo], copy, prefix="s")
-    return stmts, dst, height, width
+    return border, dst, copy_channel
+
+
+class PhaseLayout:
+    """Where a column-phase copy puts an image of `in_hw` padded by `pad_begin`/`pad_end`:
+    [row][phase][column // stride] of `shape`, and which columns of each phase hold the input."""
+
+    def __init__(self, in_hw: tuple[int, int], pad_begin: list[int], pad_end: list[int], stride: int) -> None:
+        self.in_h, self.in_w = in_hw
+        (self.top, self.left), (bottom, right) = pad_begin, pad_end
+        self.height, self.width = self.in_h + self.top + bottom, self.in_w + self.left + right
+        self.stride = stride
+        per_phase = -(-self.width // stride)
+        self.shape = (self.height, stride, per_phase)
+        self.columns = [valid_range(per_phase, self.in_w, stride, phase - self.left) for phase in range(stride)]
+
+    def border(self, kb: KernelBuilder, store: Callable[[Expr, Expr, Expr], Stmt]) -> list[Stmt]:
+        """Statements storing the padding through `store(row, phase, column)`."""
+        return fill_phase_border(kb, store, self.shape, (self.top, self.top + self.in_h), self.columns)
+
+    def interior(self, kb: KernelBuilder, outer: list[int], store: Callable[..., Stmt],
+                 load: Callable[[list[Expr], Expr, Expr], Expr]) -> list[Stmt]:
+        """Statements copying the input, loops over `outer` (their indices passed on as the
+        first argument) around each: `store(outer, row, phase, column, value)` of
+        `load(outer, input row, input column)`."""
+        stride, left, top, lead = self.stride, self.left, self.top, len(outer)
+        # The columns every phase copies go in one loop that stores all phases from consecutive
+        # loads: an interleaved access group, which the compilers vectorise as whole-vector loads and
+        # shuffles (a loop per phase of 24 strided loads became scalar inserts: 2x slower on a
+        # MobileNet's 3x3/2 depthwise convs).
+        columns = self.columns
+        joint = (max(lo for lo, _ in columns), min(hi for _, hi in columns))
+        pieces = [(phase, lo, hi) for phase, (lo, hi) in enumerate(columns)]
+        stmts: list[Stmt] = []
+        if joint[1] > joint[0]:
+            pieces = [(p, lo, hi) for phase, (lo, hi) in enumerate(columns)
+                      for p, lo, hi in ((phase, lo, joint[0]), (phase, joint[1], hi))]
+
+            def together(idx: list[Expr]) -> list[Stmt]:
+                ih, col = idx[lead], idx[lead + 1] + joint[0]
+                return [store(idx[:lead], ih + top, const(phase, INDEX), col,
+                              load(idx[:lead], ih, col * stride + (phase - left))) for phase in range(stride)]
+
+            stmts += kb.loops([*outer, self.in_h, joint[1] - joint[0]], together, prefix="s")
+        for phase, lo, hi in pieces:
+            if hi <= lo:
+                continue
+
+            def copy(idx: list[Expr], phase: int = phase, lo: int = lo) -> list[Stmt]:
+                ih, col = idx[lead], idx[lead + 1] + lo
+                return [store(idx[:lead], ih + top, const(phase, INDEX), col,
+                              load(idx[:lead], ih, col * stride + (phase - left)))]
+
+            stmts += kb.loops([*outer, self.in_h, hi - lo], copy, prefix="s")
+        return stmts
 
 
 def scratch_image(ctx: LoweringContext, node: Node, kb: KernelBuilder, shape: tuple[int, ...], x: Tensor, role: str,

@@ -3,6 +3,8 @@ and 'same' padding (TiledConv's flat mode, algorithm.flat_depthwise_fits)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
@@ -32,7 +34,8 @@ class FlatDepthwise(TiledConv):
         self._init_flat(ctx, node, self.s.out_h * self.s.out_w)
         self._pack(ctx, node, w, self.width)
 
-    def emit_image(self, n: Expr) -> list[Stmt]:
+    def emit_image(self, n: Expr, prologue: Callable[[Expr, Expr], list[Stmt]] | None = None) -> list[Stmt]:
+        assert prologue is None  # the flat mode reads the input itself
         return self._flat(n)
 
     def emit(self, n: Expr, g: Expr) -> list[Stmt]:

@@ -12,6 +12,8 @@ inside the image and no load is guarded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
@@ -191,9 +193,12 @@ class TiledConv:
     def out_index(self, n: Expr, oc: Expr, oh: Expr, ow: Expr) -> list[Expr]:
         return [n, oc, ow] if self.s.nd == 1 else [n, oc, oh, ow]
 
-    def emit_image(self, n: Expr) -> list[Stmt]:
-        """Image n, every group."""
-        return self.kb.loops([self.s.groups], lambda g: self.emit(n, g[0]), prefix="g")
+    def emit_image(self, n: Expr, prologue: Callable[[Expr, Expr], list[Stmt]] | None = None) -> list[Stmt]:
+        """Image n, every group, each after `prologue(n, group)` when given (the copy of the
+        input channel it reads, tiled.py)."""
+        if prologue is None:
+            return self.kb.loops([self.s.groups], lambda g: self.emit(n, g[0]), prefix="g")
+        return self.kb.loops([self.s.groups], lambda g: prologue(n, g[0]) + self.emit(n, g[0]), prefix="g")
 
     def emit(self, n: Expr, g: Expr) -> list[Stmt]:
         """Image n, group g."""

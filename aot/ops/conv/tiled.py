@@ -18,7 +18,7 @@ from aot.ops.attrs import required_input
 from aot.ops.contraction.register_tiles import TileConfig
 from aot.ops.conv.algorithm import ConvAlgorithm, TileMode, im2col_spec, strided_pointwise
 from aot.ops.conv.channel_tiles import ChannelTiles
-from aot.ops.conv.copies import im2col, padded_copy, strided_copy
+from aot.ops.conv.copies import im2col, padded_copy, strided_channel_copy, strided_copy
 from aot.ops.conv.flat_depthwise import FlatDepthwise, LeanFlatDepthwise
 from aot.ops.conv.geometry import ConvGeometry, ConvSpec
 from aot.ops.conv.pixel_tiles import TiledConv
@@ -32,7 +32,11 @@ def lower_conv_tiled(node: Node, ctx: LoweringContext, planar: ConvGeometry, alg
     final, epilogue = ctx.epilogue(node, kb)
     in_hw, stride = planar.in_spatial, planar.strides[1]
     pad_begin, pad_end = list(planar.pad_begin), list(planar.pad_end)
-    if algorithm.copy == "strided":
+    parallel, split_blocks = _threads(ctx, planar)
+    copy_channel = None
+    if algorithm.copy == "strided" and _channel_at_a_time(planar, algorithm, parallel):
+        copy, xv, copy_channel = strided_channel_copy(node, ctx, kb, x, in_hw, pad_begin, pad_end, stride)
+    elif algorithm.copy == "strided":
         copy, xv, _, _ = strided_copy(node, ctx, kb, x, in_hw, pad_begin, pad_end, stride,
                                       rows_first=algorithm.rows_first)
     elif algorithm.copy == "padded":
@@ -42,10 +46,9 @@ def lower_conv_tiled(node: Node, ctx: LoweringContext, planar: ConvGeometry, alg
     spec = planar.spec(over_padded_copy=algorithm.copy != "none")
     yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, *planar.out_spatial))
     bv = kb.input(bias) if bias is not None else None
-    parallel, split_blocks = _threads(ctx, planar)
     tiled = tiled_conv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, final.dtype.name, ctx.tiles, algorithm.mode,
                       parallel=split_blocks, rows_first=algorithm.rows_first, lean=algorithm.lean)
-    body = kb.loops([planar.batch], lambda idx: tiled.emit_image(idx[0]))
+    body = kb.loops([planar.batch], lambda idx: tiled.emit_image(idx[0], copy_channel))
     ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and tiled.shares_nothing else body))
 
 
@@ -74,6 +77,14 @@ def lower_conv_im2col(node: Node, ctx: LoweringContext, planar: ConvGeometry, al
                       parallel=split_blocks)
     body = kb.loops([planar.batch], lambda idx: gemm.emit(idx[0], const(0, INDEX)))
     ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and gemm.shares_nothing else body))
+
+
+def _channel_at_a_time(planar: ConvGeometry, algorithm: ConvAlgorithm, parallel: bool) -> bool:
+    """Whether a strided depthwise convolution copies its input one channel at a time, each just
+    before the tiles that read it (copies.strided_channel_copy): one thread, as the copy's
+    scratch is then one plane for every image and channel."""
+    return (algorithm.mode == "rows" and not algorithm.rows_first and not parallel
+            and planar.groups == planar.channels == planar.out_channels)
 
 
 def _subsampled_panel(planar: ConvGeometry, algorithm: ConvAlgorithm, tiles: TileConfig, split_blocks: bool) -> bool:
