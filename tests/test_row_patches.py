@@ -151,7 +151,7 @@ def test_a_pool_over_whole_planes_joins_the_segment() -> None:
     """DS-CNN's case: the average pool after the last band reads only a running sum per plane, so
     the pooled tensor is never whole."""
     model, inputs = mobilenet_stage()
-    budget = int(compile_model(model).manifest["arena_bytes"] * 0.3)
+    budget = _budget("mobilenet_stage")
     package = compile_model(model, max_arena=budget)
     assert package.manifest["arena_bytes"] <= budget
     c_source = "\n".join(str(text) for name, text in package.files.items() if str(name).endswith(".c"))
@@ -272,7 +272,7 @@ def test_a_depthwise_conv_writes_over_its_input_under_a_budget(backend: str, str
     onnx.save(model, path)
     tensor = 16 * 12 * 10 * 4
     budget = tensor + 12 * 10 * 4 // stride // stride + 64  # one tensor, one output plane (aligned)
-    assert compile_model(model, backend=backend).manifest["arena_bytes"] >= 2 * tensor
+    assert compile_model(model, backend=backend).manifest["arena_bytes"] > budget  # (input, output, copy)
     report = json.loads(aot("inspect", str(path), "--json", "--max-arena", str(budget)).stdout)
     forms = {c["node"]: c["form"] for c in report["max_arena"]["changed_forms"]}
     assert forms.get("conv2") == "row updates into a channel plane, written over the input", forms
