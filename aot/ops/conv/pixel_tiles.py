@@ -196,9 +196,8 @@ class TiledConv:
     def emit_image(self, n: Expr, prologue: Callable[[Expr, Expr], list[Stmt]] | None = None) -> list[Stmt]:
         """Image n, every group, each after `prologue(n, group)` when given (the copy of the
         input channel it reads, tiled.py)."""
-        if prologue is None:
-            return self.kb.loops([self.s.groups], lambda g: self.emit(n, g[0]), prefix="g")
-        return self.kb.loops([self.s.groups], lambda g: prologue(n, g[0]) + self.emit(n, g[0]), prefix="g")
+        return self.kb.loops([self.s.groups], lambda g: (prologue(n, g[0]) if prologue else []) + self.emit(n, g[0]),
+                             prefix="g")
 
     def emit(self, n: Expr, g: Expr) -> list[Stmt]:
         """Image n, group g."""
