@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: lint, then pytest (parallel over the machine's cores), then the op checks and the
 # ONNX conformance sweep once more through the LLVM backend's objects, then the op checks under
-# AddressSanitizer + UBSan. Sets up .venv on first use.
+# AddressSanitizer + UBSan. Sets up .venv on first use. Each pass ends with its slowest tests
+# (--durations), to see where the suite's time goes.
 # Extra arguments go to pytest instead, e.g.  bash tests/run.sh -k conv   or   bash tests/run.sh -m slow
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +13,8 @@ if [ $# -gt 0 ]; then
 fi
 # (This includes tests/test_conformance_cross.py: every 7th conformance case cross-built for rpi4
 # and rpi3 with both backends and run under qemu-user, about 2 minutes on 2 cores.)
-python -m pytest -n auto --dist worksteal -q
-AOT_TEST_BACKEND=llvm python -m pytest -n auto --dist worksteal -q tests/test_ops.py tests/test_ops_*.py tests/test_fusion.py \
+python -m pytest -n auto --dist worksteal -q --durations=30
+AOT_TEST_BACKEND=llvm python -m pytest -n auto --dist worksteal -q --durations=15 tests/test_ops.py tests/test_ops_*.py tests/test_fusion.py \
   tests/test_memory.py tests/test_register_tiles.py tests/test_e2e_models.py tests/test_conformance.py
 # Sanitizer pass: the model of each op check (and fuzz graph) built with
 # -fsanitize=address,undefined, strict warnings and -pedantic, and run through the package's runner
@@ -25,5 +26,5 @@ AOT_TEST_BACKEND=llvm python -m pytest -n auto --dist worksteal -q tests/test_op
 # busy ones, so a slow test near the end does not leave a core idle.)
 sanitize_cc=gcc
 if command -v clang >/dev/null 2>&1; then sanitize_cc=clang; fi
-CC=$sanitize_cc AOT_TEST_SANITIZE=1 AOT_TEST_SAMPLE=${AOT_TEST_SAMPLE:-4} python -m pytest -n auto --dist worksteal -q \
+CC=$sanitize_cc AOT_TEST_SANITIZE=1 AOT_TEST_SAMPLE=${AOT_TEST_SAMPLE:-4} python -m pytest -n auto --dist worksteal -q --durations=15 \
   tests/test_ops.py tests/test_ops_*.py tests/test_fusion.py tests/test_register_tiles.py tests/test_fuzz.py
