@@ -54,7 +54,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         path.unlink(missing_ok=True)
 
 
+# Seconds of setup, call and teardown per test file, summed over the xdist workers (the controller
+# receives every worker's reports): where a pass's time goes, beside --durations' slowest tests.
+FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def report_file_seconds(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """With --durations, the files that took the most time (all their tests, every phase)."""
+    if not config.getoption("durations", None) or not FILE_SECONDS or hasattr(config, "workerinput"):
+        return
+    total = sum(FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"seconds per test file ({total:.0f} s summed over workers)")
+    for path, seconds in sorted(FILE_SECONDS.items(), key=lambda item: -item[1])[:20]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {seconds / total:6.1%}  {path}")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    report_file_seconds(terminalreporter, config)
     path = conformance_summary_path(config)
     if path is None or not path.is_file():
         return
