@@ -120,14 +120,15 @@ def test_gcc_keeps_a_register_tile_out_of_the_stack(target: str, compiler: str, 
     aarch64 (AOT_KERNEL_OPTIONS in templates/c/model.c.j2 turns it off for the kernels)."""
     if not (shutil.which(compiler) and shutil.which(objdump)):
         pytest.skip(f"needs {compiler} and {objdump}")
+    from aot.host.build import run_make
+
     package = compile_model(_depthwise_model(), name="dw", target=target)
     package.write(tmp_path / "pkg")
-    flags = load_target(target).cflags
-    obj = tmp_path / "dw.o"
-    subprocess.run([compiler, "-O3", "-std=c99", "-ffp-contract=fast", *flags, "-I", str(tmp_path / "pkg"),
-                    "-c", str(tmp_path / "pkg" / "dw.c"), "-o", str(obj)], check=True)
-    listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True,
-                             check=True).stdout
+    # The package's own Makefile (its -O3 and -ffp-contract=fast), with the target's flags.
+    run_make(tmp_path / "pkg", ["dw.o"], opt="-O3", target_cflags=" ".join(load_target(target).cflags),
+             variables={"CC": compiler})
+    listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(tmp_path / "pkg" / "dw.o")],
+                             capture_output=True, text=True, check=True).stdout
     loop = _hottest_loop(listing, multiply_add)
     fmas = sum(line.startswith(multiply_add) for line in loop)
     assert fmas >= 72, f"no register tile of 9 taps x 8 vectors found:\n{chr(10).join(loop)}"
