@@ -1,4 +1,5 @@
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -41,17 +42,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def conformance_summary_path(config: pytest.Config) -> Path | None:
-    """Where tests/test_conformance.py leaves its summary for the end of the run (under xdist a
-    passing test's output is not shown)."""
+def conformance_dir(config: pytest.Config) -> Path | None:
     cache = getattr(config, "cache", None)
-    return Path(cache.mkdir("aot-conformance")) / "summary.txt" if cache is not None else None
+    return Path(cache.mkdir("aot-conformance")) if cache is not None else None
+
+
+def conformance_results_dir(config: pytest.Config) -> Path | None:
+    """Where tests/test_conformance.py records each case's result for the summary at the end of the
+    run (under xdist, each worker writes its own cases' files; the controller reads them all)."""
+    directory = conformance_dir(config)
+    return directory / "results" if directory is not None else None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    path = conformance_summary_path(session.config)
-    if path is not None and not hasattr(session.config, "workerinput"):  # the controller, not a worker
-        path.unlink(missing_ok=True)
+    directory = conformance_results_dir(session.config)
+    if directory is not None and not hasattr(session.config, "workerinput"):  # the controller, not a worker
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 # Seconds of setup, call and teardown per test file, summed over the xdist workers (the controller
@@ -76,12 +82,19 @@ def report_file_seconds(terminalreporter: pytest.TerminalReporter, config: pytes
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     report_file_seconds(terminalreporter, config)
-    path = conformance_summary_path(config)
-    if path is None or not path.is_file():
+    directory = conformance_results_dir(config)
+    if directory is None or not directory.is_dir() or hasattr(config, "workerinput"):
         return
+    from tests import conformance as cf  # imports aot and onnx: only when conformance cases ran
+
+    summary = cf.recorded_summary(directory)
+    if summary is None:
+        return
+    path = directory.parent / "summary.txt"
+    path.write_text(summary + "\n")
     terminalreporter.write_sep("=", "ONNX conformance")
     listing = False
-    for line in path.read_text().splitlines():
+    for line in summary.splitlines():
         # Show counts, failures and the unsupported-op tally; skip the one-line-per-case lists.
         if not line.startswith("  "):
             listing = line.startswith("unsupported (")
