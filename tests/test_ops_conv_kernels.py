@@ -261,3 +261,45 @@ def test_long_reductions_take_three_vector_tiles(shape: tuple[int, ...], kernel:
     kernel_source = source[source.index("static void test_graph_k0("):]
     assert re.search(r"[*+] 48\b", kernel_source[:kernel_source.index("\n}\n")])  # tiles (or a tail) at 48
     assert_matches_onnxruntime(model, feeds, target="x86_64-v4")
+
+
+TAP_LOOP_CASES = {
+    # (input, weights, attributes, whether AVX2's tiles loop over the taps): a stride-2 conv over
+    # a row-interleaved phase-split copy, a 5x5 over a padded copy, dilated taps across the phases
+    # of a stride-2 copy, a stride-2 conv at 20x20 in channel tiles, and an RGB stem, whose 27
+    # steps stay written out (LOOPED_STEPS_FROM)
+    "stride2": ((1, 4, 64, 64), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),
+    "unit_5x5": ((1, 8, 24, 24), (12, 8, 5, 5), {"pads": [2, 2, 2, 2]}, True),
+    "stride2_dilated": ((1, 5, 70, 70), (12, 5, 3, 3), {"pads": [2, 2, 2, 2], "strides": [2, 2],
+                                                         "dilations": [2, 2]}, True),
+    "stride2_channel_tiles": ((1, 32, 40, 40), (48, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),
+    "rgb_stem": ((1, 3, 64, 64), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAP_LOOP_CASES))
+def test_register_tight_tiles_loop_over_their_taps(case: str) -> None:
+    """AVX2's tiles of 6 rows x 2 vectors leave one of the 16 registers spare: with the taps
+    written out, gcc and clang spilled accumulators on every step, so tiles with 32 steps or more
+    run them as a loop over a table of operand offsets (TileConfig.steps_in_a_loop). AVX-512's
+    tiles keep them written out. With a residual Add and Relu in the epilogue, the result
+    matches onnxruntime."""
+    from aot.compiler import compile as compile_package
+
+    x_shape, w_shape, attrs, looped = TAP_LOOP_CASES[case]
+    probe = make_model([helper.make_node("Conv", ["x", "w"], ["y"], **attrs)], {"x": rand(*x_shape)}, ["y"],
+                       {"w": rand(*w_shape, seed=1)})
+    out_shape = run_onnxruntime(probe, {"x": rand(*x_shape)})["y"].shape
+    feeds = {"x": rand(*x_shape), "r": rand(*out_shape, seed=3)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    model = make_model(nodes, feeds, ["y"], {"w": rand(*w_shape, seed=1) * 0.2, "b": rand(w_shape[0], seed=2)})
+
+    def conv_kernel(target: str) -> str:
+        source = compile_package(model, target=target).files["test_graph.c"].decode()
+        start = source.index("static void test_graph_k0(")
+        return source[start:source.index("\n}\n", start)]
+
+    assert bool(re.search(r"\+ \(int32_t\)taps\[k0\]\]", conv_kernel("x86_64-v3"))) == looped
+    assert "taps" not in conv_kernel("x86_64-v4")
+    assert_matches_onnxruntime(model, feeds, target="x86_64-v3")

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+# The reduction steps from which a register-tight tile loops over its taps (steps_in_a_loop).
+LOOPED_STEPS_FROM = 32
+
 
 @dataclass(frozen=True)
 class TileConfig:
@@ -93,6 +96,24 @@ class TileConfig:
         it keeps its broadcast tiles (MNIST's 5x5 conv in channel tiles: 0.43 -> 0.46 M
         instructions with 4 x 8)."""
         return replace(self, lane_broadcasts=False) if self.by_scalar else self
+
+    def steps_in_a_loop(self, rows: int, cols: int, steps: int) -> bool:
+        """Whether a tile of `rows` x `cols` runs its reduction steps (a convolution's taps) as a
+        loop over a table of operand offsets rather than written out: where its accumulators,
+        one step's operand vectors and a broadcast leave fewer than two registers spare. Both gcc
+        and clang then interleave the written-out steps' loads and rotate the accumulators
+        through the registers, spilling some to the stack on every step: AVX2's 12-accumulator
+        tiles of a stride-2 3x3 conv (16 -> 24 channels at 160x160, the FPN class graph) kept 4
+        of them there, 633 us a call; looped over the table, 559 us; 24 -> 32 channels at 80x80
+        324 -> 296 us, 32 -> 48 at 40x40 in channel tiles 136 -> 123 us. Not for short
+        reductions (fewer than LOOPED_STEPS_FROM steps), where the loop's own work per step
+        weighs more than the spills: an RGB stem's 27 steps, 313 us written out, 326 us looped.
+        Not with lane broadcasts (armv7, aarch64 LLVM), whose loads are shared across
+        written-out steps."""
+        if self.lanes == 1 or self.lane_broadcasts or steps < LOOPED_STEPS_FROM:
+            return False
+        vectors = -(-cols // self.width_for(cols))
+        return rows * vectors + vectors + 1 > self.registers - 2
 
     def width_for(self, cols: int) -> int:
         """Lanes of the vectors covering `cols` columns: the register width, or a narrower vector

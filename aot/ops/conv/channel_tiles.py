@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Expr, Load, Stmt, Store, binary, const
+from aot.kernel.ir import INDEX, Expr, Load, Stmt, Store, binary, cast, const
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import slot_blocks
 from aot.ops.contraction.register_tiles import Reduction, register_tile
@@ -63,6 +63,14 @@ class ChannelTiles(TiledConv):
             self.slab = max(1, SLAB_BYTES // (self.cols * s.k_h * s.k_w * itemsize))  # input channels per slab
         shape = (pixels, self.cols) if self.slab else (self.slots, self.rows, self.cols)
         self.scratch = self.kb.output(scratch_tensor(ctx, node, shape, weights_t.dtype, "tile")).buffer
+        # Taps in a loop over their offsets where the tile is tight in registers (pixel_tiles.py
+        # _tap_offsets); not on targets with lane broadcasts, whose tiles here are measured
+        # written out.
+        if s.k_h * s.k_w > 1 and not self.slab and self.tile.steps_in_a_loop(self.rows, self.cols, self.k):
+            strides = self.xv.strides
+            offsets = [c * strides[1] + (kh * s.d_h * s.in_w + kw * s.d_w)
+                       for c in range(s.group_in) for kh in range(s.k_h) for kw in range(s.k_w)]
+            self.taps = self.kb.input(ctx.constant(np.array(offsets, dtype=np.int32), f"{node.name}_taps")).buffer
 
     def _channels(self, n: Expr) -> list[Stmt]:
         s, kb, k = self.s, self.kb, self.k
@@ -70,8 +78,15 @@ class ChannelTiles(TiledConv):
         pointwise = s.k_h == s.k_w == 1 and s.s_h == s.s_w == 1
 
         def a_at(p0: Expr, i: int, tap: list[Expr]) -> Expr:
-            """Input of tap (c, kh, kw) for output pixel p0 + i, row i of the block of pixels that
-            starts at p0 (the input is the padded image)."""
+            """Input of tap (c, kh, kw), or step k of the loop over the taps' offsets, for output
+            pixel p0 + i, row i of the block of pixels that starts at p0 (the input is the padded
+            image)."""
+            if self.taps is None:
+                return at_tap(p0, i, tap)
+            first = at_tap(p0, i, [const(0, INDEX)] * 3)
+            return Load(first.buffer, first.index + cast(Load(self.taps, tap[0]), INDEX))
+
+        def at_tap(p0: Expr, i: int, tap: list[Expr]) -> Load:
             c, kh, kw = tap
             p = p0 + i
             if pointwise:
@@ -103,15 +118,23 @@ class ChannelTiles(TiledConv):
         if self.slab:
             return blocks(kb, s.out_channels, self.cols, lambda j0, width: self._slabs(n, j0, width, a_at, write), "j")
 
+        if self.taps is not None:
+            reduction = Reduction((s.group_in * s.k_h * s.k_w,))
+        else:
+            reduction = Reduction((s.group_in, s.k_h, s.k_w), unrolled=2)
+
+        def flat(tap: list[Expr]) -> Expr:
+            return tap[0] if self.taps is not None else (tap[0] * s.k_h + tap[1]) * s.k_w + tap[2]
+
         # Channel blocks outermost: one panel of weights (k x cols) is reused from cache by every
         # block of pixels, while the (small) image streams through it.
         def channel_block(j0: Expr, width: int, channel_slot: Expr) -> list[Stmt]:
             def pixel_block(p0: Expr, count: int, pixel_slot: Expr | None = None) -> list[Stmt]:
                 base = (pixel_slot if pixel_slot is not None else channel_slot) * (self.rows * self.cols)
                 tile = register_tile(
-                    kb, self.dt, self.tile.lanes, count, width, Reduction((s.group_in, s.k_h, s.k_w), unrolled=2),
+                    kb, self.dt, self.tile.lanes, count, width, reduction,
                     a_at=lambda i, tap: a_at(p0, i, tap),
-                    b_base=lambda tap: (self.wbuf, j0 * k + ((tap[0] * s.k_h + tap[1]) * s.k_w + tap[2]) * width),
+                    b_base=lambda tap: (self.wbuf, j0 * k + flat(tap) * width),
                     init=[const(0.0, self.dt)] * count, out=self.scratch,
                     out_at=lambda i, j: base + const(i * self.cols, INDEX) + j)
                 return tile + write(j0, p0, base, count, width)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, binary, const
+from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, binary, cast, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, parallel_blocks, slot_blocks
@@ -72,6 +72,7 @@ class TiledConv:
         assert not rows_first or interleave_rows(spec, self.mode)
         self.k = spec.group_in * spec.k_h * spec.k_w
         self.subsampled = False
+        self.taps: Buffer | None = None  # rows mode: the steps' operand offsets (_tap_offsets)
         # pixels per tile, at most: wider for long reductions, where fewer operand loads per
         # multiply-add pay for the wider tiles' ragged ends (ShuffleNet's grouped 1x1 convs of
         # 60-240 channels per group ran 9% slower with them)
@@ -103,6 +104,8 @@ class TiledConv:
         else:
             width = min(self.cols, spec.out_w)
         self._pack(ctx, node, w, width)
+        if self.mode == "rows" and self.tile.steps_in_a_loop(self.rows, self.width, self.k):
+            self.taps = self.kb.input(ctx.constant(self._tap_offsets(), f"{node.name}_taps")).buffer
         if self.mode == "pointwise":
             # A strided view of the input (a strided 1x1 conv's subsampled image, tiled.py).
             self.subsampled = self.xv.strides[-1] != 1 or (spec.out_h > 1 and self.xv.strides[-2] != spec.in_w)
@@ -134,6 +137,25 @@ class TiledConv:
                 width, rows = fitting, preferred
         ctx.choices.append((key, rows))
         return width, rows
+
+    def _tap_offsets(self) -> np.ndarray:
+        """Where each step of a rows-mode tile's reduction reads its operand row, in elements from
+        the first step's, in the order the weights are packed: (kernel row, channel, kernel
+        column) over a row-interleaved copy, else (channel, kernel row, kernel column); a
+        kernel column of a strided convolution reads its phase of the phase-split copy."""
+        s, strides = self.s, self.xv.strides
+
+        def column(kw: int) -> int:
+            if s.s_w == 1:
+                return kw * s.d_w * strides[3]
+            shift, phase = divmod(kw * s.d_w, s.s_w)
+            return phase * strides[3] + shift * strides[4]
+
+        if self.rows_first:
+            rows = [kc * strides[1] for kc in range(s.k_h * s.group_in)]
+        else:
+            rows = [c * strides[1] + kh * s.d_h * strides[2] for c in range(s.group_in) for kh in range(s.k_h)]
+        return np.array([row + column(kw) for row in rows for kw in range(s.k_w)], dtype=np.int32)
 
     def _prepare_panel(self, ctx: LoweringContext, node: Node) -> None:
         """Pointwise convolutions with long reductions (a tile's input column beyond
@@ -300,7 +322,9 @@ class TiledConv:
         s = self.s
 
         def a_at(i: int, k: list[Expr]) -> Expr:
-            if self.rows_first:  # packed in (kernel row, channel, kernel column) order
+            if len(k) == 1:  # the steps of a loop over _tap_offsets, in the packing's order
+                kflat = k[0]
+            elif self.rows_first:  # packed in (kernel row, channel, kernel column) order
                 kc, kw = k
                 kflat = kc * s.k_w + kw
             else:
@@ -356,15 +380,22 @@ class TiledConv:
     def _row(self, n: Expr, g: Expr, oc0: Expr, count: int, oh: Expr) -> list[Stmt]:
         """The tiles of output row oh."""
         s, kb = self.s, self.kb
-        if self.rows_first:
-            # Step kc = kh * C + c of the reduction reads scratch row kc after the first one.
+        row_step = self.xv.strides[1]  # rows_first: step kc = kh * C + c reads the copy's row kc
+        if self.taps is not None:
+            reduction = Reduction((s.group_in * s.k_h * s.k_w,))
+        elif self.rows_first:
             reduction = Reduction((s.k_h * s.group_in, s.k_w), unrolled=1)
-            row_step = self.xv.strides[1]
         else:
             reduction = Reduction((s.group_in, s.k_h, s.k_w), unrolled=2)
 
         def tile(ow0: Expr, cols: int) -> list[Stmt]:
             def b_base(k: list[Expr]) -> tuple[Buffer, Expr]:
+                if self.taps is None:
+                    return tap(k)
+                buffer, first = tap([const(0, INDEX)] * (2 if self.rows_first else 3))
+                return buffer, first + cast(Load(self.taps, k[0]), INDEX)
+
+            def tap(k: list[Expr]) -> tuple[Buffer, Expr]:
                 if self.rows_first:
                     kc, kw = k
                     c, kh = const(0, INDEX), const(0, INDEX)
