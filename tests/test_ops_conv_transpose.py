@@ -214,3 +214,31 @@ def test_inspect_counts_conv_transpose_multiply_adds() -> None:
     model, _ = upsample_model("depthwise_k4_s2", residual=False)
     graph, _ = load(model)
     assert model_stats(graph).macs == 1 * 8 * 9 * 10 * 1 * 4 * 4
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("residual", [False, True], ids=["sigmoid", "add_sigmoid"])
+def test_one_channel_map_takes_wide_tiles_and_finishes_them_before_interleaving(residual: bool, backend: str) -> None:
+    """A detector's probability map (24 -> 1 channel, 2x2 stride 2, then Sigmoid): its two column
+    phases are a tile's only rows, so AVX2's tiles widen to 4 vectors (8 accumulators, 32 columns,
+    where 2 x 2 left the multiply-adds waiting on each other), and the epilogue (with a residual
+    Add, read at the interleaved columns) runs on the tile before it is interleaved into the
+    output. Matches onnxruntime."""
+    from aot.compiler import compile as compile_package
+
+    x = rand(1, 24, 6, 80)
+    inits = {"w": rand(24, 1, 2, 2, seed=1), "b": rand(1, seed=2)}
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["u"], strides=[2, 2])]
+    feeds = {"x": x}
+    source = "u"
+    if residual:
+        feeds["r"] = rand(1, 1, 12, 160, seed=3)
+        nodes.append(helper.make_node("Add", ["u", "r"], ["a"]))
+        source = "a"
+    nodes.append(helper.make_node("Sigmoid", [source], ["y"]))
+    model = make_model(nodes, feeds, ["y"], inits)
+    code = compile_package(model, target="x86_64-v3").files["test_graph.c"].decode()
+    kernel = code[code.index("static void test_graph_k0("):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    assert "= phases[32 + c0];" in kernel  # the second column phase, 32 columns into the tile
+    assert_matches_onnxruntime(model, feeds, backend=backend, target="x86_64-v3")

@@ -67,9 +67,15 @@ class _PhaseTiles:
         self.yv = View(kb.output(final).buffer, (geo.batch, geo.out_channels, out_h, out_w))
         self.bv = kb.input(bias) if bias is not None else None
         self.dt, self.tile = final.dtype.name, ctx.tiles.one_by_one()
-        self.width = min(self.tile.cols, max(ph.outputs for ph in self.cols))
+        longest = max(ph.outputs for ph in self.cols)
+        self.width = min(self.tile.cols, longest)
+        rows = geo.per_group * len([ph for ph in self.cols if ph.outputs])
+        if rows < self.tile.rows_for(self.width, rows + 1):
+            # Few rows (a detector's one-channel map): wider tiles, or their few accumulators
+            # leave the multiply-adds waiting on each other (as pixel_tiles.py's grid mode).
+            self.width = min(longest, self.tile.lanes * max(1, min(4, self.tile.accumulators // rows)))
         # Accumulator rows a tile of `width` columns affords, evened out over all the rows.
-        budget = self.tile.rows_for(self.width, geo.per_group * len([ph for ph in self.cols if ph.outputs]))
+        budget = self.tile.rows_for(self.width, rows)
         self.sets = column_sets(self.cols, budget)
         self.block = max(1, min(geo.per_group, budget // max(len(s) for s in self.sets)))  # channels per tile
         self.wbuf, self.bases = self._packed_weights(ctx, w)
@@ -143,8 +149,8 @@ class _PhaseTiles:
             value: Expr = Load(self.scratch, slot * self.plane + (const(cp.index * self.block, INDEX) + i) * self.width
                                + j)
             if not cp.taps or not ph.taps:  # no tap lands on this phase: bias alone
-                value = bv.load([oc]) if bv is not None else const(0.0, self.dt)
-            out.append(Store(yv.buffer, yv.index([n, oc, oh, ow]), self._finish(n, oc, oh, ow, value)))
+                value = self._finish(n, oc, oh, ow, bv.load([oc]) if bv is not None else const(0.0, self.dt))
+            out.append(Store(yv.buffer, yv.index([n, oc, oh, ow]), value))  # a tile's value is finished
         return out
 
     def _phase_tile(self, si: int, column_set: tuple[Phase, ...], n: Expr, g: Expr, oc0: Expr, count: int,
@@ -173,11 +179,19 @@ class _PhaseTiles:
             oc_i, ci = divmod(i, len(column_set))
             return slot * self.plane + const((column_set[ci].index * self.block + oc_i) * self.width, INDEX) + j
 
+        def finish(i: int, j: Expr, value: Expr) -> Expr:
+            """The fused epilogue on the tile's accumulators, in registers where it is lane-wise
+            along the phase's columns (an activation: its vector form; register_tiles.py), so
+            that the interleaving pass only copies."""
+            oc_i, ci = divmod(i, len(column_set))
+            oh, ow = qh * geo.strides[0] + ph.index, (q0 + j) * geo.strides[1] + column_set[ci].index
+            return self._finish(n, g * geo.per_group + oc0 + oc_i, oh, ow, value)
+
         init = [bv.load([g * geo.per_group + oc0 + i // len(column_set)]) if bv is not None else const(0.0, self.dt)
                 for i in range(rows_here)]
         reduction = Reduction((geo.group_in, len(ph.taps), len(col_taps)), unrolled=2)
         return register_tile(self.kb, self.dt, self.tile.lanes, rows_here, span, reduction, a_at, b_base, init,
-                             self.scratch, out_at)
+                             self.scratch, out_at, finish)
 
     def _output_row(self, n: Expr, g: Expr, ph: Phase, qh: Expr, slot: Expr) -> list[Stmt]:
         def channels(oc0: Expr, count: int) -> list[Stmt]:
