@@ -115,6 +115,15 @@ class TileConfig:
         vectors = -(-cols // self.width_for(cols))
         return rows * vectors + vectors + 1 > self.registers - 2
 
+    def cols_for_rows(self, cols: int, rows: int, longest: int) -> int:
+        """Columns per tile for a reduction with only `rows` output rows: `cols`, or where the
+        accumulator budget holds more rows than there are (a depthwise conv, a one-channel
+        map), up to 4 vectors, at most `longest`, or their few accumulators leave the
+        multiply-adds waiting on each other."""
+        if rows < self.rows_for(cols, rows + 1):
+            return min(longest, self.lanes * max(1, min(4, self.accumulators // rows)))
+        return cols
+
     def width_for(self, cols: int) -> int:
         """Lanes of the vectors covering `cols` columns: the register width, or a narrower vector
         for rows shorter than a register (1: scalars)."""

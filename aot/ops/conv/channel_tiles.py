@@ -63,14 +63,10 @@ class ChannelTiles(TiledConv):
             self.slab = max(1, SLAB_BYTES // (self.cols * s.k_h * s.k_w * itemsize))  # input channels per slab
         shape = (pixels, self.cols) if self.slab else (self.slots, self.rows, self.cols)
         self.scratch = self.kb.output(scratch_tensor(ctx, node, shape, weights_t.dtype, "tile")).buffer
-        # Taps in a loop over their offsets where the tile is tight in registers (pixel_tiles.py
-        # _tap_offsets); not on targets with lane broadcasts, whose tiles here are measured
-        # written out.
+        # Taps in a loop over their offsets where the tile is tight in registers; not on targets
+        # with lane broadcasts, whose tiles here are measured written out.
         if s.k_h * s.k_w > 1 and not self.slab and self.tile.steps_in_a_loop(self.rows, self.cols, self.k):
-            strides = self.xv.strides
-            offsets = [c * strides[1] + (kh * s.d_h * s.in_w + kw * s.d_w)
-                       for c in range(s.group_in) for kh in range(s.k_h) for kw in range(s.k_w)]
-            self.taps = self.kb.input(ctx.constant(np.array(offsets, dtype=np.int32), f"{node.name}_taps")).buffer
+            self.taps = self._tap_table(ctx, node)
 
     def _channels(self, n: Expr) -> list[Stmt]:
         s, kb, k = self.s, self.kb, self.k

@@ -72,7 +72,7 @@ class TiledConv:
         assert not rows_first or interleave_rows(spec, self.mode)
         self.k = spec.group_in * spec.k_h * spec.k_w
         self.subsampled = False
-        self.taps: Buffer | None = None  # rows mode: the steps' operand offsets (_tap_offsets)
+        self.taps: Buffer | None = None  # rows mode, channel tiles: the steps' operand offsets (_tap_offsets)
         # pixels per tile, at most: wider for long reductions, where fewer operand loads per
         # multiply-add pay for the wider tiles' ragged ends (ShuffleNet's grouped 1x1 convs of
         # 60-240 channels per group ran 9% slower with them)
@@ -92,9 +92,7 @@ class TiledConv:
             width = min(self.cols, spec.out_h * spec.out_w)
         elif self.mode == "grid":
             self.grid_size = (spec.out_h - 1) * spec.in_w + spec.out_w
-            width = min(self.grid_size, tile.cols)
-            if spec.per_group < tile.rows_for(width, spec.per_group + 1):  # few rows (depthwise): wider tiles
-                width = min(self.grid_size, tile.lanes * max(1, min(4, tile.accumulators // spec.per_group)))
+            width = tile.cols_for_rows(min(self.grid_size, tile.cols), spec.per_group, self.grid_size)
             # One block of channels at a time: the scratch holds `rows` grids (per slot).
             block_rows = tile.rows_for(width, spec.per_group)
             self.slots = self._slots(-(-spec.per_group // block_rows))
@@ -105,7 +103,7 @@ class TiledConv:
             width = min(self.cols, spec.out_w)
         self._pack(ctx, node, w, width)
         if self.mode == "rows" and self.tile.steps_in_a_loop(self.rows, self.width, self.k):
-            self.taps = self.kb.input(ctx.constant(self._tap_offsets(), f"{node.name}_taps")).buffer
+            self.taps = self._tap_table(ctx, node)
         if self.mode == "pointwise":
             # A strided view of the input (a strided 1x1 conv's subsampled image, tiled.py).
             self.subsampled = self.xv.strides[-1] != 1 or (spec.out_h > 1 and self.xv.strides[-2] != spec.in_w)
@@ -138,15 +136,19 @@ class TiledConv:
         ctx.choices.append((key, rows))
         return width, rows
 
+    def _tap_table(self, ctx: LoweringContext, node: Node) -> Buffer:
+        """The constant table of _tap_offsets, an input of the kernel."""
+        return self.kb.input(ctx.constant(self._tap_offsets(), f"{node.name}_taps")).buffer
+
     def _tap_offsets(self) -> np.ndarray:
-        """Where each step of a rows-mode tile's reduction reads its operand row, in elements from
-        the first step's, in the order the weights are packed: (kernel row, channel, kernel
-        column) over a row-interleaved copy, else (channel, kernel row, kernel column); a
-        kernel column of a strided convolution reads its phase of the phase-split copy."""
+        """Where each step of a tile's reduction reads its operand (row), in elements from the
+        first step's, in the order the weights are packed: (kernel row, channel, kernel column)
+        over a row-interleaved copy, else (channel, kernel row, kernel column); a kernel column
+        of a strided convolution over the phase-split copy (a 5-D view) reads its phase."""
         s, strides = self.s, self.xv.strides
 
         def column(kw: int) -> int:
-            if s.s_w == 1:
+            if len(strides) == 4:
                 return kw * s.d_w * strides[3]
             shift, phase = divmod(kw * s.d_w, s.s_w)
             return phase * strides[3] + shift * strides[4]

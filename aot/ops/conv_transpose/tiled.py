@@ -68,12 +68,9 @@ class _PhaseTiles:
         self.bv = kb.input(bias) if bias is not None else None
         self.dt, self.tile = final.dtype.name, ctx.tiles.one_by_one()
         longest = max(ph.outputs for ph in self.cols)
-        self.width = min(self.tile.cols, longest)
         rows = geo.per_group * len([ph for ph in self.cols if ph.outputs])
-        if rows < self.tile.rows_for(self.width, rows + 1):
-            # Few rows (a detector's one-channel map): wider tiles, or their few accumulators
-            # leave the multiply-adds waiting on each other (as pixel_tiles.py's grid mode).
-            self.width = min(longest, self.tile.lanes * max(1, min(4, self.tile.accumulators // rows)))
+        # Few rows (a detector's one-channel map: 2 column phases) take wider tiles.
+        self.width = self.tile.cols_for_rows(min(self.tile.cols, longest), rows, longest)
         # Accumulator rows a tile of `width` columns affords, evened out over all the rows.
         budget = self.tile.rows_for(self.width, rows)
         self.sets = column_sets(self.cols, budget)
