@@ -56,3 +56,8 @@ def lowering_for(op_type: str, domain: str = "") -> LowerFn:
 def constant_inputs(op_type: str, domain: str = "") -> tuple[int, ...]:
     """Input positions of `op_type` that must be known at compile time (see register)."""
     return _CONSTANT_INPUTS.get(qualified_op_type(domain, op_type), ())
+
+
+def registered_op_types() -> list[str]:
+    """Every registered op by its qualified name (`Conv`, `com.microsoft::QLinearAdd`), sorted."""
+    return sorted(_LOWERINGS)
