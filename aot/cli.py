@@ -762,6 +762,17 @@ def targets_cmd(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
         print(printable(f"{t.name:{width}}  {t.triple:32} {t.description}"))
 
 
+@app.command("ops")
+@_report_errors
+def ops_cmd(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """List the supported ONNX ops as a markdown table (domain, op, opsets, limits); docs/ops.md is this output."""
+    from aot.op_table import as_json as rows_json
+    from aot.op_table import markdown, op_rows
+
+    rows = op_rows()
+    print(json.dumps(rows_json(rows)) if as_json else markdown(rows), end="" if not as_json else "\n")
+
+
 def _print_version(requested: bool) -> None:
     if requested:
         print(f"aot {__version__}")
