@@ -35,6 +35,7 @@ from aot.errors import ModelLoadError
 from aot.frontend.contrib_shapes import contrib_output_type, has_rule
 from aot.frontend.initializers import initializer_array
 from aot.frontend.loader import default_opset, one_line
+from aot.frontend.numpy_folds import NUMPY_FOLDS
 from aot.ir.sizes import element_count, too_many_elements
 
 # Ops whose result is not a function of their inputs, or that carry subgraphs.
@@ -474,7 +475,12 @@ def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) ->
 
     The node goes in a one-node model that imports the opset: given a bare NodeProto,
     ReferenceEvaluator ignores `opsets` and runs the newest version of the op, whose meaning may
-    differ (Unsqueeze-13 reads axes from an input, Unsqueeze-1 from an attribute)."""
+    differ (Unsqueeze-13 reads axes from an input, Unsqueeze-1 from an attribute). Ops the
+    reference cannot evaluate for every valid input run aot/frontend/numpy_folds.py instead."""
+    if node.op_type in NUMPY_FOLDS:
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        values = NUMPY_FOLDS[node.op_type]([feeds[name] if name else None for name in node.input], attributes)
+        return [np.asarray(value) for value in values]
     outputs = [name for name in node.output if name]
     graph = helper.make_graph(
         [node], "fold",
