@@ -11,9 +11,9 @@
 #define AOT_KERNELS_H_INCLUDED
 
 /* gcc for aarch64, int8 tiles (AOT_I32X4_PAIR_DOTADD, _SDOTADD: up to 16 accumulators and their
- * operands in the 32 vector registers): its scheduler before register allocation hoisted every
- * load of a step and spilled accumulators. Without it, for the functions after this line, int8
- * M instructions: rpi4 ResNet-8 4.14 -> 3.54, VWW 4.09 -> 3.66; rpi5 ResNet-8 2.46 -> 2.37. */
+ * operands in the 32 vector registers): its scheduler before register allocation hoists every
+ * load of a step and spills accumulators, so it is off for the functions after this line
+ * (benchmark: int8 ResNet-8 and VWW on rpi4). */
 #if defined(AOT_WANT_I32X4) && defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-schedule-insns")
 #endif
@@ -105,7 +105,7 @@ static inline float aot_max_numbers_float32(float a, float b) { return aot_selec
  *
  * 4 floats on armv7 are NEON intrinsics. gcc keeps IEEE semantics for GNU vector arithmetic
  * there, and NEON flushes denormals to zero, so it splits every vector operation into scalar VFP
- * instructions (0.1% of the C backend's armv7 instructions were SIMD); intrinsics it emits as
+ * instructions (almost none of the C backend's armv7 instructions SIMD); intrinsics it emits as
  * written. Results then flush denormals to zero, like the LLVM backend's armv7 tiles. Division
  * has no NEON instruction on armv7: gcc divides lane by lane.
  */
@@ -541,8 +541,8 @@ static inline float aot_f32x16_reduce_max(aot_f32x16 v)
  * 16-bit lanes: a's even bytes (masked) and odd bytes (shifted down), b's sign-extended by
  * shifts, multiplied in 16 bits (exact: |255 * -128| = 32640), each product vector added
  * pairwise into the int32 lanes (sadalp): 4 instructions per pair of vector and weight quad,
- * where widening the bytes (uxtl, sxtl) then summing by saddlp and addp took 6 (rpi4 int8
- * ResNet-8 C 7.54 -> 6.71 M instructions, LLVM 6.87 -> 5.82 M).
+ * where widening the bytes (uxtl, sxtl) then summing by saddlp and addp takes 6 (benchmark: int8
+ * ResNet-8 on rpi4).
  * Otherwise GNU C vectors, or a struct and loops for other C99 compilers.
  */
 #if defined(AOT_WANT_I32X4) && defined(__GNUC__) && defined(__ARM_NEON) && !defined(AOT_NO_VECTOR_EXTENSIONS)
@@ -602,8 +602,8 @@ static inline aot_i32x4 aot_i32x4_sdotadd(aot_i32x4 acc, aot_i32x4 a, aot_i32x4 
 #if defined(__aarch64__)
 /* aarch64: pair order by one tbl of the loaded quads (ld1, or ld1r for a weight quad); the
  * product of the high halves is then smlal2's. (uzp1/uzp2 of quad-order operands into d
- * registers ran 5.59 M instructions on int8 ResNet-8, gcc spilling and repeating dups; ld2 then
- * combining its two registers, 8.6 M.) */
+ * registers had gcc spilling and repeating dups, and ld2 then combining its two registers was
+ * slower still; benchmark: int8 ResNet-8.) */
 static inline aot_i32x4 aot_i32x4_pair_order(int8x16_t v)
 {
     const uint8x16_t order = { 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15 };
@@ -638,8 +638,8 @@ static inline aot_i32x4 aot_i32x4_pair_dotadd(aot_i32x4 acc, aot_i32x4 a, aot_i3
 #endif
 /* Eight quads in one ld2 .8h / vld2.16 of four d registers (the first 16-bit halves in val[0], the
  * second in val[1]): quads 0-3 multiply by smull and smlal of the low halves, quads 4-7 by those of
- * the high halves (aarch64's smull2 and smlal2; armv7's high d registers), with no tbl (aarch64 4 x 4
- * tile's step: 74 -> 66 instructions) and half the loads (armv7). One weight quad in one ld2r .8h
+ * the high halves (aarch64's smull2 and smlal2; armv7's high d registers), with no tbl (fewer instructions
+ * per step of aarch64's 4 x 4 tile) and half the loads (armv7). One weight quad in one ld2r .8h
  * (armv7: vld2.16 to all lanes of two d registers, each then both halves of a q register), two in
  * one ld4r .8h (vld4.16): the registers of each, as one quad's. */
 #define AOT_I16X16_DEFINED
@@ -1119,8 +1119,8 @@ typedef uint8_t aot_u8x8_unaligned __attribute__((vector_size(8), aligned(1), ma
 #endif
 /* The lanes' low bytes (each lane within the type's range), stored at any alignment. Macros, not
  * functions: a vector argument wider than the compiler's flags allow changes the ABI (-Wpsabi).
- * AVX2 has no vpmovdb: there gcc moved the lanes out one by one and joined them by shifts (60% of
- * int8 VWW's depthwise kernels), so vpshufb gathers each half's low bytes and vpunpckldq joins
+ * AVX2 has no vpmovdb: there gcc moves the lanes out one by one and joins them by shifts (most of
+ * int8 VWW's depthwise kernels' time), so vpshufb gathers each half's low bytes and vpunpckldq joins
  * the halves. */
 #if defined(__x86_64__) && defined(__AVX2__) && !defined(__AVX512VL__)
 static inline __m128i aot_i32x8_low_bytes(__m256i v)

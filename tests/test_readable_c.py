@@ -316,3 +316,18 @@ def test_unread_locals_and_parameters_print_warning_free() -> None:
         compiled = subprocess.run([cc, *STRICT, "-x", "c", "-fsyntax-only", "-"], input=source, capture_output=True,
                                   text=True)
         assert compiled.returncode == 0, f"{cc}:\n{compiled.stderr}\n{source}"
+
+
+def test_model_source_opens_with_its_kernels(tiny_cnn: Path) -> None:
+    """The compiler hints live in runtime/aot_compiler_hints.h: the model's .c opens with a short
+    header comment, its includes and the ISA check, then its first kernel; no comment is an essay."""
+    text = (tiny_cnn / "tiny_cnn.c").read_text()
+    lines = text.splitlines()
+    first_kernel = next(i for i, line in enumerate(lines) if re.match(r"AOT_KERNEL .*static void ", line))
+    assert first_kernel < 40, "\n".join(lines[:first_kernel])
+    assert '#include "runtime/aot_compiler_hints.h"' in lines[:first_kernel]
+    assert "#define AOT_KERNEL" not in text and (tiny_cnn / "runtime" / "aot_compiler_hints.h").is_file()
+    opening, *comments = re.findall(r"/\*.*?\*/", text, re.DOTALL)
+    assert text.startswith(opening) and opening.count("\n") <= 3
+    for comment in comments:
+        assert "\n" not in comment and len(comment) <= 100, comment

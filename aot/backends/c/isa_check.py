@@ -2,8 +2,8 @@
 tiles were sized for.
 
 GNU C vector types wider than what the compiler's flags enable are split into narrower pieces, and
-on x86 gcc splits 8- and 16-float vectors without AVX into scalar code: the example model ran 15x
-slower built with a plain `gcc -O2`. So a package never builds slow without a word: the C stops
+on x86 gcc splits 8- and 16-float vectors without AVX into scalar code, many times slower (the
+example model built with a plain `gcc -O2`). So a package never builds slow without a word: the C stops
 with an #error that names the flags to add. The package's Makefile and CMakeLists pass them;
 AOT_ALLOW_SLOW_VECTORS builds anyway (a correctness check on a machine without the ISA).
 
@@ -45,9 +45,7 @@ def vector_isa_check(file_name: str, lanes: int) -> str:
     if lanes > 8:  # a package compiled without --target on an AVX-512 machine, built on another
         message += " (for a CPU without AVX-512, compile the model with --target x86_64-v3)"
     return f"""\
-/* The register tiles are vectors of {lanes} floats: on x86 they need {isa}, or the compiler splits
- * them into scalar code (15x slower). The package's Makefile and CMakeLists pass -march=native
- * (or the --target's flags); define AOT_ALLOW_SLOW_VECTORS to build without them anyway. */
+/* {lanes}-float register tiles need {isa} on x86, or the compiler splits them into scalar code. */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(AOT_NO_VECTOR_EXTENSIONS) \\
     && !({have}) && !defined(AOT_ALLOW_SLOW_VECTORS)
 #error "{message} (or define AOT_ALLOW_SLOW_VECTORS)"

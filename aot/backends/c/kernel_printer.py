@@ -74,8 +74,8 @@ def long_fma_body(kernel: Kernel) -> bool:
     register tile whose kernel window is written out (a 3x3 conv: 9 steps of 24). gcc 12 moves
     such a body's broadcasts and operand vectors through the stack unless it schedules
     instructions before register allocation with the pressure in mind (AOT_LONG_FMA_BODY in
-    templates/c/model.c.j2: a ResNet-50's 3x3 convs 6% faster); on short bodies (a 1x1 conv's
-    one step) that same scheduling measured up to 25% slower, so it is per kernel."""
+    runtime_c/aot_compiler_hints.h); short bodies (a 1x1 conv's one step) run slower scheduled
+    so, so it is per kernel (benchmark: ResNet-50's convolutions)."""
     return any(isinstance(stmt, Loop) and sum(isinstance(s, Assign) and isinstance(s.value, MulAdd)
                                               for s in stmt.body) >= LONG_FMA_BODY
                for stmt in walk_stmts(kernel.body))
@@ -83,9 +83,9 @@ def long_fma_body(kernel: Kernel) -> bool:
 
 def _short_tile_steps(loop: Loop) -> bool:
     """Whether `loop` is a register tile's short reduction: at most 16 steps of at most 16
-    multiply-adds, straight-line. LLVM unrolls such a loop whole; armv7 gcc kept it rolled, and its
-    counter, compare and branch were 4 of 14 instructions per step of ResNet-8's Winograd products
-    (AOT_UNROLL_STEPS in templates/c/model.c.j2)."""
+    multiply-adds, straight-line. LLVM unrolls such a loop whole; armv7 gcc keeps it rolled, its
+    counter, compare and branch a large share of each step (AOT_UNROLL_STEPS in
+    runtime_c/aot_compiler_hints.h; benchmark: ResNet-8's Winograd products on rpi3)."""
     body = loop.body
     fmas = sum(isinstance(s, Assign) and isinstance(s.value, MulAdd) for s in body)
     return (not loop.parallel and 2 <= loop.extent <= 16 and 0 < fmas <= 16

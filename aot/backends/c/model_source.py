@@ -99,8 +99,8 @@ def _step_code(printer: KernelPrinter, regions: Regions, step: Step, declared: s
     if step.serial is None:
         return lines + threaded
     # Without threads, the kernel as one function whose loops all have constant bounds: the
-    # segments' [first, last) bounds cost up to 2x on a small kernel (a 1x1 conv with two
-    # blocks of channels) and 2% of SqueezeNet, so they are only for threaded runs.
+    # segments' [first, last) bounds slow a small kernel (a 1x1 conv with two blocks of
+    # channels), so they are only for threaded runs (benchmark: SqueezeNet).
     kernels.append(printer.kernel(step.serial.kernel, step.serial.may_alias))
     return lines + ["\n    ".join([
         "if (aot_runs_serially(executor)) {",

@@ -92,10 +92,9 @@ class ModelModule:
         # 32-bit Arm NEON: vld1 loads up to four d registers at once (kernel_emitter._load_pairs).
         arm = self.spec.arch.startswith(("arm", "thumb", "aarch64"))
         paired_loads = arm and not self.spec.arch.startswith("aarch64") and "+neon" in self.spec.features.split(",")
-        # On Arm the kernels stay functions of their own: inlined into the run function, their
-        # loops got more address arithmetic and spills (ResNet-8 on rpi3: 4.34 -> 3.78 M
-        # instructions per inference kept apart; VWW on rpi4 3.33 -> 3.13), as in the C backend
-        # (AOT_KERNEL in templates/c/model.c.j2).
+        # On Arm the kernels stay functions of their own: inlined, their loops get more address
+        # arithmetic and spills, as in the C backend (AOT_KERNEL in runtime_c/aot_compiler_hints.h;
+        # benchmark: ResNet-8 on rpi3).
         features = self.spec.features.split(",")
         dot_product = self.spec.arch.startswith("aarch64") and "+dotprod" in features
         avx2 = self.spec.arch.startswith("x86_64") and "+avx2" in features
