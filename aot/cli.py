@@ -779,12 +779,22 @@ def _print_version(requested: bool) -> None:
         raise typer.Exit(0)
 
 
+def _print_cmake_dir(requested: bool) -> None:
+    if requested:
+        # The CMake module (aotConfig.cmake) ships inside the package, next to this file.
+        print(Path(__file__).resolve().parent / "cmake")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _global_options(
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                           help="Print the aot version and exit.")] = False,
+    cmake_dir: Annotated[bool, typer.Option("--cmake-dir", callback=_print_cmake_dir, is_eager=True,
+                                            help="Print the folder of aot's CMake module (for -Daot_DIR=...) "
+                                                 "and exit.")] = False,
 ) -> None:
-    del version  # --version is handled by its eager callback, before any command runs
+    del version, cmake_dir  # handled by their eager callbacks, before any command runs
 
 
 @app.command("version")

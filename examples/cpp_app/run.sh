@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Compile the example model, build the C++ app with CMake (add_subdirectory of the package), run it.
+# Build the C++ app with CMake, which compiles the example model through aot_add_model, and run it.
 #   bash examples/cpp_app/run.sh [BUILD_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:-$here/../../build/cpp_app}"
-mkdir -p "$out"
-aot compile "$here/../tiny_cnn.onnx" -o "$out/tiny_cnn" --force > /dev/null
-cmake -S "$here" -B "$out/app" -DMODEL_PACKAGE="$out/tiny_cnn" > /dev/null
-cmake --build "$out/app" > /dev/null
-"$out/app/cpp_app"
+# aot from PATH, else from the repository's virtual environment (made by examples/run_example.sh).
+if command -v aot > /dev/null; then
+  aot="$(command -v aot)"
+elif [ -x "$here/../../.venv/bin/aot" ]; then
+  aot="$here/../../.venv/bin/aot"
+else
+  echo "run.sh: aot not found: run '. .venv/bin/activate' in the repository, or 'pip install .'" >&2
+  exit 1
+fi
+cmake -S "$here" -B "$out" -Daot_DIR="$("$aot" --cmake-dir)" -DAOT_EXECUTABLE="$aot" > /dev/null
+cmake --build "$out" > /dev/null
+"$out/cpp_app"

@@ -1,0 +1,25 @@
+# The version of the aot Python package this folder belongs to: find_package(aot 0.1) accepts it
+# when the major versions match (and, before 1.0, the minor versions too) and it is not older.
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/../version.py" _aot_version_line REGEX "^__version__ = ")
+string(REGEX REPLACE "^__version__ = \"([^\"]+)\".*" "\\1" PACKAGE_VERSION "${_aot_version_line}")
+unset(_aot_version_line)
+
+set(PACKAGE_VERSION_COMPATIBLE FALSE)
+set(PACKAGE_VERSION_EXACT FALSE)
+if(PACKAGE_FIND_VERSION STREQUAL "" OR PACKAGE_FIND_VERSION STREQUAL PACKAGE_VERSION)
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  if(PACKAGE_FIND_VERSION STREQUAL PACKAGE_VERSION)
+    set(PACKAGE_VERSION_EXACT TRUE)
+  endif()
+elseif(PACKAGE_VERSION VERSION_GREATER_EQUAL PACKAGE_FIND_VERSION)
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _aot_have "${PACKAGE_VERSION}")
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _aot_want "${PACKAGE_FIND_VERSION}.0")
+  string(REGEX MATCH "^[0-9]+" _aot_have_major "${PACKAGE_VERSION}")
+  if(PACKAGE_FIND_VERSION_MAJOR STREQUAL _aot_have_major
+     AND (NOT _aot_have_major STREQUAL "0" OR _aot_have STREQUAL _aot_want))
+    set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  endif()
+  unset(_aot_have)
+  unset(_aot_want)
+  unset(_aot_have_major)
+endif()
