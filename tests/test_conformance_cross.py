@@ -1,11 +1,11 @@
 """The ONNX conformance cases cross-built for the Raspberry Pi presets and run under qemu-user,
-through both backends (issue #7: every speed-up keeps the suite green on the host and under qemu
-for rpi4 and rpi3).
+through both backends, so that every change keeps the suite green on the host and under qemu for
+rpi4 and rpi3.
 
 A sample, to keep CI in bounds: every EVERY-th case of the ones tests/test_conformance.py requires
 to pass (in scope, registry-supported, not light), for each (target, backend), each combination
 starting at its own offset so that the four together cover 4/EVERY of the cases. The full sweep:
-`python -m tests.conformance --target rpi4 --backend llvm` (README: Conformance under qemu).
+`python -m tests.conformance --target rpi4 --backend llvm` (benchmarks/RESULTS.md: Conformance under qemu).
 Skipped with the reason when the target's cross compiler or qemu-user is missing
 (tests/setup_env.sh installs them).
 """
@@ -16,9 +16,9 @@ import pytest
 
 from tests import conformance as cf
 
-# Every 7th case: about 150 per (target, backend), 602 tests. Measured with `pytest -n 2` on the
-# 2-core CI machine, otherwise idle: 115 s of wall time for the four together (175 CPU-seconds
-# with gcc, ld and qemu), 0.3 CPU-seconds per case. (The full sweeps: README, Conformance under qemu.)
+# Every 7th case: about 150 per (target, backend), which keeps the four together within a few
+# minutes of CI on two cores (each case is a cross build and a qemu run; the full sweeps and their
+# times: benchmarks/RESULTS.md, Conformance under qemu).
 EVERY = 7
 COMBINATIONS = [("rpi4", "c"), ("rpi4", "llvm"), ("rpi3", "c"), ("rpi3", "llvm")]
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.markdown_sections import code_blocks, markdown_section
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -81,9 +83,7 @@ SETUP_COMMANDS = ("sudo apt-get install", "python3 -m venv", "pip install")
 
 def _readme_newcomer_path() -> tuple[list[str], list[str], list[str]]:
     """The README's newcomer section: its setup commands, its other commands, and the output it shows."""
-    text = (REPO / "README.md").read_text()
-    section = text.split(NEWCOMER_SECTION, 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    blocks = code_blocks(markdown_section("README.md", NEWCOMER_SECTION))
     commands = [line for kind, body in blocks if kind == "sh" for line in body.splitlines() if line.strip()]
     shown = [line for kind, body in blocks if kind == "text" for line in body.splitlines() if line.strip()]
     setup = [c for c in commands if c.startswith(SETUP_COMMANDS)]
@@ -129,13 +129,56 @@ def test_readme_newcomer_path_to_a_verified_raspberry_pi_4_binary(tmp_path: Path
     assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1) < 1e-5
 
 
+DOCUMENTED = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))]
+
+
 def _readme_commands() -> list[str]:
-    """Every command the README shows: the lines of its code blocks and its `inline code`."""
-    text = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```\w*\n(.*?)```", text, re.S)
-    prose = re.sub(r"```\w*\n.*?```", "", text, flags=re.S)
-    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)] + \
-        [line.strip() for block in blocks for line in block.splitlines()]
+    """Every command the README and docs/*.md show: the lines of their code blocks (a line
+    indented under an `aot` command continues it) and their `inline code`."""
+    commands: list[str] = []
+    for page in DOCUMENTED:
+        text = (REPO / page).read_text()
+        blocks = re.findall(r"```\w*\n(.*?)```", text, re.S)
+        prose = re.sub(r"```\w*\n.*?```", "", text, flags=re.S)
+        commands += [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)]
+        for block in blocks:
+            for line in block.splitlines():
+                if line.startswith(" ") and commands and commands[-1].startswith("aot "):
+                    commands[-1] += " " + line.strip()
+                else:
+                    commands.append(line.strip())
+    return commands
+
+
+AOT_COMMAND = re.compile(r"(?:^|&&\s*|;\s*|\|\s*|\$\()aot ((?:--)?[a-z][a-z-]*)((?:[^;&|()#]|\|(?=[\w-]))*)")
+
+
+def _cli_words(command: str) -> set[str]:
+    """The options `aot COMMAND --help` lists (for the top level: the commands and its options)."""
+    from tests.test_cli import aot
+
+    result = aot(*([command] if command else []), "--help")
+    assert result.returncode == 0, (command, result.stderr)
+    return set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*|[a-z]+)", result.stdout))
+
+
+def test_every_documented_aot_command_uses_options_the_cli_has() -> None:
+    """Each `aot ...` command in the README and docs/*.md names a command aot has, and only
+    options that command's --help lists: the docs cannot drift from the CLI."""
+    top = _cli_words("")
+    known: dict[str, set[str]] = {}
+    checked = 0
+    for line in _readme_commands():
+        for command, rest in AOT_COMMAND.findall(line):
+            if command.startswith("--"):
+                assert command in top, (line, command)
+                continue
+            assert command in top, f"{line!r}: aot has no command {command!r}"
+            options = known.setdefault(command, _cli_words(command))
+            for option in re.findall(r"(?<![\w-])(--[a-z][\w-]*|-[a-zA-Z])(?![\w-])", rest):
+                assert option in options, f"{line!r}: aot {command} has no option {option}"
+            checked += 1
+    assert checked > 40, checked
 
 
 def _apt_installs() -> list[list[str]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import aot
 from aot.compiler import compile as compile_model
 from aot.host.build import STRICT_CFLAGS, host_cc, host_target_cflags
 from tests.helpers import run_onnxruntime
+from tests.markdown_sections import code_blocks, markdown_section
 from tests.test_build_paths import CROSS, EXAMPLE, REPO
 
 REFERENCE_TOLERANCE = 1e-5
@@ -307,15 +307,14 @@ def test_find_package_cross_built_with_the_toolchain_file_runs_under_qemu(tmp_pa
     check_outputs(sh([qemu, str(program)]), ["tiny_cnn"])
 
 
-README_SECTION = "### Linking a package into your build"
+DOCS_PAGE, DOCS_SECTION = "docs/package.md", "### Linking a package into your build"
 
 
 def readme_blocks() -> dict[str, list[str]]:
-    """The code blocks of the README's integration section, by language."""
-    text = (REPO / "README.md").read_text()
-    section = text.split(README_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    """The code blocks of the docs' integration section, by language."""
+    section = markdown_section(DOCS_PAGE, DOCS_SECTION)
     blocks: dict[str, list[str]] = {}
-    for kind, body in re.findall(r"```(\w+)\n(.*?)```", section, re.S):
+    for kind, body in code_blocks(section):
         blocks.setdefault(kind, []).append(body)
     return blocks
 
@@ -324,7 +323,7 @@ def readme_blocks() -> dict[str, list[str]]:
 @pytest.mark.skipif(shutil.which("pkg-config") is None or shutil.which("make") is None,
                     reason="needs make and pkg-config")
 def test_readme_integration_commands_run_as_written(tmp_path: Path) -> None:
-    """The README's install / find_package / pkg-config commands, literally, with its
+    """docs/package.md's install / find_package / pkg-config commands, literally, with its
     app/CMakeLists.txt, HOME in a temporary folder and this checkout's aot on PATH."""
     blocks = readme_blocks()
     (commands,), (cmake_lists,) = blocks["sh"], blocks["cmake"]

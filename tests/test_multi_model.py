@@ -22,6 +22,7 @@ from onnx import helper
 from aot.host.build import STRICT_CFLAGS, host_cc, host_target_cflags
 from aot.model_set import ModelSpec
 from tests.helpers import make_model, run_onnxruntime
+from tests.markdown_sections import code_blocks, markdown_section
 from tests.test_cli import aot, assert_user_error
 from tests.test_install import needs_cmake, sh
 
@@ -283,18 +284,17 @@ def test_variant_counts_must_agree(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-README_SECTION = "### Several models in one package"
+DOCS_PAGE, DOCS_SECTION = "docs/package.md", "### Several models in one package"
 
 
 def test_readme_multi_model_walkthrough_runs_as_written(tmp_path: Path) -> None:
-    """The README's commands, literally, from a copy of the examples with this checkout's aot on
+    """docs/package.md's commands, literally, from a copy of the examples with this checkout's aot on
     PATH; the figures its prose gives are the package's for the x86_64-v3 preset."""
     import os
     import sys
 
-    text = (REPO / "README.md").read_text()
-    section = text.split(README_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
-    (commands,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    section = markdown_section(DOCS_PAGE, DOCS_SECTION)
+    ((_, commands),) = code_blocks(section, "sh")
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -19,6 +19,7 @@ import pytest
 from onnx import numpy_helper
 
 from aot.exact_int8_reference import reference_model
+from tests.markdown_sections import code_blocks, markdown_section
 from tests.test_cli import REPO, aot, assert_user_error
 
 EXAMPLES = REPO / "examples"
@@ -280,20 +281,19 @@ def test_quantized_qdq_model_compiled_by_aot_matches_onnxruntime_within_one_step
         assert within_one >= 0.999, (output, within_one, float(steps_off.max()))
 
 
-# --- the README's walkthrough, as written ---
+# --- the docs' walkthrough, as written ---
 
-README_SECTION = "### int8 models"
+DOCS_PAGE, DOCS_SECTION = "docs/int8.md", "## Quantising a float model"
 
 
 def test_readme_int8_walkthrough_runs_as_written(tmp_path: Path) -> None:
-    """The README's int8 commands, literally, from a copy of the examples with this checkout's aot
+    """docs/int8.md's commands, literally, from a copy of the examples with this checkout's aot
     and python on PATH: the quantized file, the cross-built package and the verification."""
     for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
         if not shutil.which(tool):
             pytest.skip(f"{tool} not installed")
-    text = (REPO / "README.md").read_text()
-    section = text.split(README_SECTION, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
-    (commands,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    section = markdown_section(DOCS_PAGE, DOCS_SECTION)
+    ((_, commands),) = code_blocks(section, "sh")
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("digits", "cpp_app"))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -309,7 +309,7 @@ def test_readme_int8_walkthrough_runs_as_written(tmp_path: Path) -> None:
     assert result.stdout.rstrip().endswith("PASSED")
     figures = re.search(r"max abs err (\S+), mean abs err (\S+) .*top-1 agreement (\d+)/(\d+)", result.stdout)
     assert figures, result.stdout
-    prose = " ".join(section.split())  # the figures the README gives are the ones printed
+    prose = " ".join(section.split())  # the figures the page gives are the ones printed
     assert f"at most {float(figures[1]):.2g} (mean {float(figures[2]):.2g})" in prose
     assert figures[3] == figures[4] and f"all {figures[4]} samples keep their top-1 class" in prose
     (package,) = re.findall(r"aot build \S+ --target rpi4 -o (\S+)", commands)

@@ -284,7 +284,7 @@ def test_bench_threads_json(tmp_path: Path) -> None:
 
 
 def test_public_compile_takes_parallel() -> None:
-    """The README's `aot.compile(..., parallel=True)`: the package gets the thread pool, and its
+    """docs/package.md's `aot.compile(..., parallel=True)`: the package gets the thread pool, and its
     run over 2 threads gives the serial outputs."""
     example = Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx"
     threaded, serial = aot.compile(str(example), parallel=True), aot.compile(str(example))
