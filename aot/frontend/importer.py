@@ -23,7 +23,7 @@ from aot.frontend.shape_folding import (
     infer_shapes,
     node_label,
 )
-from aot.frontend.type_constraints import check_type_constraints
+from aot.frontend.type_constraints import check_graph_io_types, check_type_constraints
 from aot.ir.graph import Graph, Node, Tensor, qualified_op_type
 from aot.ir.sizes import too_many_elements
 from aot.ops.attrs import graph_inputs_behind
@@ -56,6 +56,7 @@ def import_model(
     if model_copy is model:
         model_copy = onnx.ModelProto()
         model_copy.CopyFrom(model)
+    check_graph_io_types(model_copy, source)
     bound = bind_input_values(model_copy, input_values or {})
     both = sorted(set(bound) & set(input_shapes or {}))
     if both:

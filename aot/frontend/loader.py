@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError, Message
 from onnx import external_data_helper
 
 from aot.errors import ModelLoadError
+from aot.ir.sizes import too_many_elements
 
 # Below this opset the model is first upgraded by onnx's version converter; the ops are
 # written against opsets 7 and later.
@@ -152,6 +153,9 @@ def _load_external_data(model: onnx.ModelProto, p: Path) -> None:
         target = _external_file(base, entries, where)
         offset = _entry_int(entries, "offset", where)
         length = _entry_int(entries, "length", where)
+        why = too_many_elements(tensor.dims)
+        if why is not None:
+            raise ModelLoadError(f"{where}: {why}")
         expected = _expected_nbytes(tensor, where)
         if length is not None and length != expected:
             raise ModelLoadError(f"{where}: length {length} bytes, the tensor's dims {list(tensor.dims)} "
@@ -162,6 +166,9 @@ def _load_external_data(model: onnx.ModelProto, p: Path) -> None:
                                  f"offset {offset or 0}, the tensor needs {expected})")
         pieces.append((tensor, target, offset or 0, expected, where))
     total = sum(piece[3] for piece in pieces)
+    if total > PROTOBUF_LIMIT:  # onnx's checker and shape inference serialize the whole model
+        raise ModelLoadError(f"{p}: external data of {total} bytes; aot compiles models whose weights fit "
+                             f"protobuf's {PROTOBUF_LIMIT}-byte limit (2 GiB)")
     memory = _physical_memory()
     if memory and total > memory:
         raise ModelLoadError(f"{p}: external data of {total} bytes, more than this machine's {memory} bytes of memory")

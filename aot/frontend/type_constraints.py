@@ -74,3 +74,22 @@ def check_type_constraints(model: onnx.ModelProto, source: str) -> None:
             if first[1] != actual:
                 raise ModelLoadError(f"{where}: {first[0]!r} is {_type_text(first[1])} but {name!r} is "
                                      f"{_type_text(actual)}; {node.op_type} needs them of one type")
+
+
+# Element types no kernel or C API entry of aot computes with, and what to do instead.
+_UNCOMPILABLE_TYPES = {
+    onnx.TensorProto.STRING: "strings (tokenize in the application and pass the token ids)",
+    onnx.TensorProto.COMPLEX64: "complex numbers",
+    onnx.TensorProto.COMPLEX128: "complex numbers",
+}
+
+
+def check_graph_io_types(model: onnx.ModelProto, source: str) -> None:
+    """Refuse a graph input or output of a type aot cannot compute with, naming it."""
+    graph = model.graph
+    for kind, infos in (("input", graph.input), ("output", graph.output)):
+        for vi in infos:
+            elem_type = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+            if elem_type in _UNCOMPILABLE_TYPES:
+                raise ModelLoadError(f"{source}: {kind} {vi.name!r} is a tensor of {_UNCOMPILABLE_TYPES[elem_type]}: "
+                                     "aot compiles numeric tensors only")
