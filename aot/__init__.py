@@ -12,7 +12,7 @@ from aot.version import __version__
 
 def compile(model, input_shapes=None, name=None, backend="c", target=None,  # noqa: A001, ANN001, ANN201
             weights_format="auto", progress=None, conv_algorithm="auto", input_values=None,  # noqa: ANN001
-            parallel=False, max_arena=None):  # noqa: ANN001
+            parallel=False, max_arena=None, dims=None):  # noqa: ANN001
     """Compile an ONNX model (path or ModelProto) into an aot.package.package.Package (an
     aot.host.run.HostPackage: its run() builds the package for this machine and runs it).
 
@@ -26,13 +26,15 @@ def compile(model, input_shapes=None, name=None, backend="c", target=None,  # no
     no longer has those inputs. parallel=True (--parallel) splits large kernels' loops over the
     threads of <name>_run_parallel's executor (Linux targets). max_arena (--max-arena): the
     largest arena in bytes (an int, or text such as "200k" or "2M"): aot plans the fastest it finds
-    within it, or raises AotError naming the smallest arena it can reach.
+    within it, or raises AotError naming the smallest arena it can reach. dims={"sequence": 128}
+    (--dim) gives a named symbolic dimension one size in every input that has it (an input's own
+    input_shapes entry wins).
     """
     from aot.compiler import compile as _compile
 
     return _compile(model, input_shapes=input_shapes, name=name, backend=backend, target=target,
                     weights_format=weights_format, progress=progress, conv_algorithm=conv_algorithm,
-                    input_values=input_values, parallel=parallel, max_arena=max_arena)
+                    input_values=input_values, parallel=parallel, max_arena=max_arena, dims=dims)
 
 
 def compile_models(models, package_name=None, shared_arena=False, **options):  # noqa: ANN001, ANN003, ANN201

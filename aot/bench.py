@@ -30,7 +30,7 @@ from aot.host.cpu_mask import HiddenBits, hidden_for, hide_cpu_features
 from aot.host.peak import peak_gflops
 from aot.host.run import HostModel, aligned_array
 from aot.targets import Target, host_preset_name, load_target
-from aot.verify import random_inputs
+from aot.verify import RANDOM_INPUTS_HINT, random_inputs
 
 
 @dataclass
@@ -116,7 +116,8 @@ def onnxruntime_session(model_path: str, threads: int, profile: bool = False):  
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.enable_profiling = profile
-    options.log_severity_level = 3
+    # Fatal messages only: an error is reported once, in aot's one line (its logger repeats it).
+    options.log_severity_level = 4
     return ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
 
 
@@ -164,13 +165,14 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
           opt: str | None = None, conv_algorithm: str = "auto",
           input_values: Mapping[str, InputValue] | None = None, target: str | None = None,
-          inputs: Mapping[str, np.ndarray] | None = None, max_arena: int | None = None,
+          inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None = None, max_arena: int | None = None,
           onnxruntime_isa: str = "native") -> BenchResult:
     """`target`: a preset this machine runs (native_target), compiled with its register tiles and
     built with its own flags (x86_64-v3: AVX2 code, -march=x86-64-v3, on an AVX-512 machine). By
     default the host's preset, built with -march=native. `inputs`: the arrays both sides run on
     (default: aot verify's seeded random ones; a model whose inputs have a meaning, an attention
-    mask of 0s and 1s, token ids, needs its own: random ones can make every output NaN).
+    mask of 0s and 1s, token ids, needs its own: random ones can make every output NaN; a path:
+    the .npz, or .npy for a one-input model, of `aot bench --inputs`).
     `onnxruntime_isa`: "native", onnxruntime picks its kernels for this CPU; "target", its CPU
     checks see only the vector features `target`'s code may use (aot.host.cpu_mask), as on a
     machine of that target. onnxruntime reads them once, when it is loaded: if it already is in
@@ -196,6 +198,11 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
         ours = HostModel.build(package, opt=opt or "-O3 -march=native", threads=threads)
     else:
         ours = HostModel.build(package, opt=opt or "-O3", threads=threads, target_cflags=" ".join(preset.cflags))
+    hint = RANDOM_INPUTS_HINT if inputs is None else ""
+    if isinstance(inputs, (str, os.PathLike)):
+        from aot.npz import load_npz
+
+        inputs = load_npz(inputs, "--inputs", package.inputs)
     inputs = dict(inputs) if inputs is not None else random_inputs(package, seed)
     # Both sides get the same cache-line-aligned arrays (see HostModel.runner_for).
     feeds = {k: aligned_array(np.asarray(v)) for k, v in inputs.items()}
@@ -207,7 +214,7 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     except Exception as e:  # onnxruntime's own exception types are not part of its public API
         ours.close()
         raise AotError(f"{model_path}: onnxruntime, the side aot is compared with, could not run the model: "
-                       f"{str(e).splitlines()[0]}") from e
+                       f"{str(e).splitlines()[0]}{hint}") from e
     ort_rss = _onnxruntime_peak_memory(os.fspath(model_path), feeds, threads, hidden)
     samples = _interleaved_samples(ours.runner_for(inputs), lambda: session.run(None, feeds), threads,
                                    rounds, min_round_seconds, warmup)
@@ -254,8 +261,8 @@ def _interleaved_samples(run_ours: Callable[[], object], run_ort: Callable[[], o
         for label, fn in order:
             if threads > 1:
                 # Let the other side's idle workers stop spinning first: onnxruntime's keep a core
-                # busy for tens of milliseconds after a run, which halved our 2-thread speed when
-                # our round followed right after its one (measured on SqueezeNet: 6.2 -> 3.7 ms).
+                # busy for tens of milliseconds after a run, which would slow our threaded round
+                # that follows it (`aot bench --threads 2` on SqueezeNet shows it).
                 time.sleep(SETTLE_SECONDS)
             for _ in range(per_round[label]):
                 t0 = time.perf_counter_ns()

@@ -93,6 +93,12 @@ InputShapeOpt = Annotated[
     typer.Option("--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable).",
                  show_default=False),
 ]
+DimOpt = Annotated[
+    list[str] | None,
+    typer.Option("--dim", metavar="NAME=SIZE",
+                 help="Give a named (symbolic) dimension one size for every input that has it, e.g. "
+                      "sequence=128 (repeatable); an input's own --input-shape wins.", show_default=False),
+]
 InputValueOpt = Annotated[
     list[str] | None,
     typer.Option("--input-value", help="Bind an input at compile time: NAME=FILE.npy, NAME=1,2,3 (a small vector) "
@@ -255,6 +261,20 @@ def _shapes(options: list[str] | None) -> dict[str, tuple[int, ...]]:
     return parse_input_shapes(options or [])
 
 
+def _with_dims(models: list[Path], input_shape: list[str] | None, input_value: list[str] | None,
+               dim: list[str] | None) -> list[str]:
+    """The --input-shape options plus the shapes --dim gives the models' other inputs."""
+    from aot.frontend.input_shapes import dim_shape_options
+
+    return dim_shape_options(models, input_shape or [], input_value or [], dim or [])
+
+
+def _model_shapes(model: Path, input_shape: list[str] | None, input_value: list[str] | None,
+                  dim: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """One model's input shapes from --input-shape and --dim."""
+    return _shapes(_with_dims([model], input_shape, input_value, dim))
+
+
 def _values(options: list[str] | None) -> dict[str, str]:
     from aot.frontend.input_values import parse_input_values
 
@@ -322,6 +342,7 @@ def compile_cmd(
     model: ModelsArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
     input_shape: InputShapesOpt = None,
+    dim: DimOpt = None,
     input_value: InputValueOpt = None,
     name: ModelNamesOpt = None,
     package_name: PackageNameOpt = None,
@@ -343,6 +364,7 @@ def compile_cmd(
 
     read = [f for m in model for f in _files_read(m, output, force, target or [])] + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling: a refusal costs nothing
+    input_shape = _with_dims(model, input_shape, input_value, dim)
     package = _compile_package(model, name, package_name, shared_arena, input_shape, input_value,
                                backend=backend, target=target or None, weights_format=weights_format,
                                parallel=parallel, conv_algorithm=conv_algorithm, max_arena=budget)
@@ -379,12 +401,14 @@ def _print_model_summary(m: dict[str, Any], named: bool) -> None:
 def verify_cmd(
     model: ModelsArg,
     input_shape: InputShapesOpt = None,
+    dim: DimOpt = None,
     input_value: InputValueOpt = None,
     shared_arena: SharedArenaOpt = False,
     backend: BackendOpt = "c",
     target: VerifyTargetOpt = None,
-    inputs: Annotated[Path | None, typer.Option("--inputs", help=".npz of input arrays by name "
-                                                "(default: random, seeded).", show_default=False)] = None,
+    inputs: Annotated[Path | None, typer.Option(
+        "--inputs", metavar="FILE.npz", help=".npz of input arrays by name, or .npy for a one-input model "
+        "(default: random, seeded); they also fix the model's symbolic dimensions.", show_default=False)] = None,
     expected: Annotated[Path | None, typer.Option("--expected", help=".npz of expected outputs by name "
                                                   "(default: run onnxruntime).", show_default=False)] = None,
     tolerance: Annotated[float, typer.Option("--tolerance", help="Pass when max abs error <= "
@@ -407,6 +431,11 @@ def verify_cmd(
     budget = _max_arena(max_arena)
     if target and len(target) > 1:
         raise AotError("--target: verify checks one target at a time")
+    if inputs is not None and len(model) == 1:  # symbolic dimensions take the arrays' sizes
+        from aot.verify import array_shape_options
+
+        input_shape = array_shape_options(model[0], inputs, input_shape or [], input_value or [])
+    input_shape = _with_dims(model, input_shape, input_value, dim)
     specs = model_specs(model, [], input_shape or [], input_value or [])
     if len(specs) > 1 and (per_layer or inputs is not None or expected is not None):
         option = "--per-layer" if per_layer else "--inputs" if inputs is not None else "--expected"
@@ -544,6 +573,7 @@ def quantize_cmd(
     activation_type: Annotated[str, typer.Option("--activation-type", metavar="int8|uint8",
                                                  help="Type of the quantised activations.")] = "int8",
     input_shape: InputShapeOpt = None,
+    dim: DimOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -553,7 +583,8 @@ def quantize_cmd(
     from aot.quantizer import quantize
 
     summary = quantize(model, calibration, output, quant_format=quant_format, per_channel=not per_tensor,
-                       activation_type=activation_type, input_shapes=_shapes(input_shape), progress=_progress())
+                       activation_type=activation_type, input_shapes=_model_shapes(model, input_shape, None, dim),
+                       progress=_progress())
     if as_json:
         print(json.dumps(summary.to_json(), sort_keys=True))
         return
@@ -579,10 +610,12 @@ def _print_quantize_summary(s: Any) -> None:
 @_report_errors
 def build_cmd(
     model: ModelsArg,
-    target: Annotated[str, typer.Option("--target", metavar="NAME|FILE.toml",
-                                        help="Target preset (see `aot targets`) or target .toml file.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
+    target: Annotated[str | None, typer.Option(
+        "--target", metavar="NAME|FILE.toml", help="Target preset (see `aot targets`) or target .toml file "
+        "(default: this machine's preset).", show_default=False)] = None,
     input_shape: InputShapesOpt = None,
+    dim: DimOpt = None,
     input_value: InputValueOpt = None,
     name: ModelNamesOpt = None,
     package_name: PackageNameOpt = None,
@@ -614,8 +647,13 @@ def build_cmd(
     if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
         raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
     budget = _max_arena(max_arena)
+    if target is None:
+        from aot.targets import host_preset_name
+
+        target = host_preset_name()
     read = [f for m in model for f in _files_read(m, output, force, [target])] + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling and building: a refusal costs nothing
+    input_shape = _with_dims(model, input_shape, input_value, dim)
     preset = load_target(target)
     tools = find_toolchain(preset, None if toolchain == "auto" else toolchain)
     package = _compile_package(model, name, package_name, shared_arena, input_shape, input_value,
@@ -656,7 +694,11 @@ def build_cmd(
 def bench_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
+    dim: DimOpt = None,
     input_value: InputValueOpt = None,
+    inputs: Annotated[Path | None, typer.Option(
+        "--inputs", metavar="FILE.npz", help="The input arrays both sides run on, as for verify "
+        "(default: random, seeded).", show_default=False)] = None,
     threads: Annotated[int, typer.Option("--threads", help="Threads for aot and onnxruntime.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", help="Interleaved rounds of each side.")] = 15,
     conv_algorithm: ConvAlgorithmOpt = "auto",
@@ -682,8 +724,13 @@ def bench_cmd(
     if threads > 1024:
         raise AotError(f"--threads {threads}: give at most 1024, as the runner's -t")
     budget = _max_arena(max_arena)
+    if inputs is not None:  # symbolic dimensions take the arrays' sizes
+        from aot.verify import array_shape_options
+
+        input_shape = array_shape_options(model, inputs, input_shape or [], input_value or [])
     with _progress().step(f"bench ({rounds} rounds)"):
-        result = bench(str(model), _shapes(input_shape), threads=threads, rounds=rounds,
+        result = bench(str(model), _model_shapes(model, input_shape, input_value, dim), inputs=inputs,
+                       threads=threads, rounds=rounds,
                        conv_algorithm=conv_algorithm, input_values=_values(input_value), target=target,
                        max_arena=budget, onnxruntime_isa=onnxruntime_isa)
     if as_json:
@@ -707,6 +754,7 @@ def report_cmd(
     model: ModelArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.", show_default=False)],
     input_shape: InputShapeOpt = None,
+    dim: DimOpt = None,
     input_value: InputValueOpt = None,
     max_arena: MaxArenaOpt = None,
     verbose: VerboseOpt = False,
@@ -720,7 +768,8 @@ def report_cmd(
     read = _files_read(model, output, True, [])
     check_output_file(output, read)  # before the analysis: a refusal costs nothing
     with _progress().step("analysis and rendering"):
-        page = render_report(build_report(model, _shapes(input_shape), _values(input_value), budget))
+        page = render_report(build_report(model, _model_shapes(model, input_shape, input_value, dim),
+                                                 _values(input_value), budget))
     write_file_atomically(output, page.encode(), inputs=read)
     print(f"wrote {printable(output)}")
 
@@ -730,6 +779,7 @@ def report_cmd(
 def inspect_cmd(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
+    dim: DimOpt = None,
     input_value: InputValueOpt = None,
     max_arena: MaxArenaOpt = None,
     as_json: JsonOpt = False,
@@ -739,7 +789,8 @@ def inspect_cmd(
     from aot.inspect import inspect_model, show
 
     budget = _max_arena(max_arena)
-    report = inspect_model(model, _shapes(input_shape), progress=_progress(), input_values=_values(input_value),
+    report = inspect_model(model, _model_shapes(model, input_shape, input_value, dim), progress=_progress(),
+                           input_values=_values(input_value),
                            max_arena=budget)
     if as_json:
         print(json.dumps(report, sort_keys=True))

@@ -91,6 +91,7 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     conv_algorithm: str = "auto",
     input_values: Mapping[str, InputValue] | None = None,
     max_arena: int | str | None = None,
+    dims: Mapping[str, int] | None = None,
 ) -> HostPackage:
     """Compile an ONNX model (path or ModelProto) into an in-memory Package (a HostPackage, whose
     run() builds and runs it on this machine).
@@ -120,10 +121,25 @@ def compile(  # noqa: A001 - the public API name users expect: aot.compile(...)
     convolutions at the arena's peak in forms with less scratch (aot/planner/budget.py), and
     raises AotError naming the smallest arena it can reach when none fits. None (default): the
     fastest plan, whatever its arena.
+
+    dims={"sequence": 128} (--dim) gives a named symbolic dimension one size in every input that has
+    it; an input's own entry in input_shapes wins.
     """
+    if dims:
+        input_shapes = _shapes_with_dims(model, input_shapes or {}, dims, input_values or {})
     return compile_models([ModelSpec(model, input_shapes, name, input_values)], backend=backend, target=target,
                           weights_format=weights_format, progress=progress, parallel=parallel,
                           conv_algorithm=conv_algorithm, max_arena=max_arena)
+
+
+def _shapes_with_dims(model: str | os.PathLike[str] | onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
+                      dims: Mapping[str, int], values: Mapping[str, InputValue]) -> dict[str, tuple[int, ...]]:
+    """compile()'s input shapes with those `dims` gives the other inputs."""
+    from aot.frontend.input_shapes import shapes_with_dims
+
+    proto = model if isinstance(model, onnx.ModelProto) else load_onnx(model)
+    source = (model.graph.name or "<model>") if isinstance(model, onnx.ModelProto) else str(model)
+    return shapes_with_dims(proto, shapes, {str(k): int(v) for k, v in dims.items()}, source, skip=values)
 
 
 @_without_cyclic_gc

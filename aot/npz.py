@@ -48,6 +48,8 @@ def load_npz(path: str | os.PathLike[str], what: str, specs: Sequence[Mapping[st
     Without `specs` nothing bounds the arrays' sizes but the archive's own declarations."""
     p = Path(path)
     where = f"{what} {p}"
+    if specs is not None and len(specs) == 1 and not samples and _is_npy(p):
+        return {str(specs[0]["name"]): _load_npy(p, where, specs[0], role, exact_dtype)}
     _check_is_zip(p, where)
     try:
         with zipfile.ZipFile(p) as archive:
@@ -66,6 +68,53 @@ def load_npz(path: str | os.PathLike[str], what: str, specs: Sequence[Mapping[st
         raise VerifyError(f"{where}: not a readable .npz file ({e})") from e
 
 
+def _is_npy(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            return f.read(6) == b"\x93NUMPY"
+    except OSError:
+        return False  # _check_is_zip names the problem
+
+
+def _load_npy(p: Path, where: str, spec: Mapping[str, Any], role: str, exact_dtype: bool) -> np.ndarray:
+    """A one-input model's array from an .npy file, checked from its header before its data is read."""
+    try:
+        with open(p, "rb") as f:
+            shape, fortran, dtype = read_npy_header(f)
+            info = zipfile.ZipInfo(p.name)
+            info.file_size = p.stat().st_size
+            member = Member(str(spec["name"]), info, shape, dtype, fortran, f.tell())
+            _check_against(member, spec, where, role, exact_dtype)
+            nbytes = _data_bytes(member)
+            if info.file_size != member.data_offset + nbytes:
+                raise VerifyError(f"{where}: holds {info.file_size - member.data_offset} bytes of data, its shape "
+                                  f"{list(shape)} and dtype {dtype} need {nbytes}")
+            raw = np.fromfile(f, dtype=np.uint8, count=nbytes)
+    except (ValueError, EOFError, OSError, SyntaxError) as e:
+        raise VerifyError(f"{where}: not a readable .npy file ({e})") from e
+    return raw.view(dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def array_shapes(path: str | os.PathLike[str], what: str, names: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """The shape of each array of an .npz (or, for one name, an .npy), by model input name, read
+    from the headers alone."""
+    p = Path(path)
+    where = f"{what} {p}"
+    if len(names) == 1 and _is_npy(p):
+        try:
+            with open(p, "rb") as f:
+                return {names[0]: read_npy_header(f)[0]}
+        except (ValueError, EOFError, OSError, SyntaxError) as e:
+            raise VerifyError(f"{where}: not a readable .npy file ({e})") from e
+    _check_is_zip(p, where)
+    try:
+        with zipfile.ZipFile(p) as archive:
+            members = _match(_read_headers(archive, where), [{"name": n} for n in names], where, "input")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, OSError, EOFError, ValueError) as e:
+        raise VerifyError(f"{where}: not a readable .npz file ({e})") from e
+    return {key: member.shape for key, member in members.items()}
+
+
 def _check_is_zip(p: Path, where: str) -> None:
     if not p.is_file():
         raise VerifyError(f"{where}: no such file" if not p.exists() else f"{where}: not a regular file")
@@ -75,8 +124,8 @@ def _check_is_zip(p: Path, where: str) -> None:
     except OSError as e:
         raise VerifyError(f"{where}: cannot read: {e.strerror or e}") from e
     if head == b"\x93NUMPY":
-        raise VerifyError(f"{where}: is an .npy file (one array); give an .npz archive of named arrays, "
-                          "written with np.savez(path, name=array, ...)")
+        raise VerifyError(f"{where}: is an .npy file (one array, for a one-input model); give an .npz archive "
+                          "of named arrays, written with np.savez(path, name=array, ...)")
     if not zipfile.is_zipfile(p):
         raise VerifyError(f"{where}: not an .npz file (expected a zip archive of .npy arrays from np.savez)")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,7 +73,13 @@ def random_inputs(package: Package, seed: int = 0) -> dict[str, np.ndarray]:
     return values
 
 
-def onnxruntime_outputs(model_path: str, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+# What to do when onnxruntime rejects random inputs (token ids out of a vocabulary's range, ...).
+RANDOM_INPUTS_HINT = ("; the inputs were random: give the model's own with --inputs FILE.npz (FILE.npy for "
+                      "a one-input model) or bind one with --input-value NAME=...")
+
+
+def onnxruntime_outputs(model_path: str, inputs: dict[str, np.ndarray], names: list[str],
+                        random: bool = False) -> dict[str, np.ndarray]:
     try:
         import onnxruntime as ort
     except ImportError as e:
@@ -88,7 +96,8 @@ def onnxruntime_outputs(model_path: str, inputs: dict[str, np.ndarray], names: l
                                        providers=["CPUExecutionProvider"])
         results = session.run(names, exact.feeds(inputs) if exact else inputs)
     except Exception as e:
-        raise AotError(f"{model_path}: onnxruntime could not run the model: {str(e).splitlines()[0]}") from e
+        hint = RANDOM_INPUTS_HINT if random else ""
+        raise AotError(f"{model_path}: onnxruntime could not run the model: {str(e).splitlines()[0]}{hint}") from e
     return {n: exact.result(n, r) if exact else r for n, r in zip(names, results)}
 
 
@@ -186,6 +195,7 @@ def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarr
     """Run `built` (default: the package built for this machine) and compare with the reference
     (onnxruntime runs the original model, fed also the inputs the package has bound: --input-value)."""
     progress = progress or SILENT
+    random = inputs is None
     inputs = inputs if inputs is not None else random_inputs(package, seed)
     if built is None:
         progress.start("host build")
@@ -197,7 +207,7 @@ def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarr
     if expected is None:
         progress.start("running onnxruntime")
         feeds = {**inputs, **getattr(package, "bound_inputs", {})}
-        reference = onnxruntime_outputs(model_path, feeds, names)
+        reference = onnxruntime_outputs(model_path, feeds, names, random=random)
         source = "onnxruntime"
     else:
         missing = [n for n in names if n not in expected]
@@ -209,3 +219,22 @@ def verify_package(package: Package, model_path: str, inputs: dict[str, np.ndarr
     comparisons = [compare(n, ours[n], reference[n], tolerance, steps.get(n)) for n in names]
     progress.finish()
     return VerifyResult(all(c.passed for c in comparisons), source, tolerance, comparisons)
+
+
+def array_shape_options(model_path: str | os.PathLike[str], inputs_path: str | os.PathLike[str],
+                        shape_options: Sequence[str], value_options: Sequence[str]) -> list[str]:
+    """verify --inputs on a model with symbolic dimensions: the --input-shape options plus the
+    arrays' shapes for the inputs they do not name (read from the arrays' headers)."""
+    from aot.frontend.input_shapes import is_static_input, parse_input_shape_variants, runtime_inputs
+    from aot.frontend.input_values import parse_input_values
+    from aot.frontend.loader import load_onnx
+    from aot.npz import array_shapes
+
+    bound = set(parse_input_values(value_options))
+    given = set(parse_input_shape_variants(shape_options)) | bound
+    fed = [vi for vi in runtime_inputs(load_onnx(model_path)) if vi.name not in bound]
+    dynamic = [vi.name for vi in fed if not is_static_input(vi) and vi.name not in given]
+    if not dynamic:
+        return list(shape_options)
+    shapes = array_shapes(inputs_path, "--inputs", [vi.name for vi in fed])
+    return [*shape_options, *(f"{n}={'x'.join(map(str, shapes[n]))}" for n in dynamic if n in shapes)]

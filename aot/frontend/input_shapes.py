@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import onnx
 
@@ -114,13 +116,133 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, .
                 label = dim.dim_param or "?"
                 missing.append(f"{vi.name!r} dimension {i} ({label})")
     if missing:
-        example = runtime_inputs(model)[0].name if runtime_inputs(model) else "input"
-        raise InputShapeError(
-            "symbolic dimensions need fixed sizes: " + ", ".join(missing)
-            + f"; give them with --input-shape, e.g. --input-shape {example}=1x3x224x224"
-        )
+        raise InputShapeError("symbolic dimensions need fixed sizes: " + ", ".join(missing) + "; " + _sizes_hint(model))
+
+
+def _sizes_hint(model: onnx.ModelProto) -> str:
+    """How to give the symbolic dimensions sizes, written for this model's inputs: --dim for named
+    dimensions, --input-shape with an example of the first dynamic input's own rank."""
+    names = symbolic_dims(model)
+    dynamic = [vi for vi in runtime_inputs(model) if not is_static_input(vi)]
+    hints = []
+    if names:
+        hints.append("give each named one a size with --dim NAME=SIZE, e.g. "
+                     + " ".join(f"--dim {n}={_example_size(n, i)}" for n, i in _dim_positions(model)))
+    if dynamic and dynamic[0].type.tensor_type.HasField("shape"):
+        dims = dynamic[0].type.tensor_type.shape.dim
+        example = "x".join(str(d.dim_value) if _fixed(d) else str(_example_size(d.dim_param, i))
+                           for i, d in enumerate(dims))
+        hints.append(f"fix an input's whole shape with --input-shape, e.g. --input-shape {dynamic[0].name}={example} "
+                     f"(its dimensions: {', '.join(_shape_text([d]) for d in dims)})")
+    return ", or ".join(hints) if hints else "give every input a shape with --input-shape NAME=D0xD1x..."
+
+
+def _fixed(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
+def is_static_input(vi: onnx.ValueInfoProto) -> bool:
+    tensor_type = vi.type.tensor_type
+    return tensor_type.HasField("shape") and all(_fixed(d) for d in tensor_type.shape.dim)
+
+
+def _example_size(name: str, index: int) -> int:
+    """A plausible size for an example: 1 for a batch, 224 for an image side, 128 otherwise."""
+    if index == 0 or "batch" in name.lower():
+        return 1
+    return 224 if any(k in name.lower() for k in ("height", "width")) or name in ("h", "w", "H", "W") else 128
+
+
+def _dim_positions(model: onnx.ModelProto) -> list[tuple[str, int]]:
+    """Each named symbolic dimension of the runtime inputs, with its first position, in order."""
+    seen: dict[str, int] = {}
+    for vi in runtime_inputs(model):
+        for i, dim in enumerate(vi.type.tensor_type.shape.dim):
+            if not _fixed(dim) and dim.dim_param:
+                seen.setdefault(dim.dim_param, i)
+    return list(seen.items())
+
+
+def symbolic_dims(model: onnx.ModelProto) -> list[str]:
+    """The named (dim_param) dimensions of the model's runtime inputs, in order of appearance."""
+    return [name for name, _ in _dim_positions(model)]
+
+
+def parse_dims(options: Iterable[str]) -> dict[str, int]:
+    """Parse repeated `--dim NAME=SIZE` options."""
+    dims: dict[str, int] = {}
+    for opt in options:
+        name, sep, size = opt.partition("=")
+        if not sep or not name:
+            raise InputShapeError(f"--dim {opt!r}: expected NAME=SIZE, e.g. sequence=128")
+        if not is_utf8(name):
+            raise InputShapeError(f"--dim {opt!r}: the dimension name is not valid UTF-8 (ONNX names are)")
+        if not re.fullmatch(r"[0-9]{1,19}", size) or not 0 < int(size) <= MAX_DIMENSION:
+            raise InputShapeError(f"--dim {opt!r}: the size must be one positive integer, e.g. {name}=128")
+        if name in dims:
+            raise InputShapeError(f"--dim {opt!r}: dimension {name!r} is given twice")
+        dims[name] = int(size)
+    return dims
+
+
+def shapes_with_dims(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], dims: Mapping[str, int],
+                     source: str = "the model", skip: Iterable[str] = ()) -> dict[str, tuple[int, ...]]:
+    """`shapes` plus the shape --dim gives each other runtime input with named dimensions (an
+    input's own --input-shape wins; inputs in `skip`, bound by --input-value, are left alone). A
+    dimension name the model does not have is an error naming the ones it has."""
+    bad = [n for n, size in dims.items() if not 0 < size <= MAX_DIMENSION]
+    if bad:
+        raise InputShapeError(f"--dim {bad[0]}={dims[bad[0]]}: the size must be a positive integer")
+    known = symbolic_dims(model)
+    unknown = [n for n in dims if n not in known]
+    if unknown:
+        listed = ", ".join(known) if known else "none: every input dimension is fixed or unnamed"
+        raise InputShapeError(f"--dim {unknown[0]}={dims[unknown[0]]}: {source} has no symbolic dimension "
+                              f"{unknown[0]!r} (its symbolic dimensions: {listed})")
+    result = dict(shapes)
+    for vi in runtime_inputs(model):
+        tensor_type = vi.type.tensor_type
+        if vi.name in shapes or vi.name in set(skip) or is_static_input(vi) or not tensor_type.HasField("shape"):
+            continue
+        if not any(d.dim_param in dims for d in tensor_type.shape.dim if not _fixed(d)):
+            continue
+        result[vi.name] = tuple(d.dim_value if _fixed(d) else dims.get(d.dim_param, 0) for d in tensor_type.shape.dim)
+        unset = [f"{i} ({d.dim_param or '?'})" for i, d in enumerate(tensor_type.shape.dim)
+                 if not _fixed(d) and d.dim_param not in dims]
+        if unset:
+            raise InputShapeError(f"--dim: input {vi.name!r} of {source} still has symbolic dimension "
+                                  f"{', '.join(unset)} ({_shape_text(tensor_type.shape.dim)}); give it with --dim "
+                                  f"or the whole shape with --input-shape {vi.name}=...")
+    return result
 
 
 def _shape_text(dims: Iterable[onnx.TensorShapeProto.Dimension]) -> str:
     parts = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
     return "x".join(parts)
+
+
+def dim_shape_options(models: Sequence[str | os.PathLike[str]], shape_options: Sequence[str],
+                      value_options: Sequence[str], dim_options: Sequence[str]) -> list[str]:
+    """The --input-shape options with those --dim implies for each model file's other inputs (as
+    `<file name>:<input>=...` with several models). A --dim name no model has is an error."""
+    if not dim_options:
+        return list(shape_options)
+    from aot.frontend.input_values import parse_input_values
+    from aot.frontend.loader import load_onnx
+
+    dims = parse_dims(dim_options)
+    given = set(parse_input_shape_variants(shape_options)) | set(parse_input_values(value_options))
+    protos = [load_onnx(m) for m in models]
+    known = [set(symbolic_dims(p)) for p in protos]
+    for name in dims:
+        if not any(name in k for k in known):
+            shapes_with_dims(protos[0], {}, {name: dims[name]}, str(models[0]))  # raises, naming the dims
+    options = list(shape_options)
+    for model, proto, own in zip(models, protos, known):
+        path = Path(model)
+        prefix = f"{path.name}:" if len(models) > 1 else ""
+        skip = {n for n in given if n in {vi.name for vi in runtime_inputs(proto)}}
+        skip |= {n.split(":", 1)[1] for n in given if n.split(":", 1)[0] in (path.name, path.stem)}
+        implied = shapes_with_dims(proto, {}, {n: s for n, s in dims.items() if n in own}, str(model), skip)
+        options += [f"{prefix}{n}={'x'.join(map(str, s))}" for n, s in implied.items()]
+    return options

@@ -1,0 +1,130 @@
+"""The CLI as a new user meets it: symbolic dimensions, verify/bench inputs, the Python API's
+package, bench's share of peak, weight growth, inspect's types, overwriting, defaults, --help."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.test_cli import EXAMPLE, aot, assert_user_error
+
+
+def token_model(path: Path, vocabulary: int = 2) -> Path:
+    """A MiniLM-like front: rank-2 token ids and attention mask of [batch, sequence]."""
+    emb = numpy_helper.from_array(np.random.default_rng(0).standard_normal((vocabulary, 4)).astype(np.float32), "emb")
+    axes = numpy_helper.from_array(np.array([2], np.int64), "axes")
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["e"]),
+             helper.make_node("Unsqueeze", ["attention_mask", "axes"], ["m"]),
+             helper.make_node("Mul", ["e", "m"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", 4])], [emb, axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def token_inputs(path: Path, sequence: int = 5) -> Path:
+    np.savez(path, input_ids=np.arange(sequence, dtype=np.int64).reshape(1, -1) % 2,
+             attention_mask=np.ones((1, sequence), np.float32))
+    return path
+
+
+# 1. symbolic dimensions
+
+
+def test_symbolic_dimension_hint_fits_the_inputs_rank_and_names(tmp_path: Path) -> None:
+    result = aot("compile", str(token_model(tmp_path / "tok.onnx")), "-o", str(tmp_path / "pkg"))
+    assert_user_error(result, "--dim batch=1 --dim sequence=128", "--input-shape input_ids=1x128",
+                      "its dimensions: batch, sequence")
+    assert "224" not in result.stderr
+
+
+def test_dim_sets_a_named_dimension_for_every_input(tmp_path: Path) -> None:
+    model = token_model(tmp_path / "tok.onnx")
+    result = aot("compile", str(model), "-o", str(tmp_path / "pkg"), "--dim", "batch=1", "--dim", "sequence=7")
+    assert result.returncode == 0, result.stderr
+    inputs = json.loads((tmp_path / "pkg" / "manifest.json").read_text())["inputs"]
+    assert {i["name"]: i["shape"] for i in inputs} == {"input_ids": [1, 7], "attention_mask": [1, 7]}
+
+
+def test_input_shape_wins_over_dim_for_its_input(tmp_path: Path) -> None:
+    model = token_model(tmp_path / "tok.onnx")
+    report = json.loads(aot("inspect", str(model), "--json", "--dim", "batch=1", "--dim", "sequence=7",
+                            "--input-shape", "attention_mask=2x7").stdout)
+    assert {i["name"]: i["shape"] for i in report["inputs"]} == {"input_ids": [1, 7], "attention_mask": [2, 7]}
+
+
+@pytest.mark.parametrize("command", ["compile", "build", "verify", "inspect", "report", "bench", "quantize"])
+def test_unknown_dim_name_lists_the_models_symbolic_dims(tmp_path: Path, command: str) -> None:
+    model = token_model(tmp_path / "tok.onnx")
+    extra = {"compile": ["-o", str(tmp_path / "p")], "build": ["-o", str(tmp_path / "p")],
+             "report": ["-o", str(tmp_path / "r.html")],
+             "quantize": ["-o", str(tmp_path / "q.onnx"), "--calibration", str(tmp_path / "c.npz")]}
+    result = aot(command, str(model), "--dim", "seq=8", *extra.get(command, []))
+    assert_user_error(result, "--dim seq=8", "no symbolic dimension 'seq'", "batch, sequence")
+
+
+def test_python_api_takes_dims(tmp_path: Path) -> None:
+    import aot as api
+
+    package = api.compile(token_model(tmp_path / "tok.onnx"), dims={"batch": 1, "sequence": 3})
+    assert [i["shape"] for i in package.inputs] == [[1, 3], [1, 3]]
+
+
+# 2. verify and bench inputs
+
+
+def test_verify_inputs_fix_the_symbolic_dimensions(tmp_path: Path) -> None:
+    model = token_model(tmp_path / "tok.onnx")
+    result = aot("verify", str(model), "--inputs", str(token_inputs(tmp_path / "in.npz")))
+    assert result.returncode == 0, result.stderr
+    assert "PASSED" in result.stdout
+
+
+def test_verify_takes_an_npy_for_a_one_input_model(tmp_path: Path) -> None:
+    image = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "image.npy", image)
+    result = aot("verify", str(EXAMPLE), "--inputs", str(tmp_path / "image.npy"))
+    assert result.returncode == 0, result.stderr
+    assert "PASSED" in result.stdout
+    two = aot("verify", str(token_model(tmp_path / "tok.onnx")), "--dim", "batch=1", "--dim", "sequence=2",
+              "--inputs", str(tmp_path / "image.npy"))
+    assert_user_error(two, "--inputs", "is an .npy file (one array, for a one-input model)")
+
+
+@pytest.mark.parametrize("command", ["verify", "bench"])
+def test_random_inputs_onnxruntime_rejects_suggest_inputs(tmp_path: Path, command: str) -> None:
+    model = token_model(tmp_path / "tok.onnx")
+    result = aot(command, str(model), "--dim", "batch=1", "--dim", "sequence=8", "--rounds" if command == "bench"
+                 else "--seed", "1")
+    assert_user_error(result, "onnxruntime", "the inputs were random", "--inputs FILE.npz", "--input-value")
+
+
+def test_bench_takes_inputs(tmp_path: Path) -> None:
+    model = token_model(tmp_path / "tok.onnx")
+    result = aot("bench", str(model), "--inputs", str(token_inputs(tmp_path / "in.npz")), "--rounds", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ratio"] > 0
+
+
+# 9. build's default target
+
+
+def test_build_without_target_builds_for_this_machine(tmp_path: Path) -> None:
+    from aot.targets import host_preset_name
+
+    result = aot("build", str(EXAMPLE), "-o", str(tmp_path / "pkg"), "--json")
+    assert result.returncode == 0, result.stderr
+    built = json.loads(result.stdout)
+    assert built["target"] == host_preset_name()
+    assert json.loads((tmp_path / "pkg" / "manifest.json").read_text())["target"] == host_preset_name()
+    assert any(a["file"] == "tiny_cnn_runner" for a in built["artefacts"])
