@@ -1,4 +1,4 @@
-"""Small models of the four classes issue #19 found aot slower on, built with onnx.helper and
+"""Small models of four classes where aot once trailed onnxruntime, built with onnx.helper and
 seeded weights (no downloads), so the test suite can verify them on every backend and target and
 benchmarks/model_classes.py can time them beside the real models:
 

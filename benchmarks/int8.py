@@ -1,4 +1,4 @@
-"""The int8 table of issue #20: each float model quantised by onnxruntime.quantization in QDQ and
+"""The int8 table of benchmarks/RESULTS.md: each float model quantised by onnxruntime.quantization in QDQ and
 QOperator format (per-channel int8 weights, int8 activations, calibrated on 20 seeded inputs),
 then compiled by aot and measured against onnxruntime's own run of the same int8 file.
 

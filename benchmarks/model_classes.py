@@ -1,4 +1,4 @@
-"""The model classes of issue #19 where aot was slower than onnxruntime: each compiled by aot,
+"""Model classes beyond the MLPerf Tiny set (detectors, voice activity, transformers): each compiled by aot,
 verified against onnxruntime, then timed against it (aot.bench: one process, one thread,
 interleaved rounds, medians) for the host's preset (-march=native) and for x86_64-v3 (AVX2 code
 built with -march=x86-64-v3), with the kernels aot's time goes to (perf, benchmarks/kernel_profile.py).

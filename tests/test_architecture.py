@@ -23,8 +23,8 @@ MAX_FUNCTION_LINES = 80
 # the reason. Empty: none needs it.
 LONG_FUNCTION_EXCEPTIONS: dict[str, str] = {}
 
-# Long functions in files other branches of issue 18 are splitting at the same time; each entry
-# goes when that branch is merged (then the test holds it to the limit).
+# Long functions in files that another branch is splitting at the same time; each entry goes
+# when that branch is merged (then the test holds it to the limit).
 PENDING_OTHER_BRANCHES: dict[str, str] = {
 }
 

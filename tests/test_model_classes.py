@@ -1,4 +1,4 @@
-"""The model classes of issue #19 (benchmarks/class_graphs.py: a DBNet-like FPN text detector with
+"""The model classes of benchmarks/model_classes.py (benchmarks/class_graphs.py: a DBNet-like FPN text detector with
 ConvTranspose and Resize at 320x320, a YOLOv8-like C2f block with SiLU, Split and Concat, a
 BERT-like encoder layer with int64 input_ids and attention_mask, a Conv + LSTM voice-activity
 model with its state in and out), each verified against onnxruntime with both backends, on the

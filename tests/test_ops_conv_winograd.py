@@ -94,7 +94,7 @@ def test_winograd_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch, shape: st
 
 def test_armv7_transforms_are_written_as_vectors() -> None:
     """gcc and LLVM vectorise no float loop for armv7 NEON (it flushes denormals), so there the
-    transforms are vector code of their own (ResNet-8 on rpi3: C 6.59 -> 4.70 M instructions),
+    transforms are vector code of their own (`python -m benchmarks.arm` counts the difference),
     the output's two columns per tile zipped into consecutive outputs; other targets leave the
     loops to the compiler. A tile column count that is no multiple of 4 ends in scalar tiles."""
     model, _ = _conv_model((1, 16, 13, 13), 24, [1, 1, 1, 1], residual=True)  # 7 tiles per row
@@ -104,8 +104,8 @@ def test_armv7_transforms_are_written_as_vectors() -> None:
     for target in ("rpi4", "x86_64-v3"):
         text = compile_model(model, target=target).files["test_graph.c"].decode()
         assert "_ZIP_" not in text and "float wt0 = " in text
-    # LLVM's vectoriser left aarch64's output transform scalar (SqueezeNet on rpi4: 121 -> 115 M
-    # instructions written as vectors), gcc's did not (TileConfig.vectorises_loops)
+    # LLVM's vectoriser leaves aarch64's output transform scalar, gcc's does not
+    # (TileConfig.vectorises_loops)
     aarch64_llvm = compile_model(model, target="rpi4", backend="llvm").files["test_graph.c"].decode()
     assert "AOT_F32X4_ZIP_LO(" in aarch64_llvm and "aot_f32x4 wt0 = " in aarch64_llvm
 

@@ -53,8 +53,8 @@ def test_tile_shapes_follow_the_registers() -> None:
 
 def test_aarch64_tiles_take_broadcasts_by_lane(tmp_path: Path) -> None:
     """On Arm a tile's broadcast operands, consecutive floats, are one vector load whose lanes
-    the multiply-add takes (aarch64's by-element fmla: SqueezeNet on rpi4 125 -> 106 M
-    instructions; armv7's vmla by scalar, in tiles of 4 rows x 2 vectors); x86 broadcasts from
+    the multiply-add takes (aarch64's by-element fmla, one load where four broadcasts took
+    four; armv7's vmla by scalar, in tiles of 4 rows x 2 vectors); x86 broadcasts from
     memory, so it keeps its broadcasts."""
     lanes = {t: aot.pipeline.tiles_for([load_target(t)]) for t in ("rpi4", "rpi5", "aarch64", "rpi3", "rpi-zero2",
                                                                      "x86_64", "x86_64-v4", "cortex-m7")}

@@ -62,11 +62,10 @@ class TileConfig:
         """Lanes in which a kernel writes out the plain float loops (transforms, copies) that
         compilers vectorise by themselves elsewhere (1: left to them): armv7 NEON, where gcc
         vectorises no float loop without -funsafe-math-optimizations (NEON flushes denormals)
-        and LLVM none without fast-math flags, so Winograd's transforms ran as scalar VFP
-        instructions (a third of ResNet-8's armv7 instructions). On aarch64 too where the
-        compiler leaves them scalar (vectorises_loops: the llvm backend), not for gcc, whose own
-        vectors ran 1-2% fewer instructions (ResNet-8 rpi4 C 3.70 -> 3.78 M written as vectors;
-        LLVM 3.40 -> 3.31, SqueezeNet 121 -> 115)."""
+        and LLVM none without fast-math flags, so Winograd's transforms would run as scalar VFP
+        instructions. On aarch64 too where the compiler leaves them scalar (vectorises_loops: the
+        llvm backend), not for gcc, whose own vectors run fewer instructions
+        (`python -m benchmarks.arm` shows both)."""
         if self.by_scalar or (self.lane_broadcasts and not self.vectorises_loops):
             return self.lanes
         return 1
@@ -74,27 +73,25 @@ class TileConfig:
     @property
     def lanes_across_steps(self) -> bool:
         """Whether a tile's written-out reduction steps share the vectors their broadcasts are
-        lanes of: a conv's kernel row, whose taps' pixels are one run of consecutive floats (MNIST's
-        5x5 conv: 2 pixels x 5 taps, 2 vector loads for 10 broadcasts; MNIST rpi3 C 0.41 -> 0.38,
-        LLVM 0.51 -> 0.41 M instructions, rpi4 LLVM 0.45 -> 0.35). Not with gcc on aarch64, whose
-        scheduling of long multiply-add bodies before register allocation hoisted the shared
-        loads, and its 6-row tiles spilled (rpi4 C 0.46 -> 0.49)."""
+        lanes of: a conv's kernel row, whose taps' pixels are one run of consecutive floats (a
+        5x5 conv's 2 pixels x 5 taps: 2 vector loads for 10 broadcasts). Not with gcc on aarch64,
+        whose scheduling of long multiply-add bodies before register allocation hoists the shared
+        loads and spills its 6-row tiles (`python -m benchmarks.arm` on MNIST shows both)."""
         return self.lane_broadcasts and (self.by_scalar or not self.vectorises_loops)
 
     @property
     def wide_cols(self) -> int:
         """`cols` for the tiles of long reductions (pointwise, rows and Winograd convolutions,
         pixel_tiles.WIDE_TILE_REDUCTION): three vectors on 512-bit targets, where 8 rows of 3
-        vectors load 11 operands per 24 multiply-adds and 12 rows of 2 loaded 14 (ResNet-50 on an
-        AVX-512 Xeon, aot's own time under the profiler: 10% less over its convolutions, the
-        14x14 Winograd ones 1834 -> 1474 us). Elsewhere `cols`."""
+        vectors load 11 operands per 24 multiply-adds where 12 rows of 2 load 14 (`python -m
+        benchmarks.layers` on ResNet-50 shows the convolutions' time). Elsewhere `cols`."""
         return 3 * self.lanes if self.lanes >= 16 else self.cols
 
     def one_by_one(self) -> TileConfig:
         """These tiles for broadcast operands that are not consecutive floats (a matrix's rows
         K apart, pixels across an image's rows): armv7's by-lane shape does not pay there, so
-        it keeps its broadcast tiles (MNIST's 5x5 conv in channel tiles: 0.43 -> 0.46 M
-        instructions with 4 x 8)."""
+        it keeps its broadcast tiles (4 x 8 by lane ran more instructions on MNIST's 5x5 conv in
+        channel tiles, `python -m benchmarks.arm`)."""
         return replace(self, lane_broadcasts=False) if self.by_scalar else self
 
     def steps_in_a_loop(self, rows: int, cols: int, steps: int) -> bool:
@@ -102,14 +99,12 @@ class TileConfig:
         loop over a table of operand offsets rather than written out: where its accumulators,
         one step's operand vectors and a broadcast leave fewer than two registers spare. Both gcc
         and clang then interleave the written-out steps' loads and rotate the accumulators
-        through the registers, spilling some to the stack on every step: AVX2's 12-accumulator
-        tiles of a stride-2 3x3 conv (16 -> 24 channels at 160x160, the FPN class graph) kept 4
-        of them there, 633 us a call; looped over the table, 559 us; 24 -> 32 channels at 80x80
-        324 -> 296 us, 32 -> 48 at 40x40 in channel tiles 136 -> 123 us. Not for short
-        reductions (fewer than LOOPED_STEPS_FROM steps), where the loop's own work per step
-        weighs more than the spills: an RGB stem's 27 steps, 313 us written out, 326 us looped.
-        Not with lane broadcasts (armv7, aarch64 LLVM), whose loads are shared across
-        written-out steps."""
+        through the registers, spilling some to the stack on every step (AVX2's 12-accumulator
+        tiles of the FPN class graph's stride-2 3x3 convs; `python -m benchmarks.layers` on
+        benchmarks/class_graphs.py's FPN shows their time). Not for short reductions (fewer than
+        LOOPED_STEPS_FROM steps, an RGB stem's 27), where the loop's own work per step weighs
+        more than the spills. Not with lane broadcasts (armv7, aarch64 LLVM), whose loads are
+        shared across written-out steps."""
         if self.lanes == 1 or self.lane_broadcasts or steps < LOOPED_STEPS_FROM:
             return False
         vectors = -(-cols // self.width_for(cols))
@@ -155,8 +150,8 @@ def _by_lane_rows(limit: int, vectors: int, evened: int) -> int:
     so blocks of 3 rows (9 pixels evened out) loaded an operand per row. The rows whose blocks
     issue the fewest instructions per reduction step (operand loads, broadcast loads, multiply-
     adds, the loop's own 3), 5 rows only where they beat 4 by a tenth: 10 accumulators leave
-    the registers tight. VWW's 1x1 convs over 3x3 pixels as 5 + 4 rows: rpi3 C 4.47 -> 4.26,
-    LLVM 4.71 -> 4.46 M instructions per inference."""
+    the registers tight (VWW's 1x1 convs over 3x3 pixels go as 5 + 4 rows; `python -m
+    benchmarks.arm --targets rpi3` counts them)."""
     def cost(rows: int) -> int:
         full, rest = divmod(limit, rows)
         return full * _step(rows, vectors) + (_step(rest, vectors) if rest else 0)

@@ -200,8 +200,8 @@ class _FunctionEmitter:
     def load_pair(self, first: kernel_ir.Stmt, second: kernel_ir.Stmt) -> None:
         """Two Declares of consecutive float32x4 vectors (_load_pairs) as one vld1 of four
         d registers: armv7's register tiles load a row's two operand vectors with one instruction
-        (and LLVM then steps the row pointer in it), where two loads took three (DS-CNN on rpi3:
-        16 -> 14 instructions per 8 multiply-adds)."""
+        (and LLVM then steps the row pointer in it), where two loads take three instructions
+        (`python -m benchmarks.arm --targets rpi3` counts them)."""
         assert isinstance(first, kernel_ir.Declare) and isinstance(second, kernel_ir.Declare)
         assert isinstance(first.init, kernel_ir.VecLoad)
         buf, arg = self.buffers[first.init.buffer.name]

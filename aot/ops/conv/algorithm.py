@@ -338,10 +338,9 @@ def channel_tiles_pay(groups: int, out_channels: int, out_hw: tuple[int, int], k
     would fill vectors badly and there are channels enough for whole tiles. Channel tiles pay a
     scalar, channel-major write of every output (about one cycle each); the lanes they save cost
     `reduction` / lanes vector multiply-adds per output each, so they only win when that saving is
-    larger (an RGB stem, 27 taps by 111 pixels, is better row by row: measured 0.74 -> 0.56 ms on
-    SqueezeNet's first conv), by a margin: a ResNet-50's 3x3 convs at 28x28 (7% of the lanes
-    wasted on the padded grid, 1152 taps: a saving of 5) gain 6% from channel tiles, at 56x56
-    (3.5%, 576 taps: 1.3) they lose 1%."""
+    larger, by a margin (an RGB stem of 27 taps is faster row by row; a ResNet-50's 3x3 convs at
+    28x28 gain from channel tiles and at 56x56 do not: `python -m benchmarks.layers` shows
+    each)."""
     if groups != 1 or tile.lanes == 1 or dtype != "float32" or out_channels < tile.lanes:
         return False
     waste = pixel_waste(out_hw, kernel, strides, padded_w, tile)

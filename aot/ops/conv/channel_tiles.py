@@ -89,9 +89,8 @@ class ChannelTiles(TiledConv):
                 return Load(self.xv.buffer, self.xv.index([n, c, 0, 0]) + p)
             if s.out_w % self.rows == 0:
                 # Blocks start at multiples of the rows, which divide the image's width: a block's
-                # pixels share an image row, and its broadcasts are consecutive floats (armv7 gcc
-                # computes them from one address: MNIST on rpi3,
-                # 0.517 -> 0.462 M instructions per inference).
+                # pixels share an image row, and its broadcasts are consecutive floats, which
+                # armv7 gcc computes from one address (`python -m benchmarks.arm` on MNIST).
                 oh, ow = binary("div", p0, s.out_w), binary("mod", p0, s.out_w) + i
             else:
                 oh, ow = binary("div", p, s.out_w), binary("mod", p, s.out_w)

@@ -56,9 +56,9 @@ class FlatDepthwise(TiledConv):
         self.margin = s.p_h * s.in_w + s.p_w
         # With vectors of 32 or 64 bytes each copy starts `lead` unread elements early, so that
         # its stores, the plane's pixels from index lead + margin on, are whole aligned vectors:
-        # misaligned, half or all of them span two cache lines (AVX-512 medians: VWW 146 -> 140
-        # us, DS-CNN 46 -> 44; ShuffleNet on AVX2 3.68 -> 3.50 ms). Not with NEON's 16 bytes
-        # (rpi3's VWW ran 3% more instructions) nor in the leanest form, which saves bytes.
+        # misaligned, half or all of them span two cache lines (`python -m benchmarks.run` on
+        # VWW, DS-CNN and ShuffleNet shows it). Not with NEON's 16 bytes (more instructions
+        # there, `python -m benchmarks.arm`) nor in the leanest form, which saves bytes.
         lanes = self.tile.lanes if self.aligned_copies and self.tile.lanes >= ALIGNED_COPY_LANES else 1
         self.lead = -self.margin % lanes
         size = self.lead + self.margin + pixels + (s.k_h - 1 - s.p_h) * s.in_w + (s.k_w - 1 - s.p_w)

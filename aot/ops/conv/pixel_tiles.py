@@ -191,12 +191,10 @@ class TiledConv:
         """Whether, on a 512-bit vector target, reading the weights once per band costs more
         than the panel saves: each band runs every block of output channels, so the weights are
         read bands times, from L3 or memory once they outgrow L2. AVX-512 cores (L2 1-2 MB,
-        Intel's L1 48 KB) keep a 14x14 input in L2 read in place; on an AVX-512 Xeon, a chain of
-        six 1x1 convs 1024 <-> 256 at 14x14 (weights read 7 and 2 times) took 1.41x
-        onnxruntime's time through the panel and 1.10x in place, while 256 -> 64 at 56x56
-        (weights 0.5x the input over all bands) took 0.86x through it and 1.57x in place. On
-        AVX2 targets the panel stays: a Zen 3 (L2 512 KB) ran 1024 -> 256 at 14x14 1.5x -> 0.95x
-        with it."""
+        Intel's L1 48 KB) keep a 14x14 input in L2 read in place, where 1x1 convs whose weights
+        the bands would read several times are faster in place and those with small weights
+        through the panel. On AVX2 targets (L2 512 KB) the panel stays. `python -m
+        benchmarks.layers` on ResNet-50 shows both forms' time per layer."""
         s = self.s
         if self.tile.lanes < WIDE_LANES:
             return False
@@ -259,15 +257,13 @@ class TiledConv:
         output channels instead of each block streaming the whole image from L3 or memory; 0
         where blocks of output channels stay outermost.
         - Short reductions (a tile's input column within BAND_TILE_BYTES): bands of BAND_BYTES
-          (a ResNet-50's 64 -> 256 1x1 convs at 56x56 with their residual Add: 1.11 -> 1.02 ms).
+          (a ResNet-50's 64 -> 256 1x1 convs at 56x56 with their residual Add run faster so).
         - Long ones, on 512-bit targets (which read them in place where the panel would re-read
           the weights too often, _weights_outweigh_panel), where the input is beyond
           L2_INPUT_BYTES: bands of STREAM_LIMIT_BYTES. The bands re-read the weights once each,
-          far fewer bytes than each block of output channels re-reading the input. On an
-          AVX-512 Xeon, 512 -> 256 at 28x28 (input 1.6 MB) took 1.28-1.48x onnxruntime's time
-          with the channels outermost and 0.83-0.94x in bands (in ResNet-50, 2176 -> 1480 us);
-          1024 -> 256 at 14x14 (0.8 MB) is no faster in bands. One thread: threads split the
-          blocks of output channels, the measured form."""
+          far fewer bytes than each block of output channels re-reading the input (`python -m
+          benchmarks.layers` on ResNet-50 shows its 512 -> 256 convs at 28x28). One thread:
+          threads split the blocks of output channels, the measured form."""
         s, cols = self.s, self.cols
         if self.mode != "pointwise" or self.band or not self._streams_input():
             return 0

@@ -283,8 +283,8 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
                                      overlap)
         # On Arm a strided convolution of one input channel (a first layer whose weights do not
         # fit the tiles) keeps _depthwise: the flat form ran more instructions under qemu there
-        # (DS-CNN's 10x4 stride-2 conv on rpi3). Strided depthwise convolutions take it (VWW's
-        # four: int8 rpi4 C 4.59 -> 4.37 M instructions, LLVM 4.07 -> 4.00).
+        # (DS-CNN's 10x4 stride-2 conv on rpi3). Strided depthwise convolutions take it, which
+        # runs fewer instructions on VWW's four (`python -m benchmarks.arm` on the int8 VWW).
         if ctx.tiles.lanes > 1 and (_sums_in_float(ctx) or g.strides == (1, 1) or g.groups > 1):
             return _flat_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store,
                                    _tap_pairs(ctx, conv, weights))
@@ -371,8 +371,8 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
     # Without vpdpbusd each step needs four more registers (the operands' even and odd bytes):
     # measured on AVX2, 12 accumulators spilled to the stack, 8 did not. NEON's step splits each
     # operand vector and each weight quad into two registers of 16-bit values: of its 32
-    # registers, 16 accumulators (4 vectors x 4 channels) ran fewer instructions under qemu than
-    # 12 (4 x 3), spills and all: rpi4 int8 ResNet-8 C 7.15 -> 6.71 M, LLVM 6.48 -> 5.82 M.
+    # registers, 16 accumulators (4 vectors x 4 channels) run fewer instructions under qemu than
+    # 12 (4 x 3), spills and all (`python -m benchmarks.arm` on the int8 ResNet-8).
     one_step = ctx.tiles.int8_dot in ("vpdpbusd", "sdot")  # one instruction: no registers for its parts
     accumulators = ctx.tiles.accumulators if one_step else ctx.tiles.accumulators * 2 // 3
     pixels, columns = out_h * out_w, weights.reshape(g.out_channels, -1)
@@ -521,13 +521,13 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     (row p / width, column p % width) is at p + a constant, so the whole chunk is one vector loop
     per tap, including the columns past each output row and the pixels up to a whole
     FLAT_DEPTHWISE_STEP, whose results are discarded. The finished values (requantised) go to a
-    scratch row, and a second loop stores the real pixels. DS-CNN's 25x5 planes ran as 5-pixel
-    loops before (72% of its int8 run); VWW's stride-2 depthwise convs, as strided loads.
+    scratch row, and a second loop stores the real pixels, so that small planes (DS-CNN's 25x5)
+    do not run as short loops nor strided convs (VWW's) as strided loads.
 
     On x86 the phase planes hold floats and the taps are summed in float32: every product and
     partial sum is an integer below 2**24 (EXACT_FLOAT_TAPS), so the sum is the int32 one
     exactly, and a vector of floats takes one multiply-add per tap where int8 lanes took a
-    widening, a 32-bit multiply and an add (DS-CNN int8: 82 -> 53 us with 512-bit loops)."""
+    widening, a 32-bit multiply and an add (`python -m benchmarks.int8` on DS-CNN)."""
     assert g.kernel[0] * g.kernel[1] <= EXACT_FLOAT_TAPS
     per_group = g.out_channels // g.groups
     out_h, out_w = g.out_spatial
@@ -668,16 +668,13 @@ def _finished_pixels(kb: KernelBuilder, extent: int, summed: Callable[[list[Expr
 def _armv7_split_sums(ctx: LoweringContext, pairs: bool) -> bool:
     """Whether _flat_depthwise sums its taps in a loop of their own before requantising. armv7
     NEON's compilers vectorise no float loop, so the requantisation is written as vectors of 4
-    pixels (_armv7_vectors: rpi3 int8 DS-CNN C 3.20 -> 2.29, LLVM 3.44 -> 2.21 M instructions;
-    VWW 9.50 -> 7.61, 9.51 -> 7.29), after the sums of a row: with tap pairs (`pairs`) written
-    out as vectors of 8 pixels (integer_terms.tap_pair_vectors: vmull.s8, vmlal.s8, vaddw.s16 by
-    weights in d registers), where gcc's own vectors of 16 kept each weight in a q register and
-    spilled them and LLVM's went through the stack (rpi3 C / LLVM DS-CNN 1.43 / 1.92 -> 1.36 / 1.48,
-    VWW 4.71 / 6.00 -> 4.61 / 4.81);
-    else the integer loop gcc (vectorises_loops) vectorises itself (C 2.27 -> 1.77, VWW 7.30 ->
-    6.10); LLVM's sums stay in the vectors of 4. aarch64's compilers vectorise the whole loop
-    themselves, which ran fewer instructions than vectors written out (rpi4 VWW C 4.80, LLVM
-    4.16 M; 5.66, 4.77)."""
+    pixels (_armv7_vectors), after the sums of a row: with tap pairs (`pairs`) written out as
+    vectors of 8 pixels (integer_terms.tap_pair_vectors: vmull.s8, vmlal.s8, vaddw.s16 by
+    weights in d registers), where gcc's own vectors of 16 keep each weight in a q register and
+    spill them and LLVM's go through the stack; else the integer loop gcc (vectorises_loops)
+    vectorises itself; LLVM's sums stay in the vectors of 4. aarch64's compilers vectorise the
+    whole loop themselves, in fewer instructions than vectors written out. `python -m
+    benchmarks.arm --targets rpi3 rpi4` on the int8 DS-CNN and VWW counts each form."""
     return _armv7_vectors(ctx) and (pairs or ctx.tiles.vectorises_loops)
 
 

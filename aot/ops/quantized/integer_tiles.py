@@ -291,8 +291,9 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
             return out
 
         body += unrolled_taps(kb, k_h, k_w, layout.quads, step)
-        # Requantised in registers (armv7 vectorises no float loop by itself; over 8-pixel rows gcc
-        # left x86's loop scalar: int8 ResNet-8 0.154 -> 0.095 ms), else by a loop over stored sums.
+        # Requantised in registers (armv7 vectorises no float loop by itself, and over 8-pixel rows
+        # gcc leaves x86's loop scalar: `python -m benchmarks.int8` on ResNet-8), else by a loop
+        # over stored sums.
         store_at = lambda m, p, value: store(n, m, oh, ow0 + p, value)  # noqa: E731
         stored = stores_in_registers(accs, first, shape.lanes, pixels, m_count, rest, finish, store_at)
         return body + (stored if stored is not None else requantised_by_loop(
@@ -315,8 +316,8 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
 def weight_quad(packed: Buffer, at: Expr, channel: int, shape: TileShape, by_lane: bool) -> Expr:
     """Channel `channel`'s weight quad (at (at + channel) * 4 in `packed`) in every lane: where
     `by_lane` (sdot's 4 lanes) and the tile's channels fill the group of four it is in, a lane of
-    the group's one 16-byte load (sdot by element, `sdot v.4s, v.16b, v.4b[i]`: rpi5 int8 ResNet-8's
-    8 x 2 tile step 36 -> 23 instructions, where each quad took a load and a dup), else a splat."""
+    the group's one 16-byte load (sdot by element, `sdot v.4s, v.16b, v.4b[i]`, where each quad
+    would take a load and a dup; `python -m benchmarks.arm --targets rpi5`), else a splat."""
     first = channel - channel % 4
     if by_lane and first + 4 <= shape.channels:
         return LaneSplat(QuadLoad(packed, (at + first) * QUAD, 4 * QUAD), channel - first)
@@ -325,11 +326,9 @@ def weight_quad(packed: Buffer, at: Expr, channel: int, shape: TileShape, by_lan
 
 def pair_halves(ctx: LoweringContext) -> bool:
     """Whether NEON's PairDotAdds read eight-quad operands (PairHalvesLoad, PairHalvesSplat): on
-    aarch64 ld2 and ld2r / ld4r load them, against a load and a tbl per four-quad operand (rpi4
-    int8 DS-CNN, C: 1.28 -> 1.20 M instructions); on armv7 vld2.16 of four d registers and
-    vld2.16 / vld4.16 to all lanes, half the loads and their address arithmetic (rpi3 int8
-    ResNet-8's 3x3 convolutions of 2 x 4 tiles 0.93 -> 0.71 M instructions each; C 5.21 -> 4.42 M,
-    LLVM 5.24 -> 5.17 M)."""
+    aarch64 ld2 and ld2r / ld4r load them, against a load and a tbl per four-quad operand; on
+    armv7 vld2.16 of four d registers and vld2.16 / vld4.16 to all lanes, half the loads and
+    their address arithmetic (`python -m benchmarks.arm` on the int8 DS-CNN and ResNet-8)."""
     return ctx.tiles.int8_dot == "neon"
 
 

@@ -202,12 +202,12 @@ def _folded_weights(node: Node, ctx: LoweringContext, kb: KernelBuilder, b: Tens
     """A constant B, and its zero points, folded at compile time: B' = B - b_zero_point stored as
     N x K (rows contiguous, as A's are), and sum_k (A - za) B' = sum_k A B' - za colsum(B'), so
     the sum is of products of the stored operands alone, which the compilers turn into
-    multiply-add instructions (x86 vpdpbusd for uint8 x int8). An 8 x 768 x 3072 uint8 x int8
-    QGemm: B as given, a stride-N load per step, 24.7 ms; this, 0.58 ms (onnxruntime 0.19 ms).
+    multiply-add instructions (x86 vpdpbusd for uint8 x int8), where B as given would take a
+    stride-N load per step.
     `unsigned` (int8 A, x86) and int8 B': A is read as the unsigned byte A + 128 and 128 colsum(B')
     more taken from the start: unsigned x signed bytes are what vpdpbusd multiplies, and gcc
-    then sums 64 products per instruction (signed x signed, it widened to 16 bits: MLPerf Tiny's
-    int8 autoencoder 0.019 -> 0.012 ms, before its layers took integer_gemm's tiles). None when
+    then sums 64 products per instruction (signed x signed, it widens to 16 bits; `python -m
+    benchmarks.int8` on MLPerf Tiny's autoencoder). None when
     B or its zero point is fed at run time."""
     columns = b.shape[0] if trans_b else b.shape[1]
     zero = _per_column_param(node, 5, "b_zero_point", b.dtype.name, columns)
