@@ -11,7 +11,7 @@ inference's count is a run doing 11 minus a run doing 1, over 10. Everything dow
 else ~/.cache/aot-bench-arm, and is reused. Needs qemu-user, the cross compilers of
 tests/setup_env.sh, apt-get (Debian or Ubuntu) and pip.
 
-A count is not a time: no caches, memory or pipelines are modelled (see the README paragraph).
+A count is not a time: no caches, memory or pipelines are modelled (see docs/performance.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Small models of four classes where aot once trailed onnxruntime, built with onnx.helper and
-seeded weights (no downloads), so the test suite can verify them on every backend and target and
+"""Small models of four model classes (text detector, YOLO block, BERT layer, voice activity), built
+with onnx.helper and seeded weights (no downloads), so the test suite can verify them on every backend and target and
 benchmarks/model_classes.py can time them beside the real models:
 
 - a DBNet-like text-detector head at 320x320: strided convs with BatchNorm, a depthwise conv with

@@ -1,5 +1,5 @@
 """The benchmark suite: `aot bench` (ours vs onnxruntime, one thread each, interleaved in one
-process) over the given models, printed as the README's markdown table.
+process) over the given models, printed as the markdown table of benchmarks/RESULTS.md.
 
     python -m benchmarks.run MODEL.onnx ... [--threads 1] [--target x86_64-v3 [--onnxruntime-isa target]]
 

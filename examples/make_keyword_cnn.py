@@ -2,7 +2,7 @@
 (two 1-D convolutions over time with Relu, global average pooling, a Gemm head and Softmax). Its
 number of frames is free, so one package can hold it for several clip lengths
 (`--input-shape features=1x40x49 --input-shape features=1x40x98`), its weights stored once. Weights
-are seeded random, so the file is reproducible; it is checked in for the README's multi-model example."""
+are seeded random, so the file is reproducible; it is checked in for the multi-model example of docs/package.md."""
 
 from __future__ import annotations
 
