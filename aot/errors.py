@@ -49,3 +49,11 @@ class BuildError(AotError):
 
 class VerifyError(AotError):
     """Inputs or expected outputs given for verification do not fit the model."""
+
+
+class ModelInputError(AotError, ValueError):
+    """A value given to a compiled model's run() does not fit its inputs (name, count, shape, dtype)."""
+
+
+class ModelInputTypeError(AotError, TypeError):
+    """run() was given inputs of a kind it does not take (neither arrays nor a dict of them)."""

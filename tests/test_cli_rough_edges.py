@@ -128,3 +128,33 @@ def test_build_without_target_builds_for_this_machine(tmp_path: Path) -> None:
     assert built["target"] == host_preset_name()
     assert json.loads((tmp_path / "pkg" / "manifest.json").read_text())["target"] == host_preset_name()
     assert any(a["file"] == "tiny_cnn_runner" for a in built["artefacts"])
+
+
+# 3. the Python API's package
+
+
+def test_package_runs_one_array_and_has_a_short_repr() -> None:
+    import aot as api
+
+    package = api.compile(EXAMPLE)
+    text = repr(package)
+    assert len(text) < 400 and "\n" not in text
+    for part in ("'tiny_cnn'", "image float32[1x3x32x32]", "probabilities float32[1x10]", "arena", "weights",
+                 "backend c"):
+        assert part in text, text
+    image = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(package.run(image)["probabilities"], package.run({"image": image})["probabilities"])
+
+
+def test_wrong_inputs_to_run_are_value_and_type_errors() -> None:
+    import aot as api
+    from aot.errors import VerifyError
+
+    package = api.compile(EXAMPLE)
+    with pytest.raises(ValueError, match=r"input 'image': shape \[3, 32, 32\], the model needs \[1, 3, 32, 32\]") as e:
+        package.run(np.zeros((3, 32, 32), np.float32))
+    assert not isinstance(e.value, VerifyError)
+    with pytest.raises(ValueError, match="dtype float64, the model needs float32"):
+        package.run(np.zeros((1, 3, 32, 32)))
+    with pytest.raises(TypeError, match="give a dict"):
+        package.run("image.npy")  # type: ignore[arg-type]

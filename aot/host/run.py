@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from aot import c_api
-from aot.errors import AotError, VerifyError
+from aot.errors import AotError, ModelInputError, ModelInputTypeError
 from aot.host.build import run_make
 from aot.package.package import Package
 
@@ -117,7 +117,7 @@ class HostModel:
                  target_cflags=target_cflags)
         return cls(package, directory, keep, threads=threads)
 
-    def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> dict[str, np.ndarray]:
         for buffer, array in zip(self._in_buffers, self._checked(inputs)):
             buffer[...] = array
         status = self._run(self._in_ptrs, self._out_ptrs, self._arena_ptr, self._executor)
@@ -179,13 +179,27 @@ class HostPackage(Package):
         return [HostPackage(name, self.files, self.model_manifest(name),
                             bound_inputs=self.model_bound_inputs.get(name, {})) for name in self.model_names]
 
-    def run(self, inputs: dict[str, Any] | list[Any],
+    def __repr__(self) -> str:
+        """A summary (the files, which hold the whole source, are left out)."""
+        m = self.manifest
+        if "models" in m:
+            return (f"<aot package {self.name!r}: {len(m['models'])} models ({', '.join(self.model_names)}), "
+                    f"weights {m['weights_bytes']} bytes, backend {m.get('backend', 'c')}, "
+                    f"target {m.get('target', 'host')}>")
+        ports = "; ".join(f"{kind} " + ", ".join(f"{p['name']} {p['dtype']}[{'x'.join(map(str, p['shape']))}]"
+                                                  for p in m[kind]) for kind in ("inputs", "outputs"))
+        return (f"<aot package {self.name!r}: {ports}; arena {m['arena_bytes']} bytes, weights "
+                f"{m['weights_bytes']} bytes, backend {m.get('backend', 'c')}, target {m.get('target', 'host')}>")
+
+    def run(self, inputs: dict[str, Any] | list[Any] | np.ndarray,
             build_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-        """Build for the host (once) and run through ctypes; returns outputs by ONNX name."""
+        """Build for the host (once) and run through ctypes; returns outputs by ONNX name. `inputs`:
+        a dict by input name, a list in input order, or one array for a one-input model."""
         if "models" in self.manifest:
             raise AotError(f"{self.name}: the package holds {len(self.model_names)} models "
                            f"({', '.join(self.model_names)}): run one of package.models")
         if self._host_model is None:
+            prepare_inputs(self.inputs, inputs)  # checked before the build, which takes seconds
             self._host_model = HostModel.build(self, build_dir)
         return self._host_model.run(inputs)
 
@@ -224,27 +238,42 @@ def aligned_array(values: np.ndarray, alignment: int = 64) -> np.ndarray:
     return out
 
 
-def prepare_inputs(specs: list[dict[str, Any]], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
-    """Check given inputs against the model's and return them as contiguous arrays in model order."""
+def prepare_inputs(specs: list[dict[str, Any]],
+                   inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> list[np.ndarray]:
+    """Check given inputs against the model's and return them as contiguous arrays in model order:
+    a dict by input name, a list in model order, or one array for a one-input model."""
+    names = [s["name"] for s in specs]
     if isinstance(inputs, Mapping):
-        unknown = sorted(set(inputs) - {s["name"] for s in specs})
+        unknown = sorted(set(inputs) - set(names))
         if unknown:
-            raise VerifyError(f"inputs given for {unknown}, which the model does not have "
-                              f"(inputs: {[s['name'] for s in specs]})")
-        missing = [s["name"] for s in specs if s["name"] not in inputs]
+            raise ModelInputError(f"inputs given for {unknown}, which the model does not have (inputs: {names})")
+        missing = [n for n in names if n not in inputs]
         if missing:
-            raise VerifyError(f"no value given for model input(s) {missing}")
-        values = [inputs[s["name"]] for s in specs]
-    else:
+            raise ModelInputError(f"no value given for model input(s) {missing}")
+        values = [inputs[n] for n in names]
+    elif isinstance(inputs, np.ndarray):
+        if len(specs) != 1:
+            raise ModelInputError(f"one array given, the model has {len(specs)} inputs {names}: give a dict "
+                                  "{name: array} or a list in that order")
+        values = [inputs]
+    elif isinstance(inputs, (list, tuple)):
         values = list(inputs)
         if len(values) != len(specs):
-            raise VerifyError(f"{len(values)} inputs given, the model has {len(specs)}")
-    arrays = []
-    for spec, value in zip(specs, values):
+            raise ModelInputError(f"{len(values)} inputs given, the model has {len(specs)} {names}")
+    else:
+        raise ModelInputTypeError(f"inputs of type {type(inputs).__name__}: give a dict {{name: array}}, a list "
+                                  "of arrays in the model's input order, or one array for a one-input model")
+    return [_checked_array(spec, value) for spec, value in zip(specs, values)]
+
+
+def _checked_array(spec: Mapping[str, Any], value: Any) -> np.ndarray:
+    try:
         arr = np.asarray(value)
-        if tuple(arr.shape) != tuple(spec["shape"]):
-            raise VerifyError(f"input {spec['name']!r}: shape {list(arr.shape)}, the model needs {spec['shape']}")
-        if arr.dtype != np.dtype(spec["dtype"]):
-            raise VerifyError(f"input {spec['name']!r}: dtype {arr.dtype}, the model needs {spec['dtype']}")
-        arrays.append(np.ascontiguousarray(arr))
-    return arrays
+    except (TypeError, ValueError) as e:
+        raise ModelInputTypeError(f"input {spec['name']!r}: not an array ({e})") from e
+    if tuple(arr.shape) != tuple(spec["shape"]):
+        raise ModelInputError(f"input {spec['name']!r}: shape {list(arr.shape)}, the model needs {spec['shape']}")
+    if arr.dtype != np.dtype(spec["dtype"]):
+        raise ModelInputError(f"input {spec['name']!r}: dtype {arr.dtype}, the model needs {spec['dtype']} "
+                              f"(convert with array.astype(np.{spec['dtype']}))")
+    return np.ascontiguousarray(arr)
