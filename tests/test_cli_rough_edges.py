@@ -158,3 +158,21 @@ def test_wrong_inputs_to_run_are_value_and_type_errors() -> None:
         package.run(np.zeros((1, 3, 32, 32)))
     with pytest.raises(TypeError, match="give a dict"):
         package.run("image.npy")  # type: ignore[arg-type]
+
+
+# 4. bench's share of peak
+
+
+def test_bench_share_of_peak_counts_the_work_done() -> None:
+    report = json.loads(aot("bench", str(EXAMPLE), "--rounds", "1", "--json").stdout)
+    assert 0 < report["macs_done"] < report["macs"]  # tiny_cnn's expand/conv runs as Winograd
+    assert report["ours_done_percent_of_peak"] == pytest.approx(100 * report["ours_done_gflops"]
+                                                                / report["peak_gflops"])
+    assert report["ours_done_percent_of_peak"] < report["ours_percent_of_peak"]
+    text = aot("bench", str(EXAMPLE), "--rounds", "1").stdout
+    line = next(x for x in text.splitlines() if "fp32 peak" in x)
+    assert "in the multiply-adds it does" in line and "effective (the model's own: Winograd" in line
+    help_text = aot("bench", "--help").stdout
+    assert "best of many short runs" in " ".join(help_text.split()) and "effective" in help_text
+    direct = aot("bench", str(EXAMPLE), "--rounds", "1", "--conv-algorithm", "direct").stdout
+    assert "effective" not in direct
