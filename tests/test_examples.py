@@ -34,7 +34,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
-def test_cpp_app_links_the_package_through_cmake_add_subdirectory(tmp_path: Path) -> None:
+def test_cpp_app_compiles_its_model_through_aot_add_model(tmp_path: Path) -> None:
     import shutil
 
     import pytest
@@ -43,6 +43,34 @@ def test_cpp_app_links_the_package_through_cmake_add_subdirectory(tmp_path: Path
         pytest.skip("cmake or a C++ compiler not installed")
     result = subprocess.run(["bash", str(REPO / "examples" / "cpp_app" / "run.sh"), str(tmp_path)],
                             capture_output=True, text=True, env=_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.fullmatch(r"tiny_cnn: class \d, p=0\.\d{4}, arena \d+ bytes\n", result.stdout)
+    assert (tmp_path / "tiny_cnn_aot" / "tiny_cnn.h").exists()  # the package aot_add_model compiled
+
+
+def test_cpp_app_without_aot_on_path_uses_the_repository_venv_or_says_what_to_do(tmp_path: Path) -> None:
+    """After examples/run_example.sh, aot is in .venv but not on PATH: run.sh finds it there; in a
+    copy with no .venv it stops with one line saying how to get aot."""
+    import shutil
+
+    import pytest
+
+    if not (shutil.which("cmake") and shutil.which("c++")):
+        pytest.skip("cmake or a C++ compiler not installed")
+    bare_path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                                if not (Path(d) / "aot").exists())
+    env = {**{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}, "PATH": bare_path}
+    copy = tmp_path / "checkout" / "examples" / "cpp_app"
+    shutil.copytree(REPO / "examples" / "cpp_app", copy)
+    refused = subprocess.run(["bash", str(copy / "run.sh"), str(tmp_path / "b0")], capture_output=True, text=True,
+                             env=env)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr == ("run.sh: aot not found: run '. .venv/bin/activate' in the repository, "
+                              "or 'pip install .'\n")
+    if not (REPO / ".venv" / "bin" / "aot").exists():
+        pytest.skip("needs the repository's .venv (made by tests/run.sh or examples/run_example.sh)")
+    result = subprocess.run(["bash", str(REPO / "examples" / "cpp_app" / "run.sh"), str(tmp_path / "b1")],
+                            capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.fullmatch(r"tiny_cnn: class \d, p=0\.\d{4}, arena \d+ bytes\n", result.stdout)
 
