@@ -394,6 +394,16 @@ def _print_model_summary(m: dict[str, Any], named: bool) -> None:
     print(f"{prefix}{m['onnx_nodes']} ONNX nodes -> {m['kernels']} kernels")
     print(f"{' ' * len(prefix) if named else '  '}arena {m['arena_bytes']} bytes (lower bound "
           f"{m['arena_lower_bound_bytes']}, unshared {m['arena_unshared_bytes']}), weights {m['weights_bytes']} bytes")
+    grown = m["weights_bytes"] - m.get("model_weights_bytes", m["weights_bytes"])
+    if grown > 0 and any("/winograd" in k["op"] for k in m.get("kernel_order", [])):
+        print(f"{' ' * len(prefix) if named else '  '}weights {_size(m['weights_bytes'])} "
+              f"({_size(m['model_weights_bytes'])} as in the model; Winograd layers add {_size(grown)}: "
+              "--conv-algorithm direct keeps them as is)")
+
+
+def _size(n: int) -> str:
+    """Bytes as a user reads them: 17.3 MB, 25.9 kB."""
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB" if n >= 1e3 else f"{n} bytes"
 
 
 @app.command("verify")

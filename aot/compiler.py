@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from aot.analysis import model_stats
 from aot.backends.run_plan import Port, RunPlan, SharedWeightsView, plan_run
 from aot.codegen.c_names import model_identifier
 from aot.errors import AotError
@@ -76,6 +77,7 @@ class _PlannedModel:
     source: str
     graph: Graph
     planned: PlannedProgram
+    model_weights_bytes: int  # the constants as the model holds them, before aot's layouts
 
 
 @_without_cyclic_gc
@@ -241,12 +243,13 @@ def _plan_model(spec: ModelSpec, targets: list[Target], options: PipelineOptions
     graph, source = load(spec.model, spec.input_shapes, spec.input_values)
     check_address_space(targets, ((f"tensor {t.name!r}", t.nbytes) for t in graph.tensors.values()))
     ident = _package_name(graph.name if spec.name is None else spec.name)
+    model_weights = model_stats(graph).weights_bytes
     progress.start("graph passes")
     run_passes(graph)
     planned = lower_and_plan(graph, options, progress, model=source)
     check_address_space(targets, [("the arena", planned.memory.arena_bytes),
                                   ("the weights", sum(t.nbytes for t in planned.program.weights))])
-    return _PlannedModel(ident, source, graph, planned)
+    return _PlannedModel(ident, source, graph, planned, model_weights)
 
 
 def _check_distinct(idents: list[str]) -> None:
@@ -287,6 +290,7 @@ def _model_entry(model: _PlannedModel, run: RunPlan, targets: Sequence[Target],
         "arena_lower_bound_bytes": planned.memory.lower_bound_bytes,
         "arena_unshared_bytes": planned.memory.unshared_bytes,
         "weights_bytes": run.weights_bytes,
+        "model_weights_bytes": model.model_weights_bytes,
         "onnx_nodes": model.graph.source_node_count,
         "kernels": len(planned.kernels),
         "kernel_order": [{"op": k.op, "sources": k.sources} for k in planned.kernels],

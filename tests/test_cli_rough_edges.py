@@ -176,3 +176,22 @@ def test_bench_share_of_peak_counts_the_work_done() -> None:
     assert "best of many short runs" in " ".join(help_text.split()) and "effective" in help_text
     direct = aot("bench", str(EXAMPLE), "--rounds", "1", "--conv-algorithm", "direct").stdout
     assert "effective" not in direct
+
+
+# 5. weights grown by Winograd
+
+
+def test_compile_summary_says_what_winograd_adds_to_the_weights(tmp_path: Path) -> None:
+    result = aot("compile", str(EXAMPLE), "-o", str(tmp_path / "pkg"))
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
+    assert manifest["model_weights_bytes"] < manifest["weights_bytes"]
+    grown = (manifest["weights_bytes"] - manifest["model_weights_bytes"]) / 1e3
+    assert (f"weights {manifest['weights_bytes'] / 1e3:.1f} kB ({manifest['model_weights_bytes'] / 1e3:.1f} kB as "
+            f"in the model; Winograd layers add {grown:.1f} kB: --conv-algorithm direct keeps them as is)"
+            in result.stdout), result.stdout
+    direct = aot("compile", str(EXAMPLE), "-o", str(tmp_path / "direct"), "--conv-algorithm", "direct")
+    assert "Winograd" not in direct.stdout
+    report = json.loads(aot("inspect", str(EXAMPLE), "--json").stdout)
+    assert report["model_weights_bytes"] == report["weights_bytes"] == manifest["model_weights_bytes"]
+    assert report["package_weights_bytes"] >= manifest["weights_bytes"]
