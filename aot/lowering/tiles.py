@@ -133,8 +133,8 @@ class TileConfig:
         flight), then evened out so the last block is not a thin one (16 rows under a budget of
         12 go as 8 + 8, not 12 + 4). The accumulators, one row's operand vectors and a broadcast
         must fit the registers together: armv7's 16 registers of 4 floats hold 3 rows of 16
-        columns' accumulators (12) but not their 4 operand vectors too, and the spills of such a
-        tile were 36% of its instructions, so there the tiles have 2 rows."""
+        columns' accumulators (12) but not their 4 operand vectors too, and such a tile spills
+        heavily, so there the tiles have 2 rows."""
         vectors = max(1, -(-cols // self.width_for(cols)))
         fitting = (self.registers - vectors - 1) // vectors
         most = max(1, min(limit, self.accumulators // vectors, fitting, 4 if self.by_scalar else 16))

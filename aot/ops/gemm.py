@@ -187,7 +187,7 @@ def matmul_tile_shape(tiles: TileConfig, m: int, n: int) -> tuple[int, int]:
     if tiles.lanes <= 4:
         # Arm's multiply-adds read registers only (x86's read B from memory): each B vector needs
         # a register beside its accumulators. armv7's 12 accumulators of a batch-1 layer with their
-        # 12 B vectors spilled (vldr/vstr were 38% of the autoencoder's instructions).
+        # 12 B vectors spill (`python -m benchmarks.arm_profile` on the autoencoder shows the vldr/vstr).
         vectors = min(vectors, (tiles.registers - 1) // (rows + 1))
     cols = tiles.cols if rows >= 4 else max(tiles.cols, tiles.lanes * vectors)
     return rows, min(cols, n)

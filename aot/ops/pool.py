@@ -249,8 +249,8 @@ def _vector_pool(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
     """A 2-D MaxPool without indices or an AveragePool in two vector passes per plane, the
     window's rows first (below for MaxPool; an AveragePool sums instead, with zero borders, and
     divides each output by its window's count, which is separable: the taps of its row that
-    are counted times those of its column; inception's 3x3 stride-1 average pools were 9x
-    slower one window at a time, with bounds checks, than onnxruntime):
+    are counted times those of its column; one window at a time, with bounds checks, inception's
+    3x3 stride-1 average pools run far slower than onnxruntime's):
     for each output row, the maxima over its window's input rows, in vectors over the whole
     input width straight from the input (no copy of the plane); then, for each output row, the
     maxima over its window's columns, one vector load per tap. With a column stride, the

@@ -40,8 +40,8 @@ def dependencies(program: Program) -> list[set[int]]:
     reader. (An element's older writers are not listed: each precedes the latest through the same
     rule, so the orders allowed are the same, and so is the latest predecessor the "branch" cost
     reads.) Storage nobody writes (weights, inputs) adds nothing. A read looks up the last writers
-    of its range (O(log segments + writers found)), where it used to compare itself with every
-    earlier access of the root: quadratic for a Concat output written in 10,000 parts. Only a
+    of its range (O(log segments + writers found)) rather than comparing itself with every
+    earlier access of the root, which is quadratic for a Concat output written in 10,000 parts. Only a
     write still scans the root's earlier reads (roots written after many reads are rare)."""
     writers: dict[Tensor, LastWriters] = {}  # root -> who last wrote each element range
     readers: dict[Tensor, list[tuple[int, int, int]]] = {}  # root -> (kernel, lo, hi) of each read

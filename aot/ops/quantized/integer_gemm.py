@@ -9,9 +9,9 @@ vector of weight quads by one quad of A's row broadcast (vpdpbusd, AVX2's exact 
 A is copied once per run as the bytes the step multiplies (uint8 on x86, int8 on Arm: A + 128 or
 A - 128 where its type differs, the difference folded into the start). NEON without the dot
 product (rpi4, rpi3) takes PairDotAdd (smull, smlal2, sadalp: 16 multiply-adds in 3), where no
-weight is -128. Before, each
-output was its own dot product: two or three vector steps then a horizontal sum and a scalar
-requantisation (MLPerf Tiny's int8 autoencoder ran slower than its float build).
+weight is -128. Each output as its own dot product (two or three vector steps, then a horizontal
+sum and a scalar requantisation) would run slower than the float build (`python -m benchmarks.int8`
+on MLPerf Tiny's autoencoder).
 """
 
 from __future__ import annotations
