@@ -150,10 +150,11 @@ def test_host_app_recompiles_the_model_only_when_the_model_or_options_change(tmp
     assert second["files"]["tiny_cnn_weights.c"] != first["files"]["tiny_cnn_weights.c"]
     assert re.fullmatch(OUTPUT, subprocess.run([str(out / "app")], capture_output=True, text=True, check=True).stdout)
 
-    # New options: compiled again with them; then nothing to do.
-    configure(source, out, "-DMODEL_OPTIONS=--conv-algorithm;direct")
+    # New options: compiled again with them (--parallel: the thread pool is linked too); then nothing to do.
+    configure(source, out, "-DMODEL_OPTIONS=--conv-algorithm;direct;--parallel")
     assert COMPILE_STEP in build(out)
     assert manifest(out)["conv_algorithm"] == "direct" and first["conv_algorithm"] == "auto"
+    assert re.fullmatch(OUTPUT, subprocess.run([str(out / "app")], capture_output=True, text=True, check=True).stdout)
     assert COMPILE_STEP not in build(out)
 
 

@@ -86,8 +86,9 @@ function(_aot_write_if_changed path content)
   file(WRITE "${path}" "${content}")
 endfunction()
 
-function(aot_add_model target)
-  cmake_parse_arguments(PARSE_ARGV 1 _AOT "" "MODEL;DATA;TARGET;BACKEND;NAME" "OPTIONS")
+# Stops the configure, naming the function, on arguments aot_add_model cannot use; sets _model
+# and _depends (the model and its data file, absolute) in the caller.
+function(_aot_check_arguments target)
   if(_AOT_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "aot_add_model(${target}): unknown arguments: ${_AOT_UNPARSED_ARGUMENTS} "
                         "(aot compile options go after OPTIONS)")
@@ -117,7 +118,33 @@ function(aot_add_model target)
     message(WARNING "aot_add_model(${target}): cross-compiling without TARGET: the model is tuned for "
                     "the machine that builds it; pass TARGET <preset> (see `aot targets`)")
   endif()
+  set(_model "${_model}" PARENT_SCOPE)
+  set(_depends "${_depends}" PARENT_SCOPE)
+endfunction()
 
+# The target the application links: the library the build step makes, the package's folder for
+# "<name>.h", and the libraries the package's code needs.
+function(_aot_imported_library target library include_dir threads)
+  add_library(${target} STATIC IMPORTED GLOBAL)
+  set(_links "")
+  if(threads)
+    find_package(Threads REQUIRED)
+    # The library target is global, so the thread library it names must be visible everywhere too.
+    set_target_properties(Threads::Threads PROPERTIES IMPORTED_GLOBAL TRUE)
+    list(APPEND _links Threads::Threads)
+  endif()
+  if(NOT MSVC)
+    list(APPEND _links m)
+  endif()
+  set_target_properties(${target} PROPERTIES IMPORTED_LOCATION "${library}"
+                        IMPORTED_LINK_INTERFACE_LANGUAGES C
+                        INTERFACE_INCLUDE_DIRECTORIES "${include_dir}"
+                        INTERFACE_LINK_LIBRARIES "${_links}")
+endfunction()
+
+function(aot_add_model target)
+  cmake_parse_arguments(PARSE_ARGV 1 _AOT "" "MODEL;DATA;TARGET;BACKEND;NAME" "OPTIONS")
+  _aot_check_arguments(${target})
   set(_args "")
   foreach(_flag TARGET BACKEND NAME)
     if(_AOT_${_flag})
@@ -142,26 +169,18 @@ function(aot_add_model target)
   _aot_write_if_changed("${_config}" "${_content}")
   # The package folder must exist for the include path; aot replaces an empty folder with --force.
   file(MAKE_DIRECTORY "${_base}")
-  set(_aot_version_file "${_AOT_MODULE_DIR}/../version.py")
+  # aot's version.py changes with every install of aot: a new compiler recompiles the model.
+  get_filename_component(_aot_version_file "${_AOT_MODULE_DIR}/../version.py" ABSOLUTE)
   add_custom_command(OUTPUT "${_library}"
                      COMMAND "${CMAKE_COMMAND}" "-DAOT_CONFIG=${_config}" -P "${_AOT_MODULE_DIR}/AotBuildModel.cmake"
                      DEPENDS ${_depends} "${_config}" "${_AOT_MODULE_DIR}/AotBuildModel.cmake" "${_aot_version_file}"
                      COMMENT "aot compile ${_AOT_MODEL} -> ${target}"
                      VERBATIM)
   add_custom_target(${target}_aot_compile DEPENDS "${_library}")
-
-  add_library(${target} STATIC IMPORTED GLOBAL)
-  set(_links "")
+  set(_threads OFF)
   if("--parallel" IN_LIST _AOT_OPTIONS)
-    find_package(Threads REQUIRED)
-    list(APPEND _links Threads::Threads)
+    set(_threads ON)
   endif()
-  if(NOT MSVC)
-    list(APPEND _links m)
-  endif()
-  set_target_properties(${target} PROPERTIES IMPORTED_LOCATION "${_library}"
-                        IMPORTED_LINK_INTERFACE_LANGUAGES C
-                        INTERFACE_INCLUDE_DIRECTORIES "${_base}"
-                        INTERFACE_LINK_LIBRARIES "${_links}")
+  _aot_imported_library(${target} "${_library}" "${_base}" ${_threads})
   add_dependencies(${target} ${target}_aot_compile)
 endfunction()
