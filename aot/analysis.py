@@ -54,7 +54,7 @@ class ModelStats:
 
 
 def model_stats(graph: Graph) -> ModelStats:
-    counts = Counter(n.op_type for n in graph.nodes)
+    counts = Counter(n.qualified_op for n in graph.nodes)  # by domain too: as support is decided
     consts = [t for t in graph.tensors.values() if t.is_constant]
     per_node = [(n.name, n.op_type, node_macs(n)) for n in graph.nodes]
     return ModelStats(

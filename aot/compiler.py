@@ -241,6 +241,7 @@ def _plan_model(spec: ModelSpec, targets: list[Target], options: PipelineOptions
     """One model imported, through the graph passes, lowered and planned."""
     progress.start("import")
     graph, source = load(spec.model, spec.input_shapes, spec.input_values)
+    _check_no_float16(graph, source)
     check_address_space(targets, ((f"tensor {t.name!r}", t.nbytes) for t in graph.tensors.values()))
     ident = _package_name(graph.name if spec.name is None else spec.name)
     model_weights = model_stats(graph).weights_bytes
@@ -250,6 +251,18 @@ def _plan_model(spec: ModelSpec, targets: list[Target], options: PipelineOptions
     check_address_space(targets, [("the arena", planned.memory.arena_bytes),
                                   ("the weights", sum(t.nbytes for t in planned.program.weights))])
     return _PlannedModel(ident, source, graph, planned, model_weights)
+
+
+def _check_no_float16(graph: Graph, source: str) -> None:
+    """A float16 model is refused up front, naming the file and the way out, rather than at its
+    first Cast or port that has no float16 code."""
+    used = {t for n in graph.nodes for t in (*n.inputs, *n.outputs) if t is not None}
+    half = [t for t in (*graph.inputs, *graph.outputs, *used) if t.dtype.name == "float16"]
+    if half:
+        more = f" (and {len(set(half)) - 1} more)" if len(set(half)) > 1 else ""
+        raise AotError(f"{source}: tensor {half[0].name!r}{more} is float16, which aot does not compile (it "
+                       "computes in float32 and int8): export the model in float32 (e.g. torch.onnx.export of "
+                       "model.float()), and for a smaller model quantize that with aot quantize")
 
 
 def _check_distinct(idents: list[str]) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from aot.analysis import model_stats
 from aot.frontend.importer import load_graph
 from aot.frontend.input_values import InputValue
-from aot.ir.graph import Graph
+from aot.ir.graph import Graph, Tensor
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower, lower_and_plan, lower_and_plan_budgeted, plan
 from aot.planner.arena import PlannedProgram
@@ -42,8 +42,8 @@ def inspect_model(path: str | os.PathLike[str],
     stats = model_stats(graph)
     report: dict[str, Any] = {
         "model": str(path),
-        "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype.name} for t in graph.inputs],
-        "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype.name} for t in graph.outputs],
+        "inputs": [_port(graph, t) for t in graph.inputs],
+        "outputs": [_port(graph, t) for t in graph.outputs],
         "onnx_nodes": graph.source_node_count,
         "nodes_after_folding": len(graph.nodes),
         "op_counts": stats.op_counts,
@@ -72,6 +72,15 @@ def inspect_model(path: str | os.PathLike[str],
         report["footprint"] = footprint_per_target(graph, planned)
     progress.finish()
     return report
+
+
+def _port(graph: Graph, t: Tensor) -> dict[str, Any]:
+    """An input or output as inspect shows it; after an unsupported op, its type as ONNX declares or
+    infers it ("?" for what is not known; "shape": null for an unknown rank)."""
+    if t.name in graph.declared_types:
+        dtype, dims = graph.declared_types[t.name]
+        return {"name": t.name, "shape": dims, "dtype": dtype}
+    return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype.name}
 
 
 def _plan_entries(planned: PlannedProgram) -> dict[str, Any]:
@@ -137,6 +146,8 @@ def _bytes(n: int) -> str:
 
 
 def _shape(t: dict[str, Any]) -> str:
+    if t["shape"] is None:
+        return f"{t['dtype']} (shape unknown)"
     return f"{t['dtype']}[{', '.join(str(d) for d in t['shape'])}]"
 
 

@@ -195,3 +195,61 @@ def test_compile_summary_says_what_winograd_adds_to_the_weights(tmp_path: Path) 
     report = json.loads(aot("inspect", str(EXAMPLE), "--json").stdout)
     assert report["model_weights_bytes"] == report["weights_bytes"] == manifest["model_weights_bytes"]
     assert report["package_weights_bytes"] >= manifest["weights_bytes"]
+
+
+# 7. inspect's types after an unsupported op, and float16
+
+
+def test_inspect_shows_onnx_types_after_an_unsupported_op(tmp_path: Path) -> None:
+    boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 10, 4])
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 10])
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "max"], ["selected"])], "g", [boxes, scores],
+        [helper.make_tensor_value_info("selected", TensorProto.INT64, ["n", 3])],
+        [numpy_helper.from_array(np.array([5], np.int64), "max")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "nms.onnx")
+    report = json.loads(aot("inspect", str(tmp_path / "nms.onnx"), "--json").stdout)
+    assert report["outputs"] == [{"name": "selected", "dtype": "int64", "shape": ["n", 3]}]
+    text = aot("inspect", str(tmp_path / "nms.onnx")).stdout
+    assert "int64[n, 3]" in text and "float32[]" not in text
+
+
+def test_float16_model_error_names_the_file_and_the_way_out(tmp_path: Path) -> None:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "half.onnx")
+    result = aot("compile", str(tmp_path / "half.onnx"), "-o", str(tmp_path / "pkg"))
+    assert_user_error(result, str(tmp_path / "half.onnx"), "tensor 'x'", "float16", "export the model in float32")
+    assert not (tmp_path / "pkg").exists()
+
+
+# 12. support by domain and op type
+
+
+def test_inspect_decides_support_by_domain_and_op(tmp_path: Path) -> None:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("MatMulNBits", ["a", "qw", "sc"], ["b"], domain="com.microsoft", K=4, N=4, bits=4,
+                              block_size=16)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.ones((4, 4), np.float32), "w"),
+         numpy_helper.from_array(np.zeros((4, 1, 8), np.uint8), "qw"),
+         numpy_helper.from_array(np.ones((4,), np.float32), "sc")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "nbits.onnx")
+    report = json.loads(aot("inspect", str(tmp_path / "nbits.onnx"), "--json").stdout)
+    assert report["op_counts"] == {"MatMul": 1, "com.microsoft::MatMulNBits": 1}
+    assert [u["op"] for u in report["unsupported"]] == ["com.microsoft::MatMulNBits"]
+    text = aot("inspect", str(tmp_path / "nbits.onnx")).stdout
+    row = next(line for line in text.splitlines() if "MatMulNBits" in line)
+    assert "UNSUPPORTED" in row and "com.microsoft::MatMulNBits" in row
+    compiled = aot("compile", str(tmp_path / "nbits.onnx"), "-o", str(tmp_path / "pkg"))
+    assert_user_error(compiled, "com.microsoft::MatMulNBits")

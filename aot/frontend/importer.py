@@ -131,6 +131,21 @@ def _tensor_from_type(name: str, type_proto: onnx.TypeProto) -> tuple[np.dtype, 
     return dtype, tuple(dims)
 
 
+def _declared_type(type_proto: onnx.TypeProto | None) -> tuple[str, list[int | str] | None]:
+    """What ONNX declares or infers of a tensor aot cannot size: its dtype ("?" if unknown) and
+    dims (a dim_value, a dim_param or "?"; None when the rank is unknown)."""
+    if type_proto is None or not type_proto.HasField("tensor_type"):
+        return "?", None
+    tt = type_proto.tensor_type
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name if tt.elem_type else "?"
+    except Exception:  # an elem_type numpy has no dtype for (bfloat16, float8 ...)
+        dtype = "?"
+    if not tt.HasField("shape"):
+        return dtype, None
+    return dtype, [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+
+
 def _attr_value(attr: onnx.AttributeProto) -> Any:
     value = onnx.helper.get_attribute_value(attr)
     if isinstance(value, bytes):
@@ -180,6 +195,7 @@ def _build_graph(model: onnx.ModelProto, source: str, name: str, lenient: bool =
             info = _tensor_from_type(out_name, types[out_name]) if out_name in types else None
             if info is None and lenient:
                 graph.unknown_shapes.append(out_name)
+                graph.declared_types[out_name] = _declared_type(types.get(out_name))
                 info = (np.dtype(np.float32), ())
             if info is None:
                 if not strict_checked:

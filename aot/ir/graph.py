@@ -98,6 +98,9 @@ class Graph:
         self.source_node_count = 0  # nodes in the ONNX model this graph came from
         self.unsupported: dict[str, list[str]] = {}  # op type -> node names (kept only for inspect)
         self.unknown_shapes: list[str] = []  # tensors after unsupported ops (inspect only)
+        # Their type as ONNX declares or infers it, for inspect: dtype name or "?", dims (ints,
+        # dim names or "?") or None for an unknown rank.
+        self.declared_types: dict[str, tuple[str, list[int | str] | None]] = {}
         # Graph inputs bound at compile time (--input-value), by name; they are constants now.
         self.bound_inputs: dict[str, np.ndarray] = {}
 
