@@ -159,6 +159,25 @@ def test_host_app_recompiles_the_model_only_when_the_model_or_options_change(tmp
 
 
 @needs_cmake
+def test_a_change_to_the_data_file_alone_recompiles_the_model(tmp_path: Path) -> None:
+    """A model whose weights sit in an external data file (DATA): new bytes there rerun aot."""
+    source, out = app_project(tmp_path / "app", "DATA tiny_cnn.data"), tmp_path / "build"
+    proto = onnx.load(str(source / "tiny_cnn.onnx"))
+    onnx.save(proto, str(source / "tiny_cnn.onnx"), save_as_external_data=True, location="tiny_cnn.data",
+              size_threshold=0)
+    configure(source, out)
+    build(out)
+    first = manifest(out)["files"]["tiny_cnn_weights.c"]
+    model_bytes = (source / "tiny_cnn.onnx").read_bytes()
+    data = np.frombuffer((source / "tiny_cnn.data").read_bytes(), np.uint8).copy()
+    data[:64] ^= 0x01  # low mantissa bits of the first weights: other values, same shapes
+    (source / "tiny_cnn.data").write_bytes(data.tobytes())
+    assert (source / "tiny_cnn.onnx").read_bytes() == model_bytes
+    assert COMPILE_STEP in build(out)
+    assert manifest(out)["files"]["tiny_cnn_weights.c"] != first
+
+
+@needs_cmake
 def test_name_and_llvm_backend_reach_aot_compile(tmp_path: Path) -> None:
     source, out = app_project(tmp_path / "app", "BACKEND llvm NAME net"), tmp_path / "build"
     (source / "main.c").write_text(APP_C.replace("tiny_cnn", "net").replace("TINY_CNN", "NET"))
