@@ -275,6 +275,12 @@ def _model_shapes(model: Path, input_shape: list[str] | None, input_value: list[
     return _shapes(_with_dims([model], input_shape, input_value, dim))
 
 
+def _refuse_existing(output: Path, force: bool) -> None:
+    """report and quantize, as compile and build: an existing -o file is replaced only with --force."""
+    if not force and os.path.lexists(output):
+        raise AotError(f"-o {output}: already exists; give --force to replace it")
+
+
 def _values(options: list[str] | None) -> dict[str, str]:
     from aot.frontend.input_values import parse_input_values
 
@@ -584,14 +590,21 @@ def quantize_cmd(
                                                  help="Type of the quantised activations.")] = "int8",
     input_shape: InputShapeOpt = None,
     dim: DimOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the -o file if it exists and aot quantize "
+                                        "wrote it (never the input model).")] = False,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Quantize MODEL to int8 with onnxruntime.quantization (int8 weights, MinMax calibration on the
     --calibration samples), write it to -o and print how far its outputs move from the float model's
     on those samples."""
-    from aot.quantizer import quantize
+    from aot.package.output_dir import check_output_file
+    from aot.quantizer import is_aot_quantized_model, quantize
 
+    # The input and foreign-file checks first, as quantize() makes them again when it writes.
+    check_output_file(output, [model, calibration], replaceable=is_aot_quantized_model,
+                      kind="a model aot quantize wrote")
+    _refuse_existing(output, force)
     summary = quantize(model, calibration, output, quant_format=quant_format, per_channel=not per_tensor,
                        activation_type=activation_type, input_shapes=_model_shapes(model, input_shape, None, dim),
                        progress=_progress())
@@ -768,11 +781,14 @@ def bench_cmd(
 @_report_errors
 def report_cmd(
     model: ModelArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (its folders are created).",
+                                         show_default=False)],
     input_shape: InputShapeOpt = None,
     dim: DimOpt = None,
     input_value: InputValueOpt = None,
     max_arena: MaxArenaOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the -o file if it exists and is a report "
+                                        "aot wrote.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Write one self-contained HTML page: memory plan chart, kernels with their ONNX nodes and MACs, sizes."""
@@ -783,9 +799,11 @@ def report_cmd(
     budget = _max_arena(max_arena)
     read = _files_read(model, output, True, [])
     check_output_file(output, read)  # before the analysis: a refusal costs nothing
+    _refuse_existing(output, force)
     with _progress().step("analysis and rendering"):
         page = render_report(build_report(model, _model_shapes(model, input_shape, input_value, dim),
                                                  _values(input_value), budget))
+    Path(os.path.abspath(output)).parent.mkdir(parents=True, exist_ok=True)  # as compile makes -o's parents
     write_file_atomically(output, page.encode(), inputs=read)
     print(f"wrote {printable(output)}")
 

@@ -253,3 +253,36 @@ def test_inspect_decides_support_by_domain_and_op(tmp_path: Path) -> None:
     assert "UNSUPPORTED" in row and "com.microsoft::MatMulNBits" in row
     compiled = aot("compile", str(tmp_path / "nbits.onnx"), "-o", str(tmp_path / "pkg"))
     assert_user_error(compiled, "com.microsoft::MatMulNBits")
+
+
+# 8. overwriting
+
+
+def test_report_needs_force_to_replace_its_page_and_makes_folders(tmp_path: Path) -> None:
+    page = tmp_path / "new" / "dir" / "r.html"
+    assert aot("report", str(EXAMPLE), "-o", str(page)).returncode == 0
+    first = page.read_bytes()
+    page.write_bytes(first + b"\n")
+    assert_user_error(aot("report", str(EXAMPLE), "-o", str(page)), str(page), "already exists", "--force")
+    assert page.read_bytes() == first + b"\n"
+    assert aot("report", str(EXAMPLE), "-o", str(page), "--force").returncode == 0
+    assert page.read_bytes() == first
+    (tmp_path / "notes.html").write_text("mine")
+    foreign = aot("report", str(EXAMPLE), "-o", str(tmp_path / "notes.html"), "--force")
+    assert_user_error(foreign, "not a report aot wrote")
+
+
+def test_quantize_needs_force_and_never_replaces_its_model(tmp_path: Path) -> None:
+    images = np.random.default_rng(3).standard_normal((2, 1, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", image=images)
+    out = tmp_path / "q.onnx"
+    args = ["quantize", str(EXAMPLE), "--calibration", str(tmp_path / "c.npz"), "-o", str(out)]
+    assert aot(*args).returncode == 0
+    written = out.read_bytes()
+    assert_user_error(aot(*args), str(out), "already exists", "--force")
+    assert aot(*args, "--force").returncode == 0 and out.read_bytes() == written
+    model = tmp_path / "model.onnx"
+    model.write_bytes(EXAMPLE.read_bytes())
+    refused = aot("quantize", str(model), "--calibration", str(tmp_path / "c.npz"), "-o", str(model), "--force")
+    assert_user_error(refused, "is the input")
+    assert model.read_bytes() == EXAMPLE.read_bytes()

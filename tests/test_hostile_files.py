@@ -154,8 +154,8 @@ def test_report_never_overwrites_its_model_or_a_foreign_file(user_folder: Path) 
     assert_user_error(aot_measured("report", "model.onnx", "-o", "keep.txt", cwd=user_folder)[0],
                       "not a report aot wrote")
     assert tree(user_folder) == before
-    for _ in range(2):  # and replaces its own page
-        result, _ = aot_measured("report", "model.onnx", "-o", "r.html", cwd=user_folder)
+    for force in ([], ["--force"]):  # and replaces its own page
+        result, _ = aot_measured("report", "model.onnx", "-o", "r.html", *force, cwd=user_folder)
         assert result.returncode == 0, result.stderr
     assert set(tree(user_folder)) == set(before) | {"r.html"}
 

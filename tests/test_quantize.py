@@ -128,7 +128,7 @@ def test_quantize_options_reach_the_quantiser(tmp_path: Path) -> None:
 def test_quantize_is_deterministic_and_replaces_only_its_own_file(tmp_path: Path) -> None:
     out, _ = quantize(tmp_path, "keyword_cnn")
     first = out.read_bytes()
-    quantize(tmp_path, "keyword_cnn")  # -o is a file aot quantize wrote: replaced
+    quantize(tmp_path, "keyword_cnn", "--force")  # -o is a file aot quantize wrote: replaced
     assert out.read_bytes() == first
     other = tmp_path / "notes.onnx"
     other.write_bytes(b"not mine")
