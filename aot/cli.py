@@ -65,6 +65,22 @@ class _OneLineUsageErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _plain_arguments(command)
+        return command
+
+
+def _plain_arguments(command: Any) -> None:
+    """Arguments in --help by their metavar alone (MODEL...): typer 0.29 writes the usage line's
+    {MODEL} and a Python type (<list[Path]>) after it, which tell a user nothing."""
+    for param in getattr(command, "params", []):
+        if getattr(param, "param_type_name", "") == "argument" and param.metavar:
+            param._usage_display_name = lambda metavar=param.metavar: metavar
+            param.display_type_rich = lambda ctx: None
+
+
 def _usage_error_text(error: Exception) -> str:
     """click's message, prefixed by the subcommand it is about, in aot's style: `compile: no such
     option: --bogus`. Escaped, so an option name with a newline cannot start a second line."""
@@ -87,10 +103,11 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-ModelArg = Annotated[Path, typer.Argument(help="The ONNX model file.", show_default=False)]
+ModelArg = Annotated[Path, typer.Argument(metavar="MODEL", help="The ONNX model file.", show_default=False)]
 InputShapeOpt = Annotated[
     list[str] | None,
-    typer.Option("--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable).",
+    typer.Option("--input-shape", metavar="NAME=1x3x224x224",
+                 help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable).",
                  show_default=False),
 ]
 DimOpt = Annotated[
@@ -99,14 +116,22 @@ DimOpt = Annotated[
                  help="Give a named (symbolic) dimension one size for every input that has it, e.g. "
                       "sequence=128 (repeatable); an input's own --input-shape wins.", show_default=False),
 ]
+# The long explanation of --input-value is compile's; the other commands say it in one line.
+InputValueLongOpt = Annotated[
+    list[str] | None,
+    typer.Option("--input-value", metavar="NAME=VALUE",
+                 help="Bind an input at compile time: NAME=FILE.npy, NAME=1,2,3 (a small vector) "
+                      "or NAME=16000 (a scalar), in the dtype and shape the model declares for it "
+                      "(repeatable). It becomes a constant, so the shapes it decides (Resize "
+                      "scales, Slice starts, TopK k, Pad pads...) are static, and it is no longer "
+                      "an input of the package: the C API's NAME_inputs struct has no field for it.",
+                 show_default=False),
+]
 InputValueOpt = Annotated[
     list[str] | None,
-    typer.Option("--input-value", help="Bind an input at compile time: NAME=FILE.npy, NAME=1,2,3 (a small vector) "
-                                       "or NAME=16000 (a scalar), in the dtype and shape the model declares for it "
-                                       "(repeatable). It becomes a constant, so the shapes it decides (Resize "
-                                       "scales, Slice starts, TopK k, Pad pads...) are static, and it is no longer "
-                                       "an input of the package: the C API's <name>_inputs has no field for it.",
-                 show_default=False),
+    typer.Option("--input-value", metavar="NAME=VALUE",
+                 help="Bind an input to a constant: NAME=FILE.npy, NAME=1,2,3 or NAME=16000 (repeatable; "
+                      "see aot compile --help).", show_default=False),
 ]
 # Fixed sets of values are shown as their metavar (c|llvm) but checked where they are used
 # (aot.compile, aot/pipeline.py ...), which names the option in its one-line error; test_cli_ux checks
@@ -135,10 +160,10 @@ VerifyTargetOpt = Annotated[
 ]
 WeightsFormatOpt = Annotated[str, typer.Option(
     "--weights-format", metavar="auto|c|binary",
-    help="How the package holds the weights: c (<name>_weights.c, C text), binary "
-    "(<name>_weights.bin + <name>_weights.S, assembled with .incbin) or auto (binary above 16 MiB).")]
+    help="How the package holds the weights: c (NAME_weights.c, C text), binary "
+    "(NAME_weights.bin + NAME_weights.S, assembled with .incbin) or auto (binary above 16 MiB).")]
 ParallelOpt = Annotated[bool, typer.Option(
-    "--parallel", help="Split large kernels into parallel loops for <name>_run_parallel and the package's "
+    "--parallel", help="Split large kernels into parallel loops for NAME_run_parallel and the package's "
     "thread pool (Linux targets; split kernels are also kept whole for single-thread runs, so the "
     "code grows, which is why it is off by default).")]
 ConvAlgorithmOpt = Annotated[str, typer.Option(
@@ -307,24 +332,25 @@ def _files_read(model: Path, output: Path, force: bool, targets: list[str]) -> l
 
 
 ModelsArg = Annotated[list[Path], typer.Argument(
-    help="The ONNX model file; several make one package (one header and entry points per model, one "
-         "library, weights stored once).", show_default=False)]
+    metavar="MODEL...", help="The ONNX model file; several make one package (one header and entry points per "
+         "model, one library, weights stored once).", show_default=False)]
 ModelNamesOpt = Annotated[list[str] | None, typer.Option(
-    "--name", help="Model name: prefix of every C symbol (default: the file name). With several models, "
-                   "one --name per model, in order.", show_default=False)]
+    "--name", metavar="NAME", help="Model name: prefix of every C symbol (default: the file name). With several "
+                   "models, one --name per model, in order.", show_default=False)]
 PackageNameOpt = Annotated[str | None, typer.Option(
-    "--package-name", metavar="NAME", help="With several models (or shapes): the library's name, lib<NAME>.a, and its "
-                           "header <NAME>.h, which includes the models' (default: their names joined by _; "
+    "--package-name", metavar="NAME", help="With several models (or shapes): the library's name, libNAME.a, and its "
+                           "header NAME.h, which includes the models' (default: their names joined by _; "
                            "a model's own name for its shape variants).", show_default=False)]
 SharedArenaOpt = Annotated[bool, typer.Option(
     "--shared-arena", help="With several models that never run at the same time: one arena for them all, "
-                           "of the largest model's size (<PACKAGE>_DECLARE_ARENA in the package's header).")]
+                           "of the largest model's size (PACKAGE_DECLARE_ARENA in the package's header).")]
 
 
 InputShapesOpt = Annotated[list[str] | None, typer.Option(
-    "--input-shape", help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable). Several shapes for "
+    "--input-shape", metavar="NAME=1x3x224x224",
+    help="Fix an input's shape, e.g. input=1x3x224x224 (repeatable). Several shapes for "
                           "one input compile the model at each, with one entry point per shape "
-                          "(<name>_1x3x224x224_run ...) and the weights stored once. With several "
+                          "(NAME_1x3x224x224_run ...) and the weights stored once. With several "
                           "models it applies to each model with that input.", show_default=False)]
 
 
@@ -346,10 +372,11 @@ def _compile_package(models: list[Path], names: list[str] | None, package_name: 
 @_report_errors
 def compile_cmd(
     model: ModelsArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="DIR", help="Package folder to create.",
+                                         show_default=False)],
     input_shape: InputShapesOpt = None,
     dim: DimOpt = None,
-    input_value: InputValueOpt = None,
+    input_value: InputValueLongOpt = None,
     name: ModelNamesOpt = None,
     package_name: PackageNameOpt = None,
     shared_arena: SharedArenaOpt = False,
@@ -425,11 +452,12 @@ def verify_cmd(
     inputs: Annotated[Path | None, typer.Option(
         "--inputs", metavar="FILE.npz", help=".npz of input arrays by name, or .npy for a one-input model "
         "(default: random, seeded); they also fix the model's symbolic dimensions.", show_default=False)] = None,
-    expected: Annotated[Path | None, typer.Option("--expected", help=".npz of expected outputs by name "
-                                                  "(default: run onnxruntime).", show_default=False)] = None,
-    tolerance: Annotated[float, typer.Option("--tolerance", help="Pass when max abs error <= "
+    expected: Annotated[Path | None, typer.Option(
+        "--expected", metavar="FILE.npz", help=".npz of expected outputs by name (default: run onnxruntime).",
+        show_default=False)] = None,
+    tolerance: Annotated[float, typer.Option("--tolerance", metavar="TOL", help="Pass when max abs error is at most "
                                              "tolerance * max(1, max |expected|).")] = 1e-4,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for random inputs.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed for random inputs.")] = 0,
     conv_algorithm: ConvAlgorithmOpt = "auto",
     max_arena: MaxArenaOpt = None,
     per_layer: Annotated[bool, typer.Option("--per-layer", help="Compare every node's output with "
@@ -578,7 +606,7 @@ def quantize_cmd(
         help=".npz of calibration samples: one array per model input, named by it, whose first axis counts "
              "the samples (one run each): an input of shape 1x3x32x32 takes [N, 1, 3, 32, 32].",
         show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The int8 .onnx file to write.",
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE.onnx", help="The int8 .onnx file to write.",
                                          show_default=False)],
     quant_format: Annotated[str, typer.Option(
         "--format", metavar="qdq|qoperator",
@@ -633,7 +661,8 @@ def _print_quantize_summary(s: Any) -> None:
 @_report_errors
 def build_cmd(
     model: ModelsArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Package folder to create.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="DIR", help="Package folder to create.",
+                                         show_default=False)],
     target: Annotated[str | None, typer.Option(
         "--target", metavar="NAME|FILE.toml", help="Target preset (see `aot targets`) or target .toml file "
         "(default: this machine's preset).", show_default=False)] = None,
@@ -657,8 +686,8 @@ def build_cmd(
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Compile MODEL for a target and build it there-ready: the package, its static library and
-    (for Linux targets) the runner program, cross-compiled."""
+    """Compile MODEL for a target (default: this machine) and build it with the target's toolchain:
+    the package, its static library and, for Linux targets, the runner program."""
     import tempfile
 
     from aot.package.output_dir import check_output_folder
@@ -722,8 +751,8 @@ def bench_cmd(
     inputs: Annotated[Path | None, typer.Option(
         "--inputs", metavar="FILE.npz", help="The input arrays both sides run on, as for verify "
         "(default: random, seeded).", show_default=False)] = None,
-    threads: Annotated[int, typer.Option("--threads", help="Threads for aot and onnxruntime.")] = 1,
-    rounds: Annotated[int, typer.Option("--rounds", help="Interleaved rounds of each side.")] = 15,
+    threads: Annotated[int, typer.Option("--threads", metavar="N", help="Threads for aot and onnxruntime.")] = 1,
+    rounds: Annotated[int, typer.Option("--rounds", metavar="N", help="Interleaved rounds of each side.")] = 15,
     conv_algorithm: ConvAlgorithmOpt = "auto",
     max_arena: MaxArenaOpt = None,
     target: Annotated[str | None, typer.Option(
@@ -781,7 +810,8 @@ def bench_cmd(
 @_report_errors
 def report_cmd(
     model: ModelArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (its folders are created).",
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE.html",
+                                         help="HTML file to write (its folders are created).",
                                          show_default=False)],
     input_shape: InputShapeOpt = None,
     dim: DimOpt = None,

@@ -286,3 +286,53 @@ def test_quantize_needs_force_and_never_replaces_its_model(tmp_path: Path) -> No
     refused = aot("quantize", str(model), "--calibration", str(tmp_path / "c.npz"), "-o", str(model), "--force")
     assert_user_error(refused, "is the input")
     assert model.read_bytes() == EXAMPLE.read_bytes()
+
+
+# 11. --backend llvm without --target
+
+
+def test_llvm_without_target_builds_for_this_machines_preset(tmp_path: Path) -> None:
+    from aot.targets import host_preset_name, load_target
+
+    default = aot("compile", str(EXAMPLE), "--backend", "llvm", "-o", str(tmp_path / "default"))
+    assert default.returncode == 0, default.stderr
+    preset = load_target(host_preset_name())
+    (entry,) = json.loads((tmp_path / "default" / "manifest.json").read_text())["targets"]
+    assert (entry["name"], entry["cpu"]) == (preset.name, preset.cpu)
+    assert entry["features"] == preset.features
+    assert f"LLVM object for {preset.name} " in default.stdout
+    explicit = aot("compile", str(EXAMPLE), "--backend", "llvm", "--target", preset.name, "-o", str(tmp_path / "x"))
+    assert explicit.returncode == 0, explicit.stderr
+    obj = entry["object"]
+    assert (tmp_path / "default" / obj).read_bytes() == (tmp_path / "x" / obj).read_bytes()
+
+
+# 10. --help
+
+
+def _commands() -> list[str]:
+    text = aot("--help").stdout
+    listed = text[text.index("Commands:"):].splitlines()[1:]
+    return [line.split()[0] for line in listed if line.strip()]
+
+
+def test_help_shows_no_internals_and_fits_80_columns() -> None:
+    commands = _commands()
+    assert {"compile", "build", "verify", "inspect", "report", "bench", "quantize", "targets"} <= set(commands)
+    for command in ["", *commands]:
+        result = aot(*([command] if command else []), "--help")
+        assert result.returncode == 0, result.stderr
+        for bad in ("list[", "<", "{", "there-ready"):
+            assert bad not in result.stdout, (command, bad, result.stdout)
+        assert max(map(len, result.stdout.splitlines())) <= 80, (command, result.stdout)
+
+
+def test_input_value_is_explained_once() -> None:
+    compile_help = " ".join(aot("compile", "--help").stdout.split())
+    assert "It becomes a constant, so the shapes it decides" in compile_help
+    assert "--input-value NAME=VALUE" in compile_help and "--input-shape NAME=1x3x224x224" in compile_help
+    for command in ("build", "verify", "inspect", "report", "bench"):
+        text = " ".join(aot(command, "--help").stdout.split())
+        assert "It becomes a constant" not in text, command
+        assert "--input-value NAME=VALUE Bind an input to a constant" in text and "see aot compile --help" in text
+        assert f"Usage: python -m aot {command} [OPTIONS] MODEL" in text
