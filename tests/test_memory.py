@@ -94,3 +94,17 @@ def test_arena_reaches_the_lower_bound_on_the_example() -> None:
     run_passes(graph)
     memory = plan_program(lower_graph(graph)).memory
     assert memory.arena_bytes == memory.lower_bound_bytes < memory.unshared_bytes
+
+
+def test_a_concat_of_many_graph_inputs_is_copied_by_kernels_of_at_most_64_inputs() -> None:
+    """Each copy kernel takes its inputs as restrict pointers, and gcc's time grows with the
+    square of their number: a wide Concat is split so that a package of 10,000 inputs builds."""
+    from aot.ops.layout import MAX_INPUTS_PER_KERNEL
+
+    count = 3 * MAX_INPUTS_PER_KERNEL + 5
+    feeds = {f"x{i}": rand(1, 3, seed=i) for i in range(count)}
+    model = make_model([n("Concat", list(feeds), "y", axis=0)], feeds, ["y"], {})
+    program = lowered(model)
+    assert [k.op for k in program.kernels] == ["Concat"] * 4
+    assert max(len(k.params) for k in program.kernels) <= MAX_INPUTS_PER_KERNEL + 1
+    assert_matches_onnxruntime(model, feeds)
