@@ -15,8 +15,8 @@ from aot.ops.registry import register
 # lowered as one copy kernel per band, so each band's rows die right after their own copy
 # instead of all living until the last band is done.
 BAND_ASSEMBLY = "_aot_band_assembly"
-# A Concat of more inputs is copied by several kernels of this many inputs each: gcc's time
-# grows with the square of a function's restrict pointers (1,000 inputs took 42 s to compile).
+# A Concat of more inputs is copied by several kernels of this many inputs each, since gcc's
+# time grows with the square of a function's restrict pointers (a 1,000-input Concat's build).
 MAX_INPUTS_PER_KERNEL = 64
 
 
