@@ -8,6 +8,7 @@
 # PROFILE_TARGET=x86_64-v3: that preset's code, built with its own flags (-march=x86-64-v3).
 set -euo pipefail
 model=$1; repeat=${2:-1000}; top=${3:-25}
+root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 if [ -n "${PROFILE_TARGET:-}" ]; then
@@ -33,8 +34,6 @@ PY
 runner=./$(basename "${src%.c}")_runner
 "$runner" -o . -r "$repeat" in*.npy
 perf record -q -o perf.data "$runner" -o . -r "$repeat" in*.npy >/dev/null 2>&1
-perf report -i perf.data --stdio 2>/dev/null | grep -v "^#" | grep "_k[0-9]" | head -"$top" |
-  while read -r share _ _ _ symbol; do
-    kernel=$(echo "$symbol" | sed 's/.*_\(k[0-9]*\).*/\1/')
-    echo "$share $(grep -m1 "/\* $kernel: " "$src" | sed 's/^\/\* //; s/ \*\/$//' | cut -c1-"${PROFILE_WIDTH:-110}")"
-  done
+# each kernel function's samples, as k<N> (its position in the run) with its op and ONNX nodes
+perf report -i perf.data --stdio 2>/dev/null |
+  PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" python -m benchmarks.kernel_profile . "$top" "${PROFILE_WIDTH:-110}"

@@ -153,13 +153,13 @@ def test_profile_takes_a_compiled_package_edited_by_hand(plugin: Path, tmp_path:
     source = folder / "tiny_cnn.c"
     # every run's first kernel also executes 1000 `yield`s (a no-op hint, which nothing else uses)
     text = source.read_text()
-    first = text.index("{", text.index("static void tiny_cnn_k0(")) + 1
+    first = text.index("{", text.index("static void tiny_cnn_stem_conv_relu6(")) + 1
     source.write_text(text[:first] + '\n    for (int i = 0; i < 1000; ++i) __asm__ volatile("yield");' + text[first:])
     assert main(["--package", str(folder), "--target", "rpi4", "--top", "30", "--mnemonics", "30"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("pkg: ")
     kernel = next(line for line in out.splitlines()[out.splitlines().index(next(
-        line for line in out.splitlines() if "tiny_cnn_k0" in line)) + 1:])
+        line for line in out.splitlines() if "tiny_cnn_stem_conv_relu6" in line)) + 1:])
     assert "yield" in kernel, out
     for argv in ([], [str(TINY_CNN), "--package", str(folder)]):
         with pytest.raises(SystemExit) as exit_:

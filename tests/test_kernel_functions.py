@@ -51,7 +51,7 @@ def test_arm_kernels_are_functions_of_their_own(target: str, backend: str) -> No
 def _kernel_texts(source: str) -> dict[str, str]:
     """Each kernel's parameters and body, by name."""
     return {name: text for name, text in
-            re.findall(r"^AOT_KERNEL .*?static void (tiny_cnn_k\d+)(\(.*?^\})", source, re.MULTILINE | re.DOTALL)}
+            re.findall(r"^AOT_KERNEL .*?static void (tiny_cnn_\w+)(\(.*?^\})", source, re.MULTILINE | re.DOTALL)}
 
 
 def _disassembly_by_function(library: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from aot.backends.c.kernel_printer import KernelPrinter, float_literal
 from aot.codegen.c_names import short_tensor_name, weight_member_names
+from aot.codegen.kernel_names import kernel_comment, kernel_stem, kernel_symbols
 from aot.ir.graph import Tensor
 from aot.kernel.ir import (
     INDEX,
@@ -62,10 +63,11 @@ def test_kernel_parameters_are_named_by_role(tiny_cnn: Path) -> None:
     text = (tiny_cnn / "tiny_cnn.c").read_text()
     # The stem conv: its scratch (a strided copy of the input, or its column matrix: which one
     # depends on this machine's tiles), the input, the output, bias and weights.
-    assert _signature(text, "k0") in (f"float *restrict {scratch}, const float *restrict x, float *restrict y, "
-                                      "const float *restrict bias, const float *restrict w"
-                                      for scratch in ("strided", "im2col"))
-    assert "const float *restrict residual" in _signature(text, "k2")  # the fused Add's other operand
+    assert _signature(text, "stem_conv_relu6") in (
+        f"float *restrict {scratch}, const float *restrict x, float *restrict y, "
+        "const float *restrict bias, const float *restrict w" for scratch in ("strided", "im2col"))
+    # the fused Add's other operand
+    assert "const float *restrict residual" in _signature(text, "block0_pw_conv_relu6_residual")
     assert not re.search(r"\b(in|out)[0-9]+\b", text)
 
 
@@ -73,7 +75,7 @@ def test_call_sites_pass_named_locals(tiny_cnn: Path) -> None:
     text = (tiny_cnn / "tiny_cnn.c").read_text()
     assert "    float *stem_out = (float *)(a + 0);\n" in text
     assert "    const float *image = (const float *)inputs[0];\n" in text
-    assert "tiny_cnn_k9(logits, probabilities);" in text
+    assert "tiny_cnn_softmax(logits, probabilities);" in text
     for line in text.splitlines():
         if "(a + " in line or ("inputs[0]" in line and "(const float *)" in line):
             declaration = r"    (const )?float \*\w+ = \((const )?float \*\)(\(a \+ \d+\)|inputs\[0\]);"
@@ -331,3 +333,38 @@ def test_model_source_opens_with_its_kernels(tiny_cnn: Path) -> None:
     assert text.startswith(opening) and opening.count("\n") <= 3
     for comment in comments:
         assert "\n" not in comment and len(comment) <= 100, comment
+
+
+def test_kernels_are_named_after_their_onnx_nodes(tiny_cnn: Path) -> None:
+    text = (tiny_cnn / "tiny_cnn.c").read_text()
+    functions = re.findall(r"^AOT_KERNEL .*?static void (\w+)\(", text, re.MULTILINE)
+    assert functions[:3] == ["tiny_cnn_stem_conv_relu6", "tiny_cnn_block0_dw_conv_relu6",
+                             "tiny_cnn_block0_pw_conv_relu6_residual"]
+    assert "tiny_cnn_softmax" in functions and not any(re.search(r"_k[0-9]+$", f) for f in functions)
+    # each function is introduced by one line naming its op kinds and ONNX nodes
+    assert "/* Conv+Clip <- ONNX 'stem/conv', 'stem/relu6' */\nAOT_KERNEL static void tiny_cnn_stem_conv_relu6(" in text
+
+
+def _kernel(name: str, sources: list[str], op: str = "Conv") -> Kernel:
+    return Kernel(name, [], [], sources, op)
+
+
+def test_kernel_names_are_unique_short_and_safe() -> None:
+    assert kernel_stem(["model/conv2d_5/Conv2D;model/conv2d_5/BiasAdd", "model/activation/Relu"], "Conv+Relu") == \
+        "model_conv2d_5_conv2d_relu"
+    assert len(kernel_stem(["x" * 300, "y"], "Conv")) == 48 and kernel_stem(["", ""], "Add+Relu") == "add"
+    assert kernel_stem(["run"], "Add") == "run_kernel" and kernel_stem(["int"], "Add") == "int_"
+    kernels = [_kernel("k0", ["a/b"]), _kernel("k1", ["a.b"]), _kernel("k1_0", ["a.b"]), _kernel("k1_1", ["a.b"]),
+               _kernel("k1s", ["a.b"]), _kernel("k2", ["int"]), _kernel("k3", ["a_b_1"]), _kernel("k4", ["α"])]
+    symbols = kernel_symbols("m", kernels)
+    # a kernel keeps the name of its nodes; a parallel segment named like it gives way
+    assert symbols == {"k0": "m_a_b", "k1": "m_a_b_1", "k1_0": "m_a_b_1_0", "k1_1": "m_a_b_1_1_k",
+                       "k1s": "m_a_b_1_serial", "k2": "m_int_", "k3": "m_a_b_1_1", "k4": "m_n"}, symbols
+    assert len(set(symbols.values())) == len(symbols)
+
+
+def test_kernel_comments_are_one_short_line() -> None:
+    assert kernel_comment(["stem/conv", "stem/relu6"], "Conv+Clip") == "Conv+Clip <- ONNX 'stem/conv', 'stem/relu6'"
+    many = kernel_comment([f"block{i}/conv" for i in range(30)], "Conv+Add")
+    assert len(f"/* {many} */") <= 100 and many.endswith("more") and "'block0/conv'" in many
+    assert "*/" not in kernel_comment(["*/ evil", "x" * 500], "Op") and len(kernel_comment(["x" * 500], "Op")) <= 94

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from decimal import Decimal
 
 import numpy as np
 
 from aot.backends.c.load_walks import WalkStep, load_walks
-from aot.codegen.c_names import c_comment
+from aot.codegen.kernel_names import kernel_comment
 from aot.codegen.reserved_names import MATH_UNARY_FUNCTIONS
 from aot.kernel.ir import (
     INDEX,
@@ -203,13 +204,14 @@ class KernelPrinter:
     """Prints kernels; records which helpers of runtime_c/aot_kernels.h the printed code uses
     (aot_min_float32, the vector type aot_f32x8, ...)."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, symbols: Mapping[str, str] | None = None) -> None:
         self.prefix = prefix
+        self.symbols = symbols or {}  # kernel name -> function name (aot/codegen/kernel_names.py)
         self.helpers: set[str] = set()
         self._walks = 0  # walking pointers declared in the kernel being printed (load_walks.py)
 
     def function_name(self, kernel: Kernel) -> str:
-        return f"{self.prefix}_{kernel.name}"
+        return self.symbols.get(kernel.name) or f"{self.prefix}_{kernel.name}"
 
     def signature(self, kernel: Kernel, may_alias: set[int] | frozenset[int] = frozenset()) -> str:
         params = []
@@ -226,9 +228,7 @@ class KernelPrinter:
 
     def kernel(self, kernel: Kernel, may_alias: set[int] | frozenset[int] = frozenset()) -> str:
         """`may_alias`: params that share memory with another param (printed without restrict)."""
-        origin = ", ".join(repr(s) for s in kernel.sources)
-        lines = [f"/* {kernel.name}: {c_comment(kernel.op)} <- ONNX {c_comment(origin)} */",
-                 self.signature(kernel, may_alias), "{"]
+        lines = [f"/* {kernel_comment(kernel.sources, kernel.op)} */", self.signature(kernel, may_alias), "{"]
         # Only what is read is printed: -Werror rejects unused locals and parameters (aot/kernel/unread.py).
         body = drop_unread_locals(kernel.body)
         lines += [f"    (void){p.name}; /* not read here */" for p in untouched_params(kernel.params, body)]

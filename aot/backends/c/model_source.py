@@ -15,7 +15,9 @@ from aot.backends.c.isa_check import vector_isa_check, vector_lanes, widest_vect
 from aot.backends.c.kernel_printer import KernelPrinter, c_type
 from aot.backends.run_plan import Argument, Call, RunPlan, Step
 from aot.codegen.c_names import UniqueNames, c_identifier, short_tensor_name
+from aot.codegen.kernel_names import kernel_symbols
 from aot.ir.graph import Tensor
+from aot.kernel.ir import Kernel
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT
 
 # The identifiers of the run function and of the task trampolines (templates/c/model.c.j2),
@@ -108,10 +110,15 @@ def _step_code(printer: KernelPrinter, regions: Regions, step: Step, declared: s
         "} else {", *("    " + c for c in threaded), "}"])]
 
 
+def run_kernels(run: RunPlan) -> list[Kernel]:
+    """Every kernel function of the run, in the order they are printed."""
+    return [call.kernel for step in run.steps for call in (*step.calls, *([step.serial] if step.serial else []))]
+
+
 def model_source_context(run: RunPlan) -> dict[str, Any]:
     """What templates/c/model.c.j2 needs beyond the package's shared context: the kernel
     functions, the run function's statements, the task trampolines and the vector types."""
-    printer = KernelPrinter(run.name)
+    printer = KernelPrinter(run.name, kernel_symbols(run.name, run_kernels(run)))
     kernels: list[str] = []
     calls: list[str] = []
     tasks: list[dict[str, str]] = []

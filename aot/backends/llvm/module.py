@@ -20,9 +20,11 @@ from llvmlite import ir
 
 import aot.backends.llvm.types as t
 from aot import c_api
+from aot.backends.c.model_source import run_kernels
 from aot.backends.llvm.kernel_emitter import KernelEmitter, MathLibrary, ParamInfo
 from aot.backends.llvm.target import LlvmTarget
 from aot.backends.run_plan import Argument, Call, Port, RunPlan
+from aot.codegen.kernel_names import kernel_symbols
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT
 from aot.planner.weights import WEIGHT_ALIGN
 
@@ -83,6 +85,8 @@ class ModelModule:
         self.module = ir.Module(name=run.name)
         self.module.triple = spec.triple
         self._weights: ir.GlobalVariable | None = None
+        # The kernels' function names, as the C backend's (after their ONNX nodes).
+        self._symbols = kernel_symbols(run.name, run_kernels(run))
 
     @property
     def weights_symbol(self) -> str:
@@ -118,7 +122,7 @@ class ModelModule:
 
     # -- kernel arguments --------------------------------------------------------------------
     def _emit(self, emitter: KernelEmitter, call: Call) -> ir.Function:
-        fn = emitter.emit(call.kernel, f"{self.name}_{call.kernel.name}", self._param_facts(call))
+        fn = emitter.emit(call.kernel, self._symbols[call.kernel.name], self._param_facts(call))
         self._function_attributes(fn)
         return fn
 
