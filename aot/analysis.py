@@ -16,11 +16,13 @@ def op_macs(op_type: str, inputs: Sequence[Shape | None], output: Shape | None, 
     """Multiply-accumulates of the ops that dominate compute, from their operands' shapes alone
     (also what onnxruntime's profiler reports of its nodes: benchmarks/layers.py); 0 for the rest.
     `trans_a`: Gemm's (or QGemm's) transA."""
-    if output is None:
-        return 0
-
     def shape(i: int) -> Shape | None:
         return inputs[i] if i < len(inputs) else None
+
+    if op_type in RECURRENT_OPS:
+        return _recurrent_macs(shape(0), shape(1), shape(2))
+    if output is None:
+        return 0
 
     out = element_count(output)
     if op_type in ("QLinearConv", "ConvInteger", "Conv"):  # the weights are input 3 (QLinearConv) or 1
@@ -36,9 +38,21 @@ def op_macs(op_type: str, inputs: Sequence[Shape | None], output: Shape | None, 
     return 0
 
 
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+
+
+def _recurrent_macs(x: Shape | None, w: Shape | None, r: Shape | None) -> int:
+    """Every step of every sequence multiplies its input by W and its hidden state by R, in
+    each direction: W and R hold all gates of all directions."""
+    if x is None or w is None or r is None or not x or not x[-1]:
+        return 0
+    steps = element_count(x) // x[-1]  # sequence x batch, in either layout
+    return steps * (element_count(w) + element_count(r))
+
+
 def node_macs(node: Node) -> int:
     """Multiply-accumulates of the ops that dominate compute; 0 for the rest."""
-    out = node.outputs[0] if node.outputs else None
+    out = next((t for t in node.outputs if t is not None), None)
     return op_macs(node.op_type, [t.shape if t is not None else None for t in node.inputs],
                    out.shape if out is not None else None, bool(node.attr("transA", 0)))
 
