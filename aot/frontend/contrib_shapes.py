@@ -133,12 +133,23 @@ def _gemm(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> 
     return elem, (m, n)
 
 
+def _matmul_nbits(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
+    """MatMulNBits: Y = A B with B [K, N] quantised: A's shape with its last dimension N."""
+    elem, a = _known(inputs, 0)
+    attrs = _attrs(node)
+    k, n = int(attrs.get("K", 0)), int(attrs.get("N", 0))
+    if not a or a[-1] != k:
+        raise NodeError(_where(node, label), f"A {list(a)}: its last dimension must be K={k}")
+    return elem, (*a[:-1], n)
+
+
 RULES: dict[str, Rule] = {
     "QLinearAdd": _binary, "QLinearMul": _binary,
     "QLinearSigmoid": _unary, "QLinearLeakyRelu": _unary, "QLinearSoftmax": _unary,
     "QLinearConcat": _concat,
     "QLinearGlobalAveragePool": _global_pool, "QLinearAveragePool": _average_pool,
     "QGemm": _gemm,
+    "MatMulNBits": _matmul_nbits,
 }
 
 
@@ -153,6 +164,7 @@ ATTRIBUTE_TYPES: dict[str, dict[str, int]] = {
     "QLinearAveragePool": {"auto_pad": _A.STRING, "ceil_mode": _A.INT, "channels_last": _A.INT,
                            "count_include_pad": _A.INT, "kernel_shape": _A.INTS, "pads": _A.INTS, "strides": _A.INTS},
     "QGemm": {"alpha": _A.FLOAT, "transA": _A.INT, "transB": _A.INT},
+    "MatMulNBits": {"K": _A.INT, "N": _A.INT, "bits": _A.INT, "block_size": _A.INT, "accuracy_level": _A.INT},
 }
 
 

@@ -28,4 +28,5 @@ from aot.ops.quantized import (  # noqa: F401
     qlinear_elementwise,
     qlinear_pool,
     qlinear_softmax,
+    weight_only,
 )
