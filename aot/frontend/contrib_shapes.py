@@ -16,6 +16,7 @@ import onnx
 from onnx import helper
 
 from aot.errors import ModelLoadError, NodeError
+from aot.frontend.loader import ONNXRUNTIME_DEFAULT_DOMAIN_OPS
 from aot.ir.graph import Node
 from aot.ops.attrs import spatial_padding, window_output_size, window_steps
 
@@ -62,6 +63,12 @@ def _binary(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -
 
 def _unary(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
     return _known(inputs, 0)
+
+
+def _bias_gelu(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
+    """BiasGelu: B broadcast over A."""
+    a, b = _known(inputs, 0), _known(inputs, 1)
+    return a[0], _broadcast(node, label, a[1], b[1])
 
 
 def _concat(node: onnx.NodeProto, label: str, inputs: list[StaticType | None]) -> StaticType:
@@ -150,6 +157,9 @@ RULES: dict[str, Rule] = {
     "QLinearGlobalAveragePool": _global_pool, "QLinearAveragePool": _average_pool,
     "QGemm": _gemm,
     "MatMulNBits": _matmul_nbits,
+    "FastGelu": _unary, "QuickGelu": _unary, "BiasGelu": _bias_gelu,
+    "SkipLayerNormalization": _unary, "SkipSimplifiedLayerNormalization": _unary,
+    "RotaryEmbedding": _unary, "SimplifiedLayerNormalization": _unary,
 }
 
 
@@ -165,6 +175,12 @@ ATTRIBUTE_TYPES: dict[str, dict[str, int]] = {
                            "count_include_pad": _A.INT, "kernel_shape": _A.INTS, "pads": _A.INTS, "strides": _A.INTS},
     "QGemm": {"alpha": _A.FLOAT, "transA": _A.INT, "transB": _A.INT},
     "MatMulNBits": {"K": _A.INT, "N": _A.INT, "bits": _A.INT, "block_size": _A.INT, "accuracy_level": _A.INT},
+    "QuickGelu": {"alpha": _A.FLOAT},
+    "SkipLayerNormalization": {"epsilon": _A.FLOAT},
+    "SkipSimplifiedLayerNormalization": {"epsilon": _A.FLOAT},
+    "SimplifiedLayerNormalization": {"axis": _A.INT, "epsilon": _A.FLOAT, "stash_type": _A.INT},
+    "RotaryEmbedding": {"interleaved": _A.INT, "num_heads": _A.INT, "rotary_embedding_dim": _A.INT,
+                        "is_packed_batching": _A.INT, "scale": _A.FLOAT},
 }
 
 
@@ -188,7 +204,42 @@ def static_type(type_proto: onnx.TypeProto) -> StaticType | None:
 
 
 def has_rule(node: onnx.NodeProto) -> bool:
-    return node.domain == MS_DOMAIN and node.op_type in RULES and bool(node.output) and bool(node.output[0])
+    contrib = node.domain == MS_DOMAIN or (node.domain in ("", "ai.onnx")
+                                           and node.op_type in ONNXRUNTIME_DEFAULT_DOMAIN_OPS)
+    return contrib and node.op_type in RULES and bool(node.output) and bool(node.output[0])
+
+
+def _statistics_shape(node: onnx.NodeProto, label: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The per-row statistics of a normalization: the input's shape with 1 for each normalised axis."""
+    axis = int(_attrs(node).get("axis", -1)) if node.op_type == "SimplifiedLayerNormalization" else -1
+    if not shape or not -len(shape) <= axis < len(shape):
+        raise NodeError(_where(node, label), f"axis {axis} is out of range for input shape {list(shape)}")
+    axis %= len(shape)
+    return (*shape[:axis], *(1,) * (len(shape) - axis))
+
+
+def contrib_extra_output_types(node: onnx.NodeProto, label: str, types: Mapping[str, onnx.TypeProto],
+                               source: str) -> dict[str, onnx.TypeProto]:
+    """The types of a contrib normalization's optional outputs past the first (mean, inv_std_var,
+    input_skip_bias_sum), by name, once its input's type is known; {} for other ops."""
+    skip = ((1, "stat"), (2, "stat"), (3, "sum"))
+    extra = {"SimplifiedLayerNormalization": ((1, "stat"),), "SkipLayerNormalization": skip,
+             "SkipSimplifiedLayerNormalization": skip}.get(node.op_type, ())
+    known = static_type(types[node.input[0]]) if node.input and node.input[0] in types else None
+    if known is None or not has_rule(node):
+        return {}
+    found = {}
+    for position, kind in extra:
+        if position < len(node.output) and node.output[position]:
+            if kind == "sum":
+                found[node.output[position]] = helper.make_tensor_type_proto(known[0], list(known[1]))
+            else:
+                try:
+                    stats = _statistics_shape(node, label, known[1])
+                except NodeError as e:
+                    raise ModelLoadError(f"{source}: {e}") from e
+                found[node.output[position]] = helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, list(stats))
+    return found
 
 
 def contrib_output_type(node: onnx.NodeProto, label: str, types: Mapping[str, onnx.TypeProto],

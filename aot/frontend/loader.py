@@ -23,6 +23,9 @@ MIN_OPSET = 7
 PROTOBUF_LIMIT = 2**31 - 1
 # Linux's PATH_MAX and NAME_MAX: a longer location cannot name a file.
 MAX_LOCATION_BYTES, MAX_NAME_BYTES = 4096, 255
+# onnxruntime's contrib ops that its tools write in the ai.onnx domain, where onnx's checker
+# knows no schema for them: the checker sees them as com.microsoft ops instead.
+ONNXRUNTIME_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
 _PACKED_4BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(onnx.TensorProto, n)}
 
 
@@ -55,10 +58,25 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise ModelLoadError(f"{p}: model uses opset {default_opset(model)}, newer than the {supported} this "
                              f"installation of onnx knows (pip install -U onnx)")
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_as_checked(model))
     except (onnx.checker.ValidationError, Exception) as e:  # checker raises several types
         raise ModelLoadError(f"{p}: model fails ONNX checks: {one_line(str(e)) or type(e).__name__}") from e
     return model
+
+
+def _as_checked(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model`, or where it has onnxruntime's ai.onnx-domain contrib ops, a copy with them in the
+    com.microsoft domain (whose ops the checker leaves to their runtime)."""
+    if not any(n.domain in ("", "ai.onnx") and n.op_type in ONNXRUNTIME_DEFAULT_DOMAIN_OPS for n in model.graph.node):
+        return model
+    checked = onnx.ModelProto()
+    checked.CopyFrom(model)
+    for node in checked.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in ONNXRUNTIME_DEFAULT_DOMAIN_OPS:
+            node.domain = "com.microsoft"
+    if not any(o.domain == "com.microsoft" for o in checked.opset_import):
+        checked.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    return checked
 
 
 def first_non_utf8_string(message: Message) -> tuple[str, bytes] | None:

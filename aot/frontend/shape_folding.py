@@ -32,7 +32,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from aot.errors import ModelLoadError
-from aot.frontend.contrib_shapes import contrib_output_type, has_rule
+from aot.frontend.contrib_shapes import contrib_extra_output_types, contrib_output_type, has_rule
 from aot.frontend.initializers import initializer_array
 from aot.frontend.loader import default_opset, one_line
 from aot.frontend.numpy_folds import NUMPY_FOLDS
@@ -238,6 +238,9 @@ def _size_in_order(model: onnx.ModelProto, source: str) -> bool:
         found = contrib_output_type(node, node_label(node, index), state.types, source)
         if found is not None and state.shape(name) is None:
             state.types[name] = state.learned[name] = found
+        for extra, extra_type in contrib_extra_output_types(node, node_label(node, index), state.types, source).items():
+            if state.shape(extra) is None:
+                state.types[extra] = state.learned[extra] = extra_type
     changed = _record_learned_types(model, state.learned)
     for name, vi in outputs.items():
         if name in state.learned and _static_shape(vi.type) is None:

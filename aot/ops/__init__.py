@@ -5,6 +5,7 @@ from aot.ops import (  # noqa: F401
     conv_transpose,
     einsum,
     elementwise,
+    gelu_forms,
     gemm,
     indexing,
     layout,
@@ -15,8 +16,10 @@ from aot.ops import (  # noqa: F401
     recurrent,
     reduce,
     resize,
+    rotary,
     shape_ops,
     softmax,
+    transformer_norms,
 )
 from aot.ops.quantized import (  # noqa: F401
     dynamic,
