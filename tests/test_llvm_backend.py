@@ -67,7 +67,7 @@ from aot.kernel.ir import (
 from aot.kernel.ir import binary as ir_binary
 from aot.ops import registry
 from aot.targets import load_target, preset_names
-from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
+from tests.helpers import BIT_EXACT_TARGET, assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx"
 API = ("run", "run_ptrs", "run_parallel", "run_parallel_ptrs", "info")
@@ -103,9 +103,11 @@ def assert_same_bits(ours: np.ndarray, reference: np.ndarray, what: str) -> None
 
 
 def check_model(model: onnx.ModelProto, inputs: dict[str, np.ndarray], tolerance: float = 1e-4) -> None:
-    """LLVM matches onnxruntime within tolerance and the C backend exactly."""
-    ours = assert_matches_onnxruntime(model, inputs, tolerance, backend="llvm")
-    c = run_aot(model, inputs, backend="c")
+    """LLVM (this machine's object) matches onnxruntime within tolerance, and the C backend exactly
+    where neither contracts a multiply-add (both built for BIT_EXACT_TARGET)."""
+    assert_matches_onnxruntime(model, inputs, tolerance, backend="llvm")
+    ours = run_aot(model, inputs, backend="llvm", target=BIT_EXACT_TARGET)
+    c = run_aot(model, inputs, backend="c", target=BIT_EXACT_TARGET)
     for name, value in c.items():
         assert_same_bits(ours[name], value, f"output {name!r} llvm vs c")
 

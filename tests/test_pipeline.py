@@ -14,7 +14,7 @@ from aot.compiler import load
 from aot.ir.graph import Graph
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower, lower_and_plan, plan
-from aot.targets import load_target, resolve_targets
+from aot.targets import host_preset_name, load_target, resolve_targets
 from tests.test_cli import EXAMPLE, REPO, aot
 
 SHARED_MODELS = REPO.parent / "shared" / "models"  # outside the repository: a user's clone lacks it
@@ -128,7 +128,7 @@ def test_no_target_means_any_target_and_the_llvm_backend_builds_for_the_host() -
     any_target = compile_model(EXAMPLE)
     with_objects = compile_model(EXAMPLE, backend="llvm")
     assert "target" not in any_target.manifest
-    host = load_target("host")
+    host = load_target(host_preset_name())  # the preset that fits this CPU, as the C build's -march=native
     assert (with_objects.manifest["target"], [t["name"] for t in with_objects.manifest["targets"]]) == (
         host.name, [host.name])
     # Its C sources are those of the package for any target: no target was given to either.
