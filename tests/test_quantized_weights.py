@@ -37,9 +37,9 @@ def _case(name: str):  # noqa: ANN202
                 dq("Gemm", ["x", "wd", "c"], ["g"], transB=1, alpha=0.5), dq("Relu", ["g"], ["y"])], \
             {"w": wu, "s": columns, "z": np.full(40, 128, np.uint8), "c": RNG.standard_normal(40).astype(np.float32)}, \
             40 * 64
-    if name == "matmul_per_tensor_uint8_int16":  # w - 100 spans [-100, 155]: stored as int16
+    if name == "matmul_per_tensor_uint8_int16":  # w - 100 spans [-100, 155]: MatMulNBits keeps the bytes
         return [dq("DequantizeLinear", ["w", "s", "z"], ["wd"]), dq("MatMul", ["x", "wd"], ["y"])], \
-            {"w": wu.T.copy(), "s": np.array(0.004, np.float32), "z": np.array(100, np.uint8)}, 2 * 40 * 64
+            {"w": wu.T.copy(), "s": np.array(0.004, np.float32), "z": np.array(100, np.uint8)}, 40 * 64
     assert name == "matmul_three_columns"
     return [dq("DequantizeLinear", ["w", "s"], ["wd"], axis=1), dq("MatMul", ["x", "wd"], ["y"])], \
         {"w": w8[:, :3].copy(), "s": columns[:3]}, 3 * 64

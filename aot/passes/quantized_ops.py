@@ -17,9 +17,10 @@ are compile-time constants into the integer op that means the same,
                                           has for them
 
 so the kernels read and write 8-bit values and accumulate in int32. What does not match stays
-float between its DequantizeLinear and QuantizeLinear. Last, a DequantizeLinear of a constant
-(weights feeding an op that stays float) is folded into a float constant, as the frontend
-folds any constant expression.
+float between its DequantizeLinear and QuantizeLinear. A float MatMul or Gemm over a
+DequantizeLinear of constant int4/int8 weights becomes com.microsoft MatMulNBits, which keeps
+the weights quantised. Last, a DequantizeLinear of a constant (weights feeding an op that stays
+float) is folded into a float constant, as the frontend folds any constant expression.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 
 from aot.ir.graph import Graph, Node, Tensor
 from aot.ops.quantized.tensor_params import MS_DOMAIN
+from aot.ops.quantized.weight_only_match import weight_only_node
 from aot.ops.quantized.weights import kept_quantized
 from aot.ops.registry import is_supported
 
@@ -178,8 +180,10 @@ class _Rewriter:
                 self.conv(node)
             elif node.op_type == "MatMul":
                 self.matmul(node)
+                self.weight_only(node)
             elif node.op_type == "Gemm":
                 self.gemm(node)
+                self.weight_only(node)
             elif node.op_type in PASS_THROUGH:
                 self.pass_through(node)
             elif node.op_type in QOPERATOR_UNARY or node.op_type in QOPERATOR_BINARY or node.op_type == "Concat":
@@ -249,6 +253,15 @@ class _Rewriter:
                                        bias, out.scale, self.zero_point(out)]
         attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "transA", "transB")}
         self.replace_group(node, "QGemm", inputs, out, attrs, MS_DOMAIN)
+
+    def weight_only(self, node: Node) -> None:
+        """A float product left over dequantised int4/int8 weights: MatMulNBits, which keeps them
+        quantised (aot/ops/quantized/weight_only_match.py)."""
+        if node not in self.graph.nodes:
+            return
+        new = weight_only_node(self.graph, node)
+        if new is not None:
+            self.swap(node, new)
 
     def qoperator(self, node: Node) -> None:
         """Add, Mul, Sigmoid, LeakyRelu, the average pools, Concat over dequantised operands."""

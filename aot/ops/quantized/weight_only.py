@@ -43,8 +43,8 @@ def packed_weight(node: Node) -> PackedWeight:
     bits, block = int(node.attr("bits", 4)), int(node.attr("block_size", 0))
     if bits not in BITS:
         raise fail(node, f"bits={bits}: MatMulNBits is implemented for 4 and 8 bits")
-    if block < 16 or block & (block - 1):
-        raise fail(node, f"block_size={block}: must be a power of 2 of at least 16")
+    if block < 1 or block * bits % 8:
+        raise fail(node, f"block_size={block}: must be a positive number of whole bytes of {bits}-bit values")
     if k <= 0 or n <= 0:
         raise fail(node, f"attributes K={k} and N={n} must be positive")
     if node.input(4) is not None:

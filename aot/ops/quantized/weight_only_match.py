@@ -1,0 +1,114 @@
+"""Float MatMul/Gemm over DequantizeLinear(constant int4/uint4/int8/uint8 weight) as MatMulNBits.
+
+The weight-only quantised models that onnxruntime.quantization and exporters write keep float
+activations and dequantise constant integer weights: per tensor, per output column (axis of N)
+or in blocks along K (opset 21's block_size). Folded, those weights would ship as float32; as a
+MatMulNBits node (aot/ops/quantized/weight_only.py) they stay in their bytes. Weights the float
+product's own tiles already read as int8 (aot/ops/quantized/weights.py: 8-bit, per tensor or
+per column, w - zero_point within int8) are left to it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.graph import Graph, Node, Tensor
+from aot.ops.quantized.tensor_params import MS_DOMAIN
+from aot.ops.quantized.weight_only_pack import matmul_nbits_arrays
+from aot.ops.quantized.weights import kept_quantized, quantized_weight
+
+# Integer weight types by name (int4/uint4 are ml_dtypes types): (bits, offset to unsigned codes).
+WEIGHT_CODES = {"int8": (8, 128), "uint8": (8, 0), "int4": (4, 8), "uint4": (4, 0)}
+
+
+def _weight_dequantize(b: Tensor | None) -> Node | None:
+    node = b.producer if b is not None else None
+    if node is None or node.op_type != "DequantizeLinear" or b is None or b.rank != 2:
+        return None
+    values, scale, zero = node.input(0), node.input(1), node.input(2)
+    if values is None or scale is None or values.data is None or scale.data is None or scale.dtype != np.float32:
+        return None
+    if values.dtype.name not in WEIGHT_CODES or zero is not None and zero.data is None:
+        return None
+    return node
+
+
+def _tiles_read_it(dq: Node) -> bool:
+    """Whether the float product's tiles keep these weights as int8 (aot/ops/quantized/weights.py)."""
+    if int(dq.attr("block_size", 0)) or dq.input(0).dtype.name not in ("int8", "uint8") or not kept_quantized(dq):
+        return False
+    found = quantized_weight(dq.outputs[0])
+    return found is not None and found.values.dtype == np.int8
+
+
+def _blocked(dq: Node, k_axis: int, k: int, n: int) -> tuple[int, np.ndarray, np.ndarray | None] | None:
+    """(block, scales [n_blocks, N], zero points [n_blocks, N] or None) in the weight's [K, N]
+    orientation, or None for a layout the kernel does not read (scales along K per row)."""
+    scale = dq.input(1).data
+    zero = dq.input(2).data if dq.input(2) is not None else None
+    block = int(dq.attr("block_size", 0))
+    axis = int(dq.attr("axis", 1)) % 2
+    blocks = -(-k // block) if block > 0 else 0
+    blocked_shape = (blocks, n) if k_axis == 0 else (n, blocks)
+    if block == 0 and (scale.size == 1 or axis != k_axis and scale.size == n):
+        block = k
+    elif not (block > 0 and axis == k_axis and scale.shape == blocked_shape):
+        return None
+
+    def spread(p: np.ndarray) -> np.ndarray:
+        if p.ndim < 2:
+            return np.broadcast_to(p.reshape(1, -1), (1, n))
+        return p if k_axis == 0 else p.T
+
+    return block, np.asarray(spread(scale), np.float32), None if zero is None else np.asarray(spread(zero))
+
+
+def weight_only_node(graph: Graph, node: Node) -> Node | None:
+    """The MatMulNBits that computes `node` (a MatMul, or a Gemm without transA) from its
+    dequantised weight's integers, or None where it does not apply."""
+    a, b = node.input(0), node.input(1)
+    dq = _weight_dequantize(b)
+    if a is None or a.dtype != np.float32 or a.rank < 1 or dq is None or _tiles_read_it(dq):
+        return None
+    assert b is not None
+    transposed = node.op_type == "Gemm" and bool(int(node.attr("transB", 0)))
+    k, n = (b.shape[1], b.shape[0]) if transposed else b.shape
+    if a.shape[-1] != k or node.op_type == "Gemm" and (a.rank != 2 or int(node.attr("transA", 0))):
+        return None
+    bias = _gemm_bias(graph, node, n) if node.op_type == "Gemm" else None
+    if bias is False:
+        return None
+    layout = _blocked(dq, 1 if transposed else 0, k, n)
+    if layout is None:
+        return None
+    block, scales, zero = layout
+    values = dq.input(0)
+    bits, offset = WEIGHT_CODES[values.dtype.name]
+    codes = values.data.astype(np.int32) + offset
+    codes = codes.T if transposed else codes
+    zero_codes = (zero.astype(np.int32) + offset) if zero is not None else np.full(scales.shape, offset, np.int32)
+    block += block % 2 if bits == 4 else 0  # a whole byte per block: the padding rows are never read
+    scales = scales * np.float32(node.attr("alpha", 1.0)) if node.op_type == "Gemm" else scales
+    arrays = matmul_nbits_arrays(codes.astype(np.uint8), scales.astype(np.float32),
+                                 zero_codes.astype(np.uint8), bits=bits, block=block)
+    inputs: list[Tensor | None] = [a]
+    for data, what in zip(arrays, ("codes", "scales", "zero_points")):
+        inputs.append(graph.add_constant(data, f"{values.name}_{what}") if data is not None else None)
+    inputs += [None, bias if isinstance(bias, Tensor) else None]
+    attrs = {"K": k, "N": n, "bits": bits, "block_size": block}
+    return Node("MatMulNBits", node.name, inputs, list(node.outputs), attrs, MS_DOMAIN, 1)
+
+
+def _gemm_bias(graph: Graph, node: Node, n: int) -> Tensor | None | bool:
+    """Gemm's beta * C as a bias of N values (None: no C), or False for a C that is not one."""
+    c = node.input(2)
+    beta = float(node.attr("beta", 1.0))
+    if c is None or beta == 0.0:
+        return None
+    if c.size != n or c.rank > 2 or c.rank == 2 and c.shape[0] != 1 or c.dtype != np.float32:
+        return False
+    if beta == 1.0:
+        return c
+    if c.data is None:
+        return False
+    return graph.add_constant((np.float32(beta) * c.data).reshape(n).astype(np.float32), f"{c.name}_times_beta")
