@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 from aot.ir.graph import Node, Tensor
 from aot.ir.sizes import element_count
-from aot.kernel.ir import INDEX, Assign, Declare, Expr, Stmt, binary, cast, const, unary
+from aot.kernel.ir import INDEX, Declare, Expr, Stmt, binary, cast, const, unary
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, pays
 from aot.ops.attrs import fail, normalize_axis, required_input
+from aot.ops.reduce import chained_sum
 from aot.ops.registry import register
 
 MS_DOMAIN = "com.microsoft"
@@ -44,33 +45,39 @@ class RowNorm:
     mean_out: View | None = None  # flat (outer,) views of the statistics outputs
     inv_out: View | None = None
     acc: str = "float32"  # the type the statistics are computed in
+    chains: int = 1  # independent partial sums per reduction (the target's vector lanes)
 
 
 def _norm_rows(kb: KernelBuilder, spec: RowNorm, outer: int, fill: RowFill | None = None) -> list[Stmt]:
     dt, y_dt = spec.acc, spec.src.buffer.dtype
-    count = const(float(element_count(spec.inner)), dt)
+    width = element_count(spec.inner)
+    count = const(float(width), dt)
+    # The statistics read each (contiguous) row as one run, summed in `chains` partial sums that
+    # the compilers vectorise: a single running sum is one dependent addition after another.
+    flat = View(spec.src.buffer, (outer, width), offset=spec.src.offset)
 
     def load(o: Expr, r: list[Expr]) -> Expr:
         value = spec.src.load([o, *r])
         return value if value.dtype == dt else cast(value, dt)
 
+    def load_flat(o: Expr, i: Expr) -> Expr:
+        value = flat.load([o, i])
+        return value if value.dtype == dt else cast(value, dt)
+
     def row(idx: list[Expr]) -> list[Stmt]:
         o = idx[0]
         stmts: list[Stmt] = fill(o) if fill is not None else []
-        mean, sq, inv = kb.var("mean", dt), kb.var("sq", dt), kb.var("inv", dt)
+        mean, inv = kb.var("mean", dt), kb.var("inv", dt)
         if not spec.rms:
-            total = kb.var("sum", dt)
-            stmts += [Declare(total, const(0.0, dt)),
-                      *kb.loops(spec.inner, lambda r: [Assign(total, total + load(o, r))], prefix="r"),
-                      Declare(mean, total / count)]
+            summing, total = chained_sum(kb, lambda i: load_flat(o, i), width, dt, spec.chains)
+            stmts += [*summing, Declare(mean, total / count)]
 
-        def square(r: list[Expr]) -> list[Stmt]:
-            d = kb.var("d", dt)
-            centred = load(o, r) if spec.rms else load(o, r) - mean
-            return [Declare(d, centred), Assign(sq, sq + d * d)]
+        def square(i: Expr) -> Expr:
+            d = load_flat(o, i) if spec.rms else load_flat(o, i) - mean
+            return d * d
 
-        stmts += [Declare(sq, const(0.0, dt)), *kb.loops(spec.inner, square, prefix="r"),
-                  Declare(inv, const(1.0, dt) / unary("sqrt", sq / count + const(spec.eps, dt)))]
+        squaring, sq = chained_sum(kb, square, width, dt, spec.chains)
+        stmts += [*squaring, Declare(inv, const(1.0, dt) / unary("sqrt", sq / count + const(spec.eps, dt)))]
 
         def store(r: list[Expr]) -> list[Stmt]:
             value = (load(o, r) if spec.rms else load(o, r) - mean) * inv
@@ -155,7 +162,8 @@ def lower_rms_norm(node: Node, ctx: LoweringContext) -> None:
                    y=View(kb.output(y).buffer, (outer, *inner)) if y is not None else None,
                    inner=inner, eps=float(node.attr("epsilon", 1e-5)), rms=True,
                    scale=_broadcast(node, kb, scale, inner, "scale") if y is not None else None,
-                   inv_out=_stat_view(node, kb, inv_t, outer), acc="float32" if stash == 1 else "float64")
+                   inv_out=_stat_view(node, kb, inv_t, outer), acc="float32" if stash == 1 else "float64",
+                   chains=ctx.tiles.lanes)
     _emit(ctx, kb, _norm_rows(kb, spec, outer), x.size)
 
 
@@ -205,5 +213,5 @@ def lower_skip_norm(node: Node, ctx: LoweringContext) -> None:
                    scale=View(kb.input(gamma).buffer, (hidden,)) if y is not None else None,
                    beta=View(kb.input(beta).buffer, (hidden,)) if y is not None and beta is not None else None,
                    mean_out=_stat_view(node, kb, mean_t, outer), inv_out=_stat_view(node, kb, inv_t, outer),
-                   acc=x.dtype.name)
+                   acc=x.dtype.name, chains=ctx.tiles.lanes)
     _emit(ctx, kb, _norm_rows(kb, spec, outer, fill), x.size)
