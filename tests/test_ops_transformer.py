@@ -76,6 +76,14 @@ def test_rms_normalization(shape: tuple[int, ...], axis: int | None, scale_shape
     assert_matches_onnxruntime(model, {"x": x})
 
 
+@pytest.mark.parametrize("stash_type", [1, 11])
+def test_rms_normalization_float64_statistics_in_the_stash_type(stash_type: int) -> None:
+    x = rand(8, HIDDEN, dtype=np.float64) * 2 + 0.5
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], stash_type=stash_type)
+    model = make_model([node], {"x": x}, ["y"], {"scale": rand(HIDDEN, seed=1, dtype=np.float64)}, opset=23)
+    assert_matches_onnxruntime(model, {"x": x}, tolerance=1e-6)
+
+
 @pytest.mark.parametrize("outputs", [["y"], ["y", "inv_std_var"]], ids=["y", "inv_std_var"])
 def test_simplified_layer_normalization(outputs: list[str]) -> None:
     x = hidden_states()
@@ -255,6 +263,11 @@ def decoder_block() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 def test_decoder_block_matches_onnxruntime() -> None:
     model, feeds = decoder_block()
     assert_matches_onnxruntime(model, feeds)
+
+
+def test_decoder_block_with_parallel_loops_matches_onnxruntime() -> None:
+    model, feeds = decoder_block()
+    assert_matches_onnxruntime(model, feeds, parallel=True)
 
 
 def test_inspect_lists_the_decoder_block_ops_as_supported(tmp_path: Path) -> None:
