@@ -77,7 +77,8 @@ def _plain_arguments(command: Any) -> None:
     {MODEL} and a Python type (<list[Path]>) after it, which tell a user nothing."""
     for param in getattr(command, "params", []):
         if getattr(param, "param_type_name", "") == "argument" and param.metavar:
-            param._usage_display_name = lambda metavar=param.metavar: metavar
+            shown = param.metavar + ("..." if param.nargs != 1 else "")
+            param._usage_display_name = param._rich_display_name = lambda shown=shown: shown
             param.display_type_rich = lambda ctx: None
 
 
@@ -332,7 +333,7 @@ def _files_read(model: Path, output: Path, force: bool, targets: list[str]) -> l
 
 
 ModelsArg = Annotated[list[Path], typer.Argument(
-    metavar="MODEL...", help="The ONNX model file; several make one package (one header and entry points per "
+    metavar="MODEL", help="The ONNX model file; several make one package (one header and entry points per "
          "model, one library, weights stored once).", show_default=False)]
 ModelNamesOpt = Annotated[list[str] | None, typer.Option(
     "--name", metavar="NAME", help="Model name: prefix of every C symbol (default: the file name). With several "

@@ -232,27 +232,21 @@ def test_float16_model_error_names_the_file_and_the_way_out(tmp_path: Path) -> N
 
 
 def test_inspect_decides_support_by_domain_and_op(tmp_path: Path) -> None:
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]),
-             helper.make_node("MatMulNBits", ["a", "qw", "sc"], ["b"], domain="com.microsoft", K=4, N=4, bits=4,
-                              block_size=16)]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])],
-        [numpy_helper.from_array(np.ones((4, 4), np.float32), "w"),
-         numpy_helper.from_array(np.zeros((4, 1, 8), np.uint8), "qw"),
-         numpy_helper.from_array(np.ones((4,), np.float32), "sc")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])
+    """A Relu in a custom domain is not the ONNX Relu aot compiles: inspect must say so, as compile does."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"], domain="com.example")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     model.ir_version = 8
-    onnx.save(model, tmp_path / "nbits.onnx")
-    report = json.loads(aot("inspect", str(tmp_path / "nbits.onnx"), "--json").stdout)
-    assert report["op_counts"] == {"MatMul": 1, "com.microsoft::MatMulNBits": 1}
-    assert [u["op"] for u in report["unsupported"]] == ["com.microsoft::MatMulNBits"]
-    text = aot("inspect", str(tmp_path / "nbits.onnx")).stdout
-    row = next(line for line in text.splitlines() if "MatMulNBits" in line)
-    assert "UNSUPPORTED" in row and "com.microsoft::MatMulNBits" in row
-    compiled = aot("compile", str(tmp_path / "nbits.onnx"), "-o", str(tmp_path / "pkg"))
-    assert_user_error(compiled, "com.microsoft::MatMulNBits")
+    onnx.save(model, tmp_path / "custom.onnx")
+    report = json.loads(aot("inspect", str(tmp_path / "custom.onnx"), "--json").stdout)
+    assert report["op_counts"] == {"Relu": 1, "com.example::Relu": 1}
+    assert [u["op"] for u in report["unsupported"]] == ["com.example::Relu"]
+    text = aot("inspect", str(tmp_path / "custom.onnx")).stdout
+    rows = {line.split()[0]: line for line in text.splitlines() if "Relu" in line and line.split()[0].endswith("Relu")}
+    assert "UNSUPPORTED" in rows["com.example::Relu"] and rows["Relu"].split()[-1] == "supported"
+    compiled = aot("compile", str(tmp_path / "custom.onnx"), "-o", str(tmp_path / "pkg"))
+    assert_user_error(compiled, "com.example::Relu")
 
 
 # 8. overwriting
