@@ -73,6 +73,19 @@ def test_unknown_dim_name_lists_the_models_symbolic_dims(tmp_path: Path, command
     assert_user_error(result, "--dim seq=8", "no symbolic dimension 'seq'", "batch, sequence")
 
 
+def test_dim_applies_to_each_model_of_a_package(tmp_path: Path) -> None:
+    from tests.test_cli import dynamic_model
+
+    tok, dyn = token_model(tmp_path / "tok.onnx"), dynamic_model(tmp_path / "dyn.onnx")  # dyn: x [batch, 3]
+    result = aot("compile", str(tok), str(dyn), "-o", str(tmp_path / "pkg"), "--dim", "batch=2", "--dim", "sequence=4")
+    assert result.returncode == 0, result.stderr
+    models = json.loads((tmp_path / "pkg" / "manifest.json").read_text())["models"]
+    assert {m["name"]: [i["shape"] for i in m["inputs"]] for m in models} == {"tok": [[2, 4], [2, 4]],
+                                                                             "dyn": [[2, 3]]}
+    unknown = aot("compile", str(tok), str(dyn), "-o", str(tmp_path / "p2"), "--dim", "seq=4")
+    assert_user_error(unknown, "--dim seq=4", "no model has", "tok.onnx: batch, sequence", "dyn.onnx: batch")
+
+
 def test_python_api_takes_dims(tmp_path: Path) -> None:
     import aot as api
 

@@ -236,7 +236,11 @@ def dim_shape_options(models: Sequence[str | os.PathLike[str]], shape_options: S
     known = [set(symbolic_dims(p)) for p in protos]
     for name in dims:
         if not any(name in k for k in known):
-            shapes_with_dims(protos[0], {}, {name: dims[name]}, str(models[0]))  # raises, naming the dims
+            if len(models) == 1:
+                shapes_with_dims(protos[0], {}, {name: dims[name]}, str(models[0]))  # raises, naming the dims
+            listed = "; ".join(f"{m}: {', '.join(symbolic_dims(p)) or 'none'}" for m, p in zip(models, protos))
+            raise InputShapeError(f"--dim {name}={dims[name]}: no model has a symbolic dimension {name!r} "
+                                  f"({listed})")
     options = list(shape_options)
     for model, proto, own in zip(models, protos, known):
         path = Path(model)
