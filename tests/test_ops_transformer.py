@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot.compiler import compile as compile_model
 from aot.errors import AotError, ModelLoadError, NodeError
-from tests.helpers import assert_matches_onnxruntime, make_model, rand
+from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 from tests.test_cli import aot
 
 MS = "com.microsoft"
@@ -225,6 +225,20 @@ def test_ms_rotary_embedding(case: str) -> None:
     feeds = {"x": x, "position_ids": pos}
     model = contrib_model([node], feeds, ["y"], {"cos": cos, "sin": sin})
     assert_matches_onnxruntime(model, feeds)
+
+
+def test_rotary_position_ids_outside_the_cache_are_clamped() -> None:
+    """onnxruntime refuses them at run time; aot reads the nearest cache row instead of memory
+    outside the cache."""
+    cos, sin = caches(HEAD // 2)
+    x = rand(BATCH, HEADS, SEQ, HEAD)
+    ids = position_ids()
+    ids[0, :3] = [-5, POSITIONS, 10**12]
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "position_ids"], ["y"])
+    model = make_model([node], {"x": x, "position_ids": ids}, ["y"], {"cos": cos, "sin": sin}, opset=23)
+    clamped = {"x": x, "position_ids": np.clip(ids, 0, POSITIONS - 1)}
+    ours = run_aot(model, {"x": x, "position_ids": ids})["y"]
+    np.testing.assert_allclose(ours, run_onnxruntime(model, clamped)["y"], rtol=1e-5, atol=1e-5)
 
 
 # -- a decoder block --------------------------------------------------------------------------

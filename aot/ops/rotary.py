@@ -125,7 +125,13 @@ def _views(kb: KernelBuilder, r: Rotary, x: Tensor, y: Tensor) -> tuple[View, Vi
 
 
 def _clamped(p: Expr, rows: int) -> Expr:
-    return minimum(maximum(p, const(0, INDEX)), const(rows - 1, INDEX))
+    """An int64 position as a cache row, clamped in int64 (the index type may be narrower)."""
+    return cast(minimum(maximum(p, const(0, "int64")), const(rows - 1, "int64")), INDEX)
+
+
+def _start(p: Expr, rows: int) -> Expr:
+    """A start position kept within [0, rows], so that adding the token's index cannot overflow."""
+    return minimum(maximum(p, const(0, "int64")), const(rows, "int64"))
 
 
 def _position_ids(node: Node, kb: KernelBuilder, pos: Tensor, r: Rotary, rows: int) -> Position:
@@ -136,7 +142,7 @@ def _position_ids(node: Node, kb: KernelBuilder, pos: Tensor, r: Rotary, rows: i
     if pos.size == 1 and node.domain == MS_DOMAIN:
         def start(kb: KernelBuilder, b: Expr, s: Expr) -> tuple[list[Stmt], Expr | None]:
             p = kb.var("p", INDEX)
-            return [Declare(p, _clamped(cast(view.load_flat(const(0, INDEX)), INDEX) + s, rows))], p
+            return [Declare(p, _clamped(_start(view.load_flat(const(0, INDEX)), rows) + cast(s, "int64"), rows))], p
 
         return start
     if pos.shape != (r.batch, r.seq):
@@ -144,7 +150,7 @@ def _position_ids(node: Node, kb: KernelBuilder, pos: Tensor, r: Rotary, rows: i
 
     def per_token(kb: KernelBuilder, b: Expr, s: Expr) -> tuple[list[Stmt], Expr | None]:
         p = kb.var("p", INDEX)
-        return [Declare(p, _clamped(cast(view.load([b, s]), INDEX), rows))], p
+        return [Declare(p, _clamped(view.load([b, s]), rows))], p
 
     return per_token
 
