@@ -340,6 +340,14 @@ def test_skip_layer_normalization_wrong_gamma_is_refused() -> None:
     assert "gamma" in _refusal(model)
 
 
+def test_skip_of_another_shape_is_refused() -> None:
+    x, skip = hidden_states(), rand(2, SEQ, HIDDEN)
+    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y"], name="bad_node",
+                            domain=MS)
+    model = contrib_model([node], {"x": x, "skip": skip}, ["y"], {"gamma": rand(HIDDEN)})
+    assert "skip has shape [2, 128, 256]" in _refusal(model)
+
+
 def test_fast_gelu_bias_of_the_wrong_size_is_refused() -> None:
     x = hidden_states()
     node = helper.make_node("FastGelu", ["x", "bias"], ["y"], name="bad_node", domain=MS)

@@ -184,7 +184,7 @@ def lower_skip_norm(node: Node, ctx: LoweringContext) -> None:
     for t, what in ((gamma, "gamma"), (beta, "beta"), (bias, "bias")):
         if t is not None and t.shape != (hidden,):
             raise fail(node, f"{what} has shape {list(t.shape)}; expected [{hidden}]")
-    if skip.rank > x.rank or skip.shape[-1] != hidden or skip.size == 0 or x.size % skip.size:
+    if skip.shape not in (x.shape, x.shape[1:], (1, *x.shape[1:])):
         raise fail(node, f"skip has shape {list(skip.shape)}; expected {list(x.shape)} or the same without batch")
     eps = float(node.attr("epsilon", SKIP_EPSILON))
     if eps < 0:
