@@ -26,7 +26,7 @@ POSITIONS = 256  # rows of the cos/sin caches
 
 
 def contrib_model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], outputs: list[str],
-                  initializers: dict[str, np.ndarray] | None = None, opset: int = 17,
+                  initializers: dict[str, np.ndarray] | None = None, *, opset: int = 17,
                   output_shapes: dict[str, list[int]] | None = None) -> onnx.ModelProto:
     """Inputs typed and shaped from their arrays; float outputs unsized (onnx cannot size contrib
     ops) unless `output_shapes` gives them."""

@@ -68,7 +68,7 @@ def _layout(node: Node, x: Tensor, heads: int, head_from_cache: int) -> tuple[in
     return b, s, heads, hidden // heads, False
 
 
-def _rotary(node: Node, x: Tensor, cos: Tensor, sin: Tensor, head_from_cache: int) -> Rotary:
+def _rotary(node: Node, x: Tensor, cos: Tensor, sin: Tensor, *, head_from_cache: int) -> Rotary:
     heads = int(node.attr("num_heads", 0))
     rot = int(node.attr("rotary_embedding_dim", 0))
     interleaved = int(node.attr("interleaved", 0))
@@ -88,7 +88,7 @@ def _rotary(node: Node, x: Tensor, cos: Tensor, sin: Tensor, head_from_cache: in
     return Rotary(b, s, n, d, rot, bool(interleaved), bnsd)
 
 
-def _rotate(kb: KernelBuilder, r: Rotary, x: View, y: View, caches: tuple[View, View],
+def _rotate(kb: KernelBuilder, r: Rotary, x: View, y: View, *, caches: tuple[View, View],
             position: Position) -> list[Stmt]:
     """The loop nest over the input in memory order; `x`, `y` are (batch, sequence, heads, head) views."""
     half = r.rot // 2
@@ -134,7 +134,7 @@ def _start(p: Expr, rows: int) -> Expr:
     return minimum(maximum(p, const(0, "int64")), const(rows, "int64"))
 
 
-def _position_ids(node: Node, kb: KernelBuilder, pos: Tensor, r: Rotary, rows: int) -> Position:
+def _position_ids(node: Node, kb: KernelBuilder, pos: Tensor, r: Rotary, *, rows: int) -> Position:
     """Per-token ids [batch, sequence], or (com.microsoft) one start position [1] plus the token's index."""
     if pos.dtype.name != "int64":
         raise fail(node, f"position_ids has dtype {pos.dtype}; expected int64")
@@ -159,7 +159,7 @@ def _no_ids(kb: KernelBuilder, b: Expr, s: Expr) -> tuple[list[Stmt], Expr | Non
     return [], None
 
 
-def _emit(ctx: LoweringContext, node: Node, x: Tensor, r: Rotary, cos: Tensor, sin: Tensor,
+def _emit(ctx: LoweringContext, node: Node, x: Tensor, r: Rotary, *, cos: Tensor, sin: Tensor,
           pos: Tensor | None) -> None:
     y = node.outputs[0]
     assert y is not None
@@ -174,9 +174,9 @@ def _emit(ctx: LoweringContext, node: Node, x: Tensor, r: Rotary, cos: Tensor, s
         if cos.rank != 2:
             raise fail(node, f"cos_cache has shape {list(cos.shape)}; with position_ids it must be "
                              "[positions, rotary_embedding_dim / 2]")
-        position = _position_ids(node, kb, pos, r, cos.shape[0])
+        position = _position_ids(node, kb, pos, r, rows=cos.shape[0])
     caches = (kb.input(cos), kb.input(sin))
-    body = _rotate(kb, r, xv, yv, caches, position)
+    body = _rotate(kb, r, xv, yv, caches=caches, position=position)
     # Every head of every token is rotated on its own: the outer loop may be split over threads.
     ctx.emit(kb, mark_outer(body) if pays(ctx, x.size) else body)
 
@@ -187,7 +187,7 @@ def lower_rotary_embedding(node: Node, ctx: LoweringContext) -> None:
     x, cos, sin = _float(node, 0, "X"), _float(node, 1, "cos_cache"), _float(node, 2, "sin_cache")
     if x.rank == 3 and int(node.attr("num_heads", 0)) <= 0:
         raise fail(node, "num_heads is required for a 3-D input")
-    _emit(ctx, node, x, _rotary(node, x, cos, sin, 0), cos, sin, node.input(3))
+    _emit(ctx, node, x, _rotary(node, x, cos, sin, head_from_cache=0), cos=cos, sin=sin, pos=node.input(3))
 
 
 @register("RotaryEmbedding", domain=MS_DOMAIN)
@@ -202,4 +202,4 @@ def lower_ms_rotary_embedding(node: Node, ctx: LoweringContext) -> None:
     if cos.rank != 2:
         raise fail(node, f"cos_cache has shape {list(cos.shape)}; expected [positions, rotary_embedding_dim / 2]")
     head_from_cache = 0 if int(node.attr("rotary_embedding_dim", 0)) else cos.shape[1] * 2
-    _emit(ctx, node, x, _rotary(node, x, cos, sin, head_from_cache), cos, sin, pos)
+    _emit(ctx, node, x, _rotary(node, x, cos, sin, head_from_cache=head_from_cache), cos=cos, sin=sin, pos=pos)

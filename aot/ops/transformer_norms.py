@@ -116,7 +116,7 @@ def _float_input(node: Node, index: int, what: str) -> Tensor:
     return t
 
 
-def _broadcast(node: Node, kb: KernelBuilder, t: Tensor | None, shape: Sequence[int], what: str) -> View | None:
+def _broadcast(node: Node, kb: KernelBuilder, t: Tensor | None, shape: Sequence[int], *, what: str) -> View | None:
     if t is None:
         return None
     if t.dtype.kind != "f":
@@ -161,7 +161,7 @@ def lower_rms_norm(node: Node, ctx: LoweringContext) -> None:
     spec = RowNorm(src=View(kb.input(x).buffer, (outer, *inner)),
                    y=View(kb.output(y).buffer, (outer, *inner)) if y is not None else None,
                    inner=inner, eps=float(node.attr("epsilon", 1e-5)), rms=True,
-                   scale=_broadcast(node, kb, scale, inner, "scale") if y is not None else None,
+                   scale=_broadcast(node, kb, scale, inner, what="scale") if y is not None else None,
                    inv_out=_stat_view(node, kb, inv_t, outer), acc="float32" if stash == 1 else "float64",
                    chains=ctx.tiles.lanes)
     _emit(ctx, kb, _norm_rows(kb, spec, outer), x.size)
