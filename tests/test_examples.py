@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -46,6 +47,53 @@ def test_cpp_app_compiles_its_model_through_aot_add_model(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.fullmatch(r"tiny_cnn: class \d, p=0\.\d{4}, arena \d+ bytes\n", result.stdout)
     assert (tmp_path / "tiny_cnn_aot" / "tiny_cnn.h").exists()  # the package aot_add_model compiled
+
+
+def test_cpp_app_cross_built_for_rpi4_runs_under_qemu(tmp_path: Path) -> None:
+    import shutil
+
+    import pytest
+
+    if not all(shutil.which(tool) for tool in ("cmake", "aarch64-linux-gnu-g++", "qemu-aarch64")):
+        pytest.skip("cmake, aarch64-linux-gnu-g++ or qemu-aarch64 not installed (tests/setup_env.sh installs them)")
+    result = subprocess.run(["bash", str(REPO / "examples" / "cpp_app" / "run.sh"), str(tmp_path), "rpi4"],
+                            capture_output=True, text=True, env=_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.fullmatch(r"tiny_cnn: class \d, p=0\.\d{4}, arena \d+ bytes\n", result.stdout)
+    assert (tmp_path / "cpp_app").read_bytes()[18] == 183  # ELF e_machine: EM_AARCH64
+    assert json.loads((tmp_path / "tiny_cnn_aot" / "manifest.json").read_text())["target"] == "rpi4"
+
+
+def test_cpp_app_recompiles_its_model_when_the_model_file_changes(tmp_path: Path) -> None:
+    """A copy of the example: the first build compiles the model; after new model bytes, the next
+    `cmake --build` compiles it again (new weights) and the app still runs."""
+    import shutil
+
+    import pytest
+
+    if not (shutil.which("cmake") and shutil.which("c++")):
+        pytest.skip("cmake or a C++ compiler not installed")
+    examples = tmp_path / "examples"
+    shutil.copytree(REPO / "examples" / "cpp_app", examples / "cpp_app")
+    shutil.copy(REPO / "examples" / "tiny_cnn.onnx", examples / "tiny_cnn.onnx")
+    run = ["bash", str(examples / "cpp_app" / "run.sh"), str(tmp_path / "build")]
+    first = subprocess.run(run, capture_output=True, text=True, env=_env())
+    assert first.returncode == 0, first.stdout + first.stderr
+    weights = tmp_path / "build" / "tiny_cnn_aot" / "tiny_cnn_weights.c"
+    before = weights.read_bytes()
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(examples / "tiny_cnn.onnx"))
+    first_weight = model.graph.initializer[0]
+    first_weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(first_weight) * np.float32(1.5),
+                                                  first_weight.name))
+    onnx.save(model, str(examples / "tiny_cnn.onnx"))
+    second = subprocess.run(run, capture_output=True, text=True, env=_env())
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert re.fullmatch(r"tiny_cnn: class \d, p=0\.\d{4}, arena \d+ bytes\n", second.stdout)
+    assert weights.read_bytes() != before
 
 
 def test_cpp_app_without_aot_on_path_uses_the_repository_venv_or_says_what_to_do(tmp_path: Path) -> None:
