@@ -1,6 +1,6 @@
 """On Arm and on AVX2 every kernel stays a function of its own in the built library (on Arm with
 both backends): a profiler on the board shows each kernel by name, and the compilers' loops ran
-fewer instructions than inlined into the run function (AOT_KERNEL in templates/c/model.c.j2,
+fewer instructions than inlined into the run function (AOT_KERNEL in runtime_c/aot_compiler_hints.h,
 noinline in aot/backends/llvm/module.py)."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_gcc_keeps_a_register_tile_out_of_the_stack(target: str, compiler: str, 
                                                     stack: str, tmp_path: Path) -> None:
     """gcc -O3's predictive commoning carried loads of a depthwise tile from one iteration to the
     next in registers the tile had filled: 200 stack accesses per iteration with AVX2, 267 on
-    aarch64 (AOT_KERNEL_OPTIONS in templates/c/model.c.j2 turns it off for the kernels)."""
+    aarch64 (AOT_KERNEL_OPTIONS in runtime_c/aot_compiler_hints.h turns it off for the kernels)."""
     if not (shutil.which(compiler) and shutil.which(objdump)):
         pytest.skip(f"needs {compiler} and {objdump}")
     from aot.host.build import run_make

@@ -240,5 +240,5 @@ def test_one_channel_map_takes_wide_tiles_and_finishes_them_before_interleaving(
     code = compile_package(model, target="x86_64-v3").files["test_graph.c"].decode()
     kernel = code[code.index("static void test_graph_"):]
     kernel = kernel[:kernel.index("\n}\n")]
-    assert "= phases[32 + c0];" in kernel  # the second column phase, 32 columns into the tile
+    assert "= phases[c0 + 32];" in kernel  # the second column phase, 32 columns into the tile
     assert_matches_onnxruntime(model, feeds, backend=backend, target="x86_64-v3")

@@ -368,3 +368,35 @@ def test_kernel_comments_are_one_short_line() -> None:
     many = kernel_comment([f"block{i}/conv" for i in range(30)], "Conv+Add")
     assert len(f"/* {many} */") <= 100 and many.endswith("more") and "'block0/conv'" in many
     assert "*/" not in kernel_comment(["*/ evil", "x" * 500], "Op") and len(kernel_comment(["x" * 500], "Op")) <= 94
+
+
+def test_index_constants_are_folded(tiny_cnn: Path) -> None:
+    """Index arithmetic prints as a sum of terms and one constant: no `+ -1`, no `* 1`, no
+    product of constants, no `((oy + 1) * 2 + -1)`."""
+    text = (tiny_cnn / "tiny_cnn.c").read_text()
+    assert not re.search(r"\+ -[0-9]", text)
+    assert not re.search(r"\* 1\b(?!\.)", text)
+    assert not re.search(r"\* [0-9]+ \* [0-9]+\b", text)
+    assert not re.search(r"\([a-z]\w* \+ [0-9]+\) \* [0-9]", text)
+    i, j = Var("i", INDEX), Var("j", INDEX)
+    nested = Binary("add", Binary("mul", Binary("add", Binary("mul", Binary("add", i, const(1, INDEX), INDEX),
+                                                                       const(2, INDEX), INDEX),
+                                                        const(-1, INDEX), INDEX), const(32, INDEX), INDEX),
+                    Binary("sub", j, Binary("mul", i, const(64, INDEX), INDEX), INDEX), INDEX)
+    assert KernelPrinter("m").expr(nested) == "j + 32"  # ((i + 1) * 2 - 1) * 32 + (j - i * 64)
+    assert KernelPrinter("m").expr(Binary("sub", const(3, INDEX), Binary("mul", i, j, INDEX), INDEX)) == "-(i * j) + 3"
+    assert KernelPrinter("m").expr(Binary("mul", Binary("mul", i, const(3, INDEX), INDEX), const(256, INDEX),
+                                          INDEX)) == "i * 768"
+
+
+def test_loop_indices_are_named_by_role(tiny_cnn: Path) -> None:
+    text = (tiny_cnn / "tiny_cnn.c").read_text()
+    stem = text[text.index("static void tiny_cnn_stem_conv_relu6("):]
+    stem = stem[:stem.index("\n}\n")]
+    for role in ("c", "oy", "ox"):
+        assert f"for (int32_t {role} = 0;" in stem, role
+    pool = text[text.index("static void tiny_cnn_gap("):]
+    assert "for (int32_t c = 0;" in pool[:pool.index("\n}\n")]
+    kb = KernelBuilder("Test", [], lambda t: (t, 0))
+    loops = kb.loops([2, 3], lambda idx: [], roles=["oy", "ox"]) + kb.loops([2], lambda idx: [], roles=["oy"])
+    assert [s.var.name for s in loops if isinstance(s, Loop)] == ["oy", "oy1"]

@@ -101,7 +101,7 @@ def mixed() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[str, str]]:
 def parallel_sources(c_source: str) -> set[str]:
     """The ONNX node names of kernels that have a parallel segment in a package's <name>.c."""
     names = set()
-    kernel = r"/\* \w+: [^<]*<- ONNX ([^*]*) \*/\n(?:AOT_\w+ )*static void \w+\([^)]*int32_t first"
+    kernel = r"/\* [^<]*<- ONNX ([^*]*) \*/\n(?:AOT_\w+ )*static void \w+\([^)]*int32_t first"
     for match in re.finditer(kernel, c_source):
         names |= set(re.findall(r"'([^']*)'", match.group(1)))
     return names

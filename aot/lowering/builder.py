@@ -100,6 +100,12 @@ def merge_groups(shape: Sequence[int], views: Sequence[View]) -> list[list[int]]
     return groups
 
 
+def spatial_roles(rank: int, kind: str = "o") -> list[str]:
+    """The roles of `rank` spatial loop indices of an output (`kind` "o") or input ("i"): `oy`, `ox`."""
+    axes = {1: ["x"], 2: ["y", "x"], 3: ["z", "y", "x"]}.get(rank) or [f"d{i}" for i in range(rank)]
+    return [kind + axis for axis in axes]
+
+
 class KernelBuilder:
     """Collects the buffers and fresh variable names of one kernel under construction."""
 
@@ -162,16 +168,30 @@ class KernelBuilder:
         self._taken.add(f"{prefix}{n}")
         return Var(f"{prefix}{n}", dtype)
 
+    def role_var(self, role: str, dtype: str = INDEX) -> Var:
+        """A loop index named by what it counts (`oy`, `c`, `k`), numbered only when that role
+        repeats in the kernel: `oy`, then `oy1` ..."""
+        name, n = role, 1
+        while name in self._taken:
+            name, n = f"{role}{n}", n + 1
+        self._taken.add(name)
+        return Var(name, dtype)
+
     def loops(self, extents: Sequence[int], body: Callable[[list[Expr]], list[Stmt]],
-              prefix: str = "i") -> list[Stmt]:
-        """A perfect loop nest over `extents` (outermost first); `body` gets the loop indices.
+              prefix: str = "i", roles: Sequence[str] | None = None) -> list[Stmt]:
+        """A perfect loop nest over `extents` (outermost first); `body` gets the loop indices,
+        named by `roles` (one a loop: `n`, `c`, `oy`, `ox`...) or else `prefix` and a number.
 
         Extent-1 dimensions get the constant 0 instead of a loop, and an empty extent yields
         no statements at all.
         """
         if any(int(e) == 0 for e in extents):
             return []
-        indices: list[Expr] = [self.var(prefix) if int(e) != 1 else const(0, INDEX) for e in extents]
+        names = list(roles) if roles is not None else [None] * len(extents)
+        if len(names) != len(extents):
+            raise ValueError(f"{len(names)} loop roles for {len(extents)} loops")
+        indices: list[Expr] = [const(0, INDEX) if int(e) == 1 else self.role_var(role) if role else self.var(prefix)
+                               for e, role in zip(extents, names)]
         stmts = body(indices)
         for v, extent in reversed(list(zip(indices, extents))):
             if isinstance(v, Var):

@@ -38,7 +38,7 @@ from aot.kernel.ir import (
     unary,
     vector_of,
 )
-from aot.lowering.builder import KernelBuilder, View
+from aot.lowering.builder import KernelBuilder, View, spatial_roles
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, pays, slot_blocks
 from aot.ops.attrs import fail, required_input, spatial_padding, window_output_size, window_steps
@@ -124,8 +124,8 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
     # Every output window on its own: the outermost loop may be split over threads.
     parallel = pays(ctx, y.size * _taps(kernel))
     if is_max and iv is None and all(d == 1 for d in dilations) and _taps(kernel) <= MAX_UNROLLED_TAPS:
-        stmts = kb.loops([batch, channels, *out_spatial],
-                         lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
+        stmts = kb.loops([batch, channels, *out_spatial], roles=["n", "c", *spatial_roles(len(out_spatial))],
+                         body=lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
                                                      overhang, dt))
         ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
         return
@@ -140,12 +140,12 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
                                        ctx.tiles.lanes)
             return [*stmts, out.store(idx, total / const(float(_taps(kernel)), dt))]
 
-        ctx.emit(kb, kb.loops([batch, channels], whole))
+        ctx.emit(kb, kb.loops([batch, channels], whole, roles=["n", "c"]))
         return
 
     windows = _Windows(kb, xv, yv, iv, indices.dtype.name if indices is not None else "", x.shape, kernel, strides,
                        dilations, pad_begin, pad_end, overhang, is_max, column_major, include_pad, dt)
-    stmts = kb.loops([batch, channels, *out_spatial], windows.body)
+    stmts = kb.loops([batch, channels, *out_spatial], windows.body, roles=["n", "c", *spatial_roles(len(out_spatial))])
     ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
 
 
@@ -521,4 +521,4 @@ def lower_global_pool(node: Node, ctx: LoweringContext) -> None:
             return [*stmts, yv.store([n, c], total / const(float(plane), dt))]
         return [Declare(acc, init), *kb.loops([plane], step, prefix="r"), yv.store([n, c], result)]
 
-    ctx.emit(kb, kb.loops([batch, channels], body))
+    ctx.emit(kb, kb.loops([batch, channels], body, roles=["n", "c"]))

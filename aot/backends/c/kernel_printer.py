@@ -439,6 +439,41 @@ class KernelPrinter:
         return name.upper()
 
     def _binary(self, e: Binary) -> Printed:
+        if e.dtype == INDEX and e.op in ("add", "sub", "mul"):
+            return self._index_sum(e)
+        return self._plain_binary(e)
+
+    def _index_sum(self, e: Binary) -> Printed:
+        """Integer index arithmetic with its constants folded: `((oy + 1) * 2 + -1) * 32` prints as
+        `oy * 64 + 32`: a sum of terms in the order they first appear, then the constant."""
+        terms: dict[Expr, int] = {}
+        constant = _index_terms(e, 1, terms)
+        printed: Printed | None = None
+        for atom, coefficient in terms.items():
+            if coefficient == 0:
+                continue
+            term = self._index_atom(atom)
+            if abs(coefficient) != 1:
+                term = infix("mul", term, (int_literal(abs(coefficient), INDEX), PRIMARY))
+            if printed is None:
+                printed = unary_prefix("-", term) if coefficient < 0 else term
+            else:
+                printed = infix("sub" if coefficient < 0 else "add", printed, term)
+        if printed is None:
+            text = int_literal(constant, INDEX)
+            return text, literal_level(text)
+        if constant:
+            printed = infix("sub" if constant < 0 else "add", printed, (str(abs(constant)), PRIMARY))
+        return printed
+
+    def _index_atom(self, atom: Expr) -> Printed:
+        """A term of a folded index sum: a product of two variables prints as it is (its operands
+        folded), anything else as itself."""
+        if isinstance(atom, Binary) and atom.op in ("add", "sub", "mul"):
+            return infix(atom.op, self._printed(atom.a), self._printed(atom.b))
+        return self._printed(atom)
+
+    def _plain_binary(self, e: Binary) -> Printed:
         operand_dtype = e.a.dtype
         if e.op in ("min", "max"):
             helper = f"aot_{e.op}_{operand_dtype}"
@@ -482,6 +517,24 @@ class KernelPrinter:
             zero = ("0", PRIMARY)
             return infix("sub", infix("gt", a, zero), infix("lt", a, zero))
         raise TypeError(f"cannot print unary {e.op}")
+
+
+def _index_terms(e: Expr, coefficient: int, terms: dict[Expr, int]) -> int:
+    """Adds `coefficient * e` to `terms` (term -> its coefficient, in first-appearance order) as
+    far as `e` is a sum of constant multiples; returns its constant part. Exact: integer
+    arithmetic is a ring, and the index values of a kernel fit int32 in any order of summing."""
+    if isinstance(e, Const) and e.dtype == INDEX:
+        return coefficient * int(e.value)
+    if isinstance(e, Binary) and e.dtype == INDEX and e.op in ("add", "sub"):
+        sign = 1 if e.op == "add" else -1
+        return _index_terms(e.a, coefficient, terms) + _index_terms(e.b, sign * coefficient, terms)
+    if isinstance(e, Binary) and e.dtype == INDEX and e.op == "mul":
+        if isinstance(e.b, Const):
+            return _index_terms(e.a, coefficient * int(e.b.value), terms)
+        if isinstance(e.a, Const):
+            return _index_terms(e.b, coefficient * int(e.a.value), terms)
+    terms[e] = terms.get(e, 0) + coefficient
+    return 0
 
 
 __all__ = ["KernelPrinter", "c_type", "float_literal", "int_literal", "Buffer"]

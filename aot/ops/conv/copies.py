@@ -52,10 +52,10 @@ def padded_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, 
                                   prefix="z")
             return left_cols + right_cols
 
-        return (zeros(0, top, 0, width) + kb.loops([in_h], edges, prefix="r")
-                + kb.loops([in_h, in_w], interior, prefix="r") + zeros(top + in_h, bottom, 0, width))
+        return (zeros(0, top, 0, width) + kb.loops([in_h], edges, roles=["iy"])
+                + kb.loops([in_h, in_w], interior, roles=["iy", "ix"]) + zeros(top + in_h, bottom, 0, width))
 
-    return kb.loops([batch, channels], plane), dst, height, width
+    return kb.loops([batch, channels], plane, roles=["n", "c"]), dst, height, width
 
 
 
@@ -185,7 +185,7 @@ def im2col(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw
     cols = kb.output(scratch_tensor(ctx, node, (batch, rows, out_h * out_w), x.dtype, "im2col"))
     src = View(kb.input(x).buffer, (batch, channels, in_h, in_w))
     zero = const(0.0, x.dtype.name)
-    stmts = kb.loops([cols.shape[0] * rows * out_h * out_w], lambda i: [Store(cols.buffer, i[0], zero)], prefix="z")
+    stmts = kb.loops([cols.shape[0] * rows * out_h * out_w], lambda i: [Store(cols.buffer, i[0], zero)], roles=["i"])
     for kh in range(k_h):
         h_lo, h_hi = valid_range(out_h, in_h, strides[0], kh * dilations[0] - pad_begin[0])
         for kw in range(k_w):
@@ -200,7 +200,7 @@ def im2col(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw
                                   ow * strides[1] + (kw * dilations[1] - pad_begin[1])])
                 return [cols.store([n, (c * k_h + kh) * k_w + kw, oh * out_w + ow], value)]
 
-            stmts += kb.loops([batch, channels, h_hi - h_lo, w_hi - w_lo], copy, prefix="s")
+            stmts += kb.loops([batch, channels, h_hi - h_lo, w_hi - w_lo], copy, roles=["n", "c", "oy", "ox"])
     return stmts, cols.buffer, rows
 
 
