@@ -166,3 +166,18 @@ def test_matmul_nbits_act_order_is_refused() -> None:
     model.graph.node[0].input.extend(["", "g_idx"])
     with pytest.raises(AotError, match=r"'proj'.*g_idx"):
         compile_model(model)
+
+
+@pytest.mark.parametrize("m", [1, 9])
+@pytest.mark.parametrize(("dtype", "layout"), [("int4", "column"), ("uint4", "blocked"), ("uint8", "blocked")])
+def test_odd_k_and_prompt_rows_match_onnxruntime(m: int, dtype: str, layout: str) -> None:
+    """K = 77: a last 4-bit code alone in its byte and a short last block; 9 rows take the panels."""
+    model, inputs = _dq_model(dtype, layout, k=77, n=37, m=m)
+    np.testing.assert_allclose(run_aot(model, inputs)["y"], _unoptimised_onnxruntime(model, inputs),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k", [75, 200])
+def test_matmul_nbits_odd_k_prompt(k: int) -> None:
+    model = _nbits_model((1, 9, k), 33, bits=4, block=16, zero=True, bias=True)
+    assert_matches_onnxruntime(model, {"a": RNG.standard_normal((1, 9, k)).astype(np.float32)})

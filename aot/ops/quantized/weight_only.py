@@ -5,27 +5,40 @@ u, scales s and zero points z as aot/ops/quantized/weight_only_pack.py packs the
 passes turn a DequantizeLinear of constant int4/int8 weights read by MatMul or Gemm into this op
 too (aot/passes/quantized_ops.py), so both keep their quantised bytes.
 
-The kernel is matmul_rows' row-blocked product (aot/ops/contraction/row_updates.py) with each
-weight loaded as a byte, its nibble taken, converted and scaled in the innermost loop along N:
-the codes are read in order, once per block of rows (once in all for a decode step's single row).
+The codes, scales and zero points are stored as column panels of the register tiles' width
+(aot/ops/gemm.py's pack_column_panels). For each panel the kernel dequantises its K rows into a
+float scratch panel (a loop along the panel's contiguous columns: load bytes, take the nibble,
+convert, subtract, scale), then runs Gemm's register tiles over it for every row of A: the
+quantised weights are read once whatever the number of rows, and a prompt's many rows share
+one dequantisation.
 accuracy_level is ignored: the products are float32, as at level 0.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
-from aot.kernel.ir import INDEX, Expr, Load, binary, cast, const
-from aot.lowering.builder import View
+from aot.kernel.ir import INDEX, Buffer, Declare, Expr, Load, Loop, Stmt, Store, Var, binary, cast, const
+from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.ops.attrs import fail, required_input
-from aot.ops.contraction.row_updates import matmul_rows
+from aot.ops.contraction.register_tiles import Reduction, register_tile
+from aot.ops.contraction.row_updates import blocks
+from aot.ops.gemm import pack_column_panels, packed_tile_shape
 from aot.ops.quantized.tensor_params import MS_DOMAIN
 from aot.ops.quantized.weight_only_pack import PackedWeight, from_matmul_nbits
 from aot.ops.registry import register
+from aot.ops.scratch import scratch_tensor
 
 BITS = (4, 8)
+# Up to this many rows of A (a decode step's one) take the streaming kernel, more the panels.
+FEW_ROWS = 4
+# Rows of K summed per pass over a row of Y in the streaming kernel (even: whole bytes of 4 bits).
+STEPS = 8
 
 
 def _constant(node: Node, index: int, what: str) -> np.ndarray | None:
@@ -87,36 +100,158 @@ def lower_matmul_nbits(node: Node, ctx: LoweringContext) -> None:
     _emit(node, ctx, a, weight, bias, m)
 
 
+@dataclass(frozen=True)
+class _Panels:
+    """The packed weight's buffers in the kernel, each a run of column panels (pack_column_panels:
+    panel j0 of width w starts at j0 * rows and holds [rows][w]), and the float scratch panel."""
+
+    weight: PackedWeight
+    codes: Buffer
+    scales: Buffer
+    zero: Buffer | None
+    scratch: Buffer
+
+
 def _emit(node: Node, ctx: LoweringContext, a: Tensor, weight: PackedWeight, bias: Tensor | None, m: int) -> None:
     kb = ctx.builder(node)
     final, epilogue = ctx.epilogue(node, kb)
-    n, block = weight.n, weight.block
-    av = View(kb.input(a).buffer, (m, weight.k))
+    n, k = weight.n, weight.k
+    av = View(kb.input(a).buffer, (m, k))
     yv = View(kb.output(final).buffer, (m, n))
+    rows, cols = packed_tile_shape(node, ctx, m, n, (k, n)) if m > FEW_ROWS else (m, n)
+
+    def stored(data: np.ndarray, what: str) -> Buffer:
+        return kb.input(ctx.constant(pack_column_panels(data, cols), f"{node.name}_{what}")).buffer
+
+    bias_view = View(kb.input(bias).buffer, (n,)) if bias is not None else None
+    out_rows = final.shape[:-1]
+
+    def finish(value: Expr, i: Expr, j: Expr) -> Expr:
+        result = value + bias_view.load([j]) if bias_view is not None else value
+        return epilogue.apply(result, [*_unflatten(i, out_rows), j])
+
+    probe = Var("probe", "float32")
+    needs_finish = finish(probe, const(0, INDEX), const(0, INDEX)) is not probe
+    if m <= FEW_ROWS:
+        ctx.emit(kb, _few_rows(kb, ctx, node, weight, av, yv, finish if needs_finish else None))
+        return
+
+    zero = stored(weight.zero, "zero_points") if isinstance(weight.zero, np.ndarray) else None
+    scratch = kb.output(scratch_tensor(ctx, node, (k * cols,), np.float32, "weights")).buffer
+    panels = _Panels(weight, stored(weight.codes, "codes"), stored(weight.scales, "scales"), zero, scratch)
+
+    def column_block(j0: Expr, width: int) -> list[Stmt]:
+        def row_block(i0: Expr, count: int) -> list[Stmt]:
+            def tail(i: int, j: Expr, value: Expr) -> Expr:
+                return finish(value, i0 + i, j0 + j)
+            return register_tile(kb, "float32", ctx.tiles.lanes, count, width, Reduction((k,)),
+                                 a_at=lambda i, kk: av.load([i0 + i, kk[0]]),
+                                 b_base=lambda kk: (scratch, kk[0] * width), init=[const(0.0, "float32")] * count,
+                                 out=yv.buffer, out_at=lambda i, j: yv.index([i0 + i, j0]) + j,
+                                 finish=tail if needs_finish else None)
+        return _dequantize_panel(kb, panels, j0, width) + blocks(kb, m, rows, row_block, "i")
+
+    ctx.emit(kb, blocks(kb, n, cols, column_block, "j"))
+
+
+def _dequantize_panel(kb: KernelBuilder, panels: _Panels, j0: Expr, width: int) -> list[Stmt]:
+    """scratch[r][j] = (u[r][j0 + j] - z) * s for the panel's K rows, block by block: the inner
+    loop runs along the panel's contiguous columns (vector loads, converts, multiplies)."""
+    weight = panels.weight
+    code_rows = weight.codes.shape[0]
+
+    def block(k0: Expr, count: int) -> list[Stmt]:
+        b = binary("div", k0, const(weight.block, INDEX))
+        j = kb.var("c")
+        s = Load(panels.scales, j0 * weight.blocks + b * width + j)
+        z: Expr = const(float(weight.zero), "float32") if panels.zero is None else \
+            as_float(Load(panels.zero, j0 * weight.blocks + b * width + j))
+        body: list[Stmt] = []
+        if weight.bits == 8:
+            r = kb.var("r")
+            code = as_float(Load(panels.codes, j0 * code_rows + (k0 + r) * width + j))
+            store = Store(panels.scratch, (k0 + r) * width + j, (code - z) * s)
+            return [Loop(r, count, [Loop(j, width, [store])])]
+        pair = kb.var("r")
+        byte = Load(panels.codes, j0 * code_rows + (binary("div", k0, const(2, INDEX)) + pair) * width + j)
+        for half in (0, 1):
+            nibble = binary("bitand", binary("shr", byte, const(4 * half, "uint8")), const(15, "uint8"))
+            row = k0 + pair * 2 + half
+            body.append(Store(panels.scratch, row * width + j, (as_float(nibble) - z) * s))
+        stmts: list[Stmt] = [Loop(pair, count // 2, [Loop(j, width, body)])] if count // 2 else []
+        if count % 2:  # an odd K's last row: the low nibble of its byte
+            last = kb.var("c")
+            one = Load(panels.codes, j0 * code_rows + (binary("div", k0, const(2, INDEX)) + count // 2) * width + last)
+            nibble = binary("bitand", one, const(15, "uint8"))
+            z_last = z if panels.zero is None else as_float(Load(panels.zero, j0 * weight.blocks + b * width + last))
+            s_last = Load(panels.scales, j0 * weight.blocks + b * width + last)
+            stmts.append(Loop(last, width, [Store(panels.scratch, (k0 + count - 1) * width + last,
+                                                  (as_float(nibble) - z_last) * s_last)]))
+        return stmts
+
+    return blocks(kb, weight.k, weight.block, block, "kb")
+
+
+def _few_rows(kb: KernelBuilder, ctx: LoweringContext, node: Node, weight: PackedWeight, av: View, yv: View,
+              finish: Callable[[Expr, Expr, Expr], Expr] | None) -> list[Stmt]:
+    """A decode step's product (a few rows of A): the codes [K][N] streamed once, row after row,
+    each group of STEPS rows of one block summed as s * (sum_t a_t u_t - z sum_t a_t) into Y's
+    rows along N, so that a weight costs a load, a convert and a multiply-add."""
+    n, m = weight.n, av.shape[0]
     codes = kb.input(ctx.constant(weight.codes, f"{node.name}_codes")).buffer
     scales = kb.input(ctx.constant(weight.scales, f"{node.name}_scales")).buffer
     zero = kb.input(ctx.constant(weight.zero, f"{node.name}_zero_points")).buffer \
         if isinstance(weight.zero, np.ndarray) else None
-    bias_view = View(kb.input(bias).buffer, (n,)) if bias is not None else None
-    rows = final.shape[:-1]
+    j = kb.var("j")
+    stmts: list[Stmt] = [Loop(j, n, [yv.store([const(i, INDEX), j], const(0.0, "float32")) for i in range(m)])]
 
-    def b_at(r: Expr, j: Expr) -> Expr:
-        if weight.bits == 8:
-            code = cast(Load(codes, r * n + j), "float32")
-        else:
-            byte = Load(codes, binary("div", r, const(2, INDEX)) * n + j)
-            shift = cast(binary("mod", r, const(2, INDEX)) * 4, "uint8")
-            code = cast(binary("bitand", binary("shr", byte, shift), const(15, "uint8")), "float32")
-        at = binary("div", r, const(block, INDEX)) * n + j if weight.blocks > 1 else j
-        z = Load(zero, at) if zero is not None else const(float(weight.zero), "float32")
-        return (code - (cast(z, "float32") if z.dtype != "float32" else z)) * Load(scales, at)
+    def group(k0: Expr, count: int, b: Expr) -> list[Stmt]:
+        a = [[kb.var("a", "float32") for _ in range(count)] for _ in range(m)]
+        total = [kb.var("asum", "float32") for _ in range(m)]
+        decls: list[Stmt] = [Declare(a[i][t], av.load([const(i, INDEX), k0 + t]))
+                             for i in range(m) for t in range(count)]
+        for i in range(m):
+            summed: Expr = a[i][0]
+            for t in range(1, count):
+                summed = summed + a[i][t]
+            decls.append(Declare(total[i], summed))
+        p = kb.var("p")
+        at = b * n + p
+        s = kb.var("s", "float32")
+        z = const(float(weight.zero), "float32") if zero is None else as_float(Load(zero, at))
+        body: list[Stmt] = [Declare(s, Load(scales, at))]
+        u = [_code(codes, weight, k0, t, n, p) for t in range(count)]
+        for i in range(m):
+            dot: Expr = a[i][0] * u[0]
+            for t in range(1, count):
+                dot = dot + a[i][t] * u[t]
+            y = yv.index([const(i, INDEX), p])
+            body.append(Store(yv.buffer, y, Load(yv.buffer, y) + s * (dot - z * total[i])))
+        return [*decls, Loop(p, n, body)]
 
-    def finish(value: Expr, i: Expr, j: Expr) -> Expr:
-        result = value + bias_view.load([j]) if bias_view is not None else value
-        return epilogue.apply(result, [*_unflatten(i, rows), j])
+    def block(k0: Expr, count: int) -> list[Stmt]:
+        b = binary("div", k0, const(weight.block, INDEX))
+        return blocks(kb, count, STEPS, lambda c0, steps: group(k0 + c0, steps, b), "t")
 
-    ctx.emit(kb, matmul_rows(kb, yv.buffer, "float32", m, n, weight.k, a_at=lambda i, r: av.load([i, r]),
-                             b_at=b_at, y_at=lambda i, j: yv.index([i, j]), finish=finish))
+    stmts += blocks(kb, weight.k, weight.block, block, "kb")
+    if finish is not None:
+        q = kb.var("q")
+        stmts.append(Loop(q, n, [Store(yv.buffer, yv.index([const(i, INDEX), q]),
+                                       finish(yv.load([const(i, INDEX), q]), const(i, INDEX), q)) for i in range(m)]))
+    return stmts
+
+
+def _code(codes: Buffer, weight: PackedWeight, k0: Expr, t: int, n: int, p: Expr) -> Expr:
+    """Code u[k0 + t][p] as float; k0 is even (blocks and groups hold whole bytes of 4-bit codes)."""
+    if weight.bits == 8:
+        return as_float(Load(codes, (k0 + t) * n + p))
+    byte = Load(codes, (binary("div", k0, const(2, INDEX)) + t // 2) * n + p)
+    shifted = binary("shr", byte, const(4, "uint8")) if t % 2 else binary("bitand", byte, const(15, "uint8"))
+    return as_float(shifted)
+
+
+def as_float(value: Expr) -> Expr:
+    return value if value.dtype == "float32" else cast(value, "float32")
 
 
 def _unflatten(i: Expr, dims: tuple[int, ...]) -> list[Expr]:

@@ -3,9 +3,9 @@
 The weight-only quantised models that onnxruntime.quantization and exporters write keep float
 activations and dequantise constant integer weights: per tensor, per output column (axis of N)
 or in blocks along K (opset 21's block_size). Folded, those weights would ship as float32; as a
-MatMulNBits node (aot/ops/quantized/weight_only.py) they stay in their bytes. Weights the float
-product's own tiles already read as int8 (aot/ops/quantized/weights.py: 8-bit, per tensor or
-per column, w - zero_point within int8) are left to it.
+MatMulNBits node (aot/ops/quantized/weight_only.py) they stay in their bytes. What this does
+not match (a Gemm with transA, a C per element) may still read 8-bit weights in the float
+product's own tiles (aot/ops/quantized/weights.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import numpy as np
 from aot.ir.graph import Graph, Node, Tensor
 from aot.ops.quantized.tensor_params import MS_DOMAIN
 from aot.ops.quantized.weight_only_pack import matmul_nbits_arrays
-from aot.ops.quantized.weights import kept_quantized, quantized_weight
 
 # Integer weight types by name (int4/uint4 are ml_dtypes types): (bits, offset to unsigned codes).
 WEIGHT_CODES = {"int8": (8, 128), "uint8": (8, 0), "int4": (4, 8), "uint4": (4, 0)}
@@ -31,14 +30,6 @@ def _weight_dequantize(b: Tensor | None) -> Node | None:
     if values.dtype.name not in WEIGHT_CODES or zero is not None and zero.data is None:
         return None
     return node
-
-
-def _tiles_read_it(dq: Node) -> bool:
-    """Whether the float product's tiles keep these weights as int8 (aot/ops/quantized/weights.py)."""
-    if int(dq.attr("block_size", 0)) or dq.input(0).dtype.name not in ("int8", "uint8") or not kept_quantized(dq):
-        return False
-    found = quantized_weight(dq.outputs[0])
-    return found is not None and found.values.dtype == np.int8
 
 
 def _blocked(dq: Node, k_axis: int, k: int, n: int) -> tuple[int, np.ndarray, np.ndarray | None] | None:
@@ -68,7 +59,7 @@ def weight_only_node(graph: Graph, node: Node) -> Node | None:
     dequantised weight's integers, or None where it does not apply."""
     a, b = node.input(0), node.input(1)
     dq = _weight_dequantize(b)
-    if a is None or a.dtype != np.float32 or a.rank < 1 or dq is None or _tiles_read_it(dq):
+    if a is None or a.dtype != np.float32 or a.rank < 1 or dq is None:
         return None
     assert b is not None
     transposed = node.op_type == "Gemm" and bool(int(node.attr("transB", 0)))
