@@ -131,6 +131,10 @@ class LoweringContext:
         """The tensor that owns the storage `tensor` lives in."""
         return self.resolve(tensor)[0]
 
+    def aliased_tensors(self) -> list[Tensor]:
+        """Every tensor living in another's storage so far (views, Concat parts)."""
+        return list(self._alias)
+
     # -- kernels ---------------------------------------------------------------------------
     def builder(self, node: Node | None, op: str | None = None, sources: list[str] | None = None) -> KernelBuilder:
         chain = self.fusion.chain(node) if node is not None else []

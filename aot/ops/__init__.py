@@ -17,6 +17,7 @@ from aot.ops import (  # noqa: F401
     reduce,
     resize,
     rotary,
+    scatter,
     shape_ops,
     softmax,
     transformer_norms,
