@@ -160,6 +160,22 @@ def test_tensor_scatter_without_write_indices_negative_axis() -> None:
     assert_matches_reference(model, feeds)
 
 
+def test_out_of_range_runtime_indices_are_clamped() -> None:
+    """onnxruntime refuses out-of-range indices at run time; aot clamps them like Gather."""
+    data, updates = rand(4, 3, seed=1), rand(2, 3, seed=2)
+    indices = np.array([[100], [-100]], dtype=np.int64)
+    model, feeds = scatter("ScatterND", {"data": data, "indices": indices, "updates": updates}, {})
+    expected = data.copy()
+    expected[3], expected[0] = updates[0], updates[1]
+    np.testing.assert_array_equal(run_aot(model, feeds)["y"], expected)
+    model, feeds = scatter("ScatterElements", {"data": data, "indices": indices, "updates": updates[:, :1]}, {},
+                           axis=0, reduction="add")
+    expected = data.copy()
+    expected[3, 0] += updates[0, 0]
+    expected[0, 0] += updates[1, 0]
+    np.testing.assert_allclose(run_aot(model, feeds)["y"], expected, rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # In place: a scatter into an intermediate nobody reads afterwards writes only the updates
 
@@ -183,13 +199,13 @@ def in_place_model(op: str, readers_after: bool) -> tuple[onnx.ModelProto, dict[
                                                                                           **extra}
 
 
-def scatter_kernel_params(model: onnx.ModelProto) -> list[int]:
+def scatter_kernel_params(model: onnx.ModelProto, name: str = "scatter") -> list[int]:
     from aot.compiler import load
 
     graph, _ = load(model)
     run_passes(graph)
     program = lower_graph(graph)
-    kernel = next(k for k, node in zip(program.kernels, program.nodes) if node is not None and node.name == "scatter")
+    kernel = next(k for k, node in zip(program.kernels, program.nodes) if node is not None and node.name == name)
     return sorted(b.size for b in kernel.params)
 
 
@@ -256,3 +272,22 @@ def raw_model(op: str, inputs: dict[str, list[int]], opset: int = 18, **attrs: o
 def test_bad_input_names_the_node(op: str, inputs: dict[str, list[int]], attrs: dict[str, object], says: str) -> None:
     message = lowering_error(raw_model(op, inputs, opset=24 if op == "TensorScatter" else 18, **attrs))
     assert "'bad'" in message and says in message, message
+
+
+@pytest.mark.parametrize("early", ["ReduceMax", "Sin"])
+def test_in_place_after_an_earlier_reader(early: str) -> None:
+    """data is read by a node before the scatter: a ReduceMax runs before it, so the scatter may
+    write into data (the scheduler keeps the ReduceMax first); a Sin fuses into the final Add and
+    runs after it, so the first scatter copies data. The second scatter writes into the first's
+    output, which nothing else reads."""
+    x, new = rand(2, 8, seed=1), rand(1, 8, seed=2)
+    indices = np.array([[-2]], dtype=np.int64)
+    nodes = [helper.make_node("Mul", ["x", "x"], ["data"], name="mul"),
+             helper.make_node(early, ["data"], ["z"], name="early"),
+             helper.make_node("ScatterND", ["data", "indices", "new"], ["s"], name="scatter"),
+             helper.make_node("ScatterND", ["s", "indices", "new"], ["s2"], name="again", reduction="mul"),
+             helper.make_node("Add", ["s2", "z"], ["y"], name="add")]
+    model = make_model(nodes, {"x": x, "new": new, "indices": indices}, ["y"], opset=18)
+    assert scatter_kernel_params(model).count(16) == (1 if early == "ReduceMax" else 2)
+    assert scatter_kernel_params(model, "again").count(16) == 1
+    assert_matches_onnxruntime(model, {"x": x, "new": new, "indices": indices})

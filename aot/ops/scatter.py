@@ -197,14 +197,17 @@ def lower_tensor_scatter(node: Node, ctx: LoweringContext) -> None:
         wv = kb.input(write_indices) if write_indices is not None and past.shape[axis] > 1 else None
         dim = past.shape[axis]
 
-        def each(idx: list[Expr]) -> list[Stmt]:
-            stmts: list[Stmt] = []
-            where = list(idx)
-            if wv is not None:
-                k = kb.var("k", INDEX)
-                stmts.append(Declare(k, _sequence_position(wv.load([idx[0]]), idx[axis], dim, mode == "circular")))
-                where[axis] = k
-            return [*stmts, yv.store(where, uv.load(idx))]
+        trailing = update.shape[axis + 1:]
 
-        body += kb.loops(update.shape, each)
+        def each(idx: list[Expr]) -> list[Stmt]:
+            # the position is computed once per row of the update, outside the loops that copy it
+            stmts: list[Stmt] = []
+            at = idx[axis]
+            if wv is not None:
+                at = kb.var("k", INDEX)
+                stmts.append(Declare(at, _sequence_position(wv.load([idx[0]]), idx[axis], dim, mode == "circular")))
+            return stmts + kb.loops(trailing, lambda t: [yv.store([*idx[:axis], at, *t], uv.load([*idx, *t]))],
+                                    prefix="j")
+
+        body += kb.loops(update.shape[:axis + 1], each)
     ctx.emit(kb, body)
