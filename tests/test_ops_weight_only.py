@@ -181,3 +181,25 @@ def test_odd_k_and_prompt_rows_match_onnxruntime(m: int, dtype: str, layout: str
 def test_matmul_nbits_odd_k_prompt(k: int) -> None:
     model = _nbits_model((1, 9, k), 33, bits=4, block=16, zero=True, bias=True)
     assert_matches_onnxruntime(model, {"a": RNG.standard_normal((1, 9, k)).astype(np.float32)})
+
+
+@pytest.mark.parametrize(("dtype", "per_row", "zero"), [("int8", False, False), ("uint8", True, True),
+                                                         ("int8", True, True)])
+def test_gather_of_a_dequantized_table_keeps_it_8_bit(dtype: str, per_row: bool, zero: bool) -> None:
+    """An embedding table [V, D] int8 behind DequantizeLinear, rows picked by run-time ids."""
+    vocab, dim = 500, 64
+    p_shape = (vocab,) if per_row else ()
+    inits = [_integers("table", dtype, (vocab, dim)),
+             numpy_helper.from_array(RNG.uniform(0.005, 0.02, p_shape).astype(np.float32), "s")]
+    if zero:
+        inits.append(_integers("z", dtype, p_shape))
+    dq = helper.make_node("DequantizeLinear", ["table", "s", "z"] if zero else ["table", "s"], ["emb"], axis=0)
+    gather = helper.make_node("Gather", ["emb", "ids"], ["y"], name="embed")
+    graph = helper.make_graph([dq, gather], "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, dim])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    inputs = {"ids": np.array([[0, 499, 3, 250, -1, 17, 42]], np.int64)}
+    np.testing.assert_allclose(run_aot(model, inputs)["y"], _unoptimised_onnxruntime(model, inputs),
+                               rtol=1e-6, atol=1e-6)
+    assert _weights_bytes(model) <= 1.05 * (vocab * dim + vocab * 5)

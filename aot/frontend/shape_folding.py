@@ -45,8 +45,9 @@ NEVER_FOLD = {
 }
 # Ops that read a weight an integer kernel can take quantised: a DequantizeLinear of a constant
 # read only by them is left to aot/passes/quantized_ops.py, which either turns the group into an
-# integer op (reading the int8 weight) or folds the DequantizeLinear itself.
-INTEGER_WEIGHT_READERS = {"Conv", "MatMul", "Gemm"}
+# integer op (reading the int8 weight) or folds the DequantizeLinear itself. A Gather of rows of
+# an 8-bit table gathers its integers there (the table stays 8-bit).
+INTEGER_WEIGHT_READERS = {"Conv", "MatMul", "Gemm", "Gather"}
 # The inputs through which a kernel reads a weight it repacks at compile time (op -> positions).
 # A constant read only through them folds whatever its size: the model holds that weight anyway
 # (the light models ship theirs as ConstantOfShape nodes), and left to run time it would be

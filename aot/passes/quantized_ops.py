@@ -19,7 +19,8 @@ are compile-time constants into the integer op that means the same,
 so the kernels read and write 8-bit values and accumulate in int32. What does not match stays
 float between its DequantizeLinear and QuantizeLinear. A float MatMul or Gemm over a
 DequantizeLinear of constant int4/int8 weights becomes com.microsoft MatMulNBits, which keeps
-the weights quantised. Last, a DequantizeLinear of a constant (weights feeding an op that stays
+the weights quantised, and a Gather of rows of a dequantised 8-bit table gathers the integers and
+scales them after. Last, a DequantizeLinear of a constant (weights feeding an op that stays
 float) is folded into a float constant, as the frontend folds any constant expression.
 """
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from aot.ir.graph import Graph, Node, Tensor
 from aot.ops.quantized.tensor_params import MS_DOMAIN
-from aot.ops.quantized.weight_only_match import weight_only_node
+from aot.ops.quantized.weight_only_match import dequantized_gather, weight_only_node
 from aot.ops.quantized.weights import kept_quantized
 from aot.ops.registry import is_supported
 
@@ -184,6 +185,8 @@ class _Rewriter:
             elif node.op_type == "Gemm":
                 self.gemm(node)
                 self.weight_only(node)
+            elif node.op_type == "Gather":
+                self.gather(node)
             elif node.op_type in PASS_THROUGH:
                 self.pass_through(node)
             elif node.op_type in QOPERATOR_UNARY or node.op_type in QOPERATOR_BINARY or node.op_type == "Concat":
@@ -262,6 +265,19 @@ class _Rewriter:
         new = weight_only_node(self.graph, node)
         if new is not None:
             self.swap(node, new)
+
+    def gather(self, node: Node) -> None:
+        """Rows of a dequantised 8-bit table: gathered as integers, then scaled
+        (aot/ops/quantized/weight_only_match.py)."""
+        nodes = dequantized_gather(self.graph, node)
+        if nodes is None:
+            return
+        index = self.graph.nodes.index(node)
+        self.graph.remove_node(node)
+        self.replaced.append(node)
+        for offset, new in enumerate(nodes):
+            self.graph.add_node(new)
+            self.graph.nodes.insert(index + offset, self.graph.nodes.pop())
 
     def qoperator(self, node: Node) -> None:
         """Add, Mul, Sigmoid, LeakyRelu, the average pools, Concat over dequantised operands."""

@@ -103,3 +103,46 @@ def _gemm_bias(graph: Graph, node: Node, n: int) -> Tensor | None | bool:
     if c.data is None:
         return False
     return graph.add_constant((np.float32(beta) * c.data).reshape(n).astype(np.float32), f"{c.name}_times_beta")
+
+
+def dequantized_gather(graph: Graph, node: Node) -> list[Node] | None:
+    """Gather(DequantizeLinear(constant 8-bit table [V, D]), indices) along axis 0, the table
+    scaled per tensor or per row: the gather of the integers, converted and scaled after it
+    (Cast, Sub, Mul, with per-row scales and zero points gathered by the same indices), so the
+    table stays 8-bit in the package."""
+    table, indices, out = node.input(0), node.input(1), node.outputs[0]
+    dq = _weight_dequantize(table)
+    if dq is None or indices is None or out is None or int(node.attr("axis", 0)) % 2 != 0:
+        return None
+    values, scale, zero = dq.input(0), dq.input(1), dq.input(2)
+    per_row = scale.size != 1
+    if WEIGHT_CODES[values.dtype.name][0] != 8 or int(dq.attr("block_size", 0)) \
+            or per_row and (int(dq.attr("axis", 1)) % 2 != 0 or scale.size != values.shape[0]):
+        return None
+    rows = values.shape[0]
+
+    def tensor(hint: str, dtype: np.dtype) -> Tensor:
+        return graph.add_tensor(Tensor(graph.unique_name(f"{out.name}_{hint}"), np.dtype(dtype), out.shape))
+
+    def per_index(data: np.ndarray, hint: str) -> Tensor:
+        """A per-row parameter gathered like the table's rows, or a per-tensor one as it is."""
+        column = graph.add_constant(data.astype(np.float32).reshape(rows, 1) if per_row
+                                    else data.astype(np.float32).reshape(()), f"{values.name}_{hint}")
+        if not per_row:
+            return column
+        gathered = graph.add_tensor(Tensor(graph.unique_name(f"{out.name}_{hint}"), np.dtype(np.float32),
+                                           (*indices.shape, 1)))
+        nodes.append(Node("Gather", f"{node.name}_{hint}", [column, indices], [gathered], {"axis": 0}, "", 13))
+        return gathered
+
+    nodes: list[Node] = []
+    codes, real = tensor("codes", values.dtype), tensor("float_codes", np.float32)
+    nodes += [Node("Gather", node.name, [values, indices], [codes], {"axis": 0}, "", 13),
+              Node("Cast", f"{node.name}_float", [codes], [real], {"to": 1}, "", 13)]
+    if zero is not None and np.any(zero.data):
+        shifted = tensor("shifted", np.float32)
+        nodes.append(Node("Sub", f"{node.name}_zero_point", [real, per_index(zero.data, "zero_point")], [shifted],
+                          {}, "", 14))
+        real = shifted
+    nodes.append(Node("Mul", f"{node.name}_scale", [real, per_index(scale.data, "scale")], [out], {}, "", 14))
+    return nodes
