@@ -234,6 +234,15 @@ def test_data_read_afterwards_is_copied(op: str) -> None:
 # Bad input: one line naming the node
 
 
+def test_bad_input_is_one_line_from_the_cli(tmp_path) -> None:  # noqa: ANN001
+    from tests.test_cli import aot, assert_user_error
+
+    path = tmp_path / "bad.onnx"
+    onnx.save(raw_model("ScatterND", {"data": [3, 4], "indices": [2, 1], "updates": [2, 4]}, reduction="avg"), path)
+    assert_user_error(aot("compile", str(path), "-o", str(tmp_path / "pkg")), "'bad'", "reduction 'avg'")
+    assert not (tmp_path / "pkg").exists()
+
+
 def lowering_error(model: onnx.ModelProto) -> str:
     from aot.compiler import load
 

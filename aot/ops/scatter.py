@@ -87,6 +87,8 @@ def _position(kb: KernelBuilder, iv: View | None, where: Sequence[Expr | int], d
 
 @register("ScatterND")
 def lower_scatter_nd(node: Node, ctx: LoweringContext) -> None:
+    """Writes each slice of `updates` at the position its index row names; a run-time index
+    outside its axis is wrapped when negative, then clamped to the nearest end, as in Gather."""
     data = required_input(node, 0, "data")
     indices = required_input(node, 1, "indices")
     updates = required_input(node, 2, "updates")
@@ -121,6 +123,8 @@ def lower_scatter_nd(node: Node, ctx: LoweringContext) -> None:
 
 @register("ScatterElements", "Scatter")
 def lower_scatter_elements(node: Node, ctx: LoweringContext) -> None:
+    """Writes each element of `updates` at its own position with the axis coordinate taken from
+    `indices`; a run-time index outside the axis is wrapped when negative, then clamped, as in Gather."""
     data = required_input(node, 0, "data")
     indices = required_input(node, 1, "indices")
     updates = required_input(node, 2, "updates")
@@ -167,6 +171,8 @@ def _sequence_position(raw: Expr, step: Expr, dim: int, circular: bool) -> Expr:
 
 @register("TensorScatter")
 def lower_tensor_scatter(node: Node, ctx: LoweringContext) -> None:
+    """Writes `update` into the cache along `axis` from each sample's write index; in linear mode
+    a position past the cache (or a negative one still out after wrapping) is clamped to its end."""
     past = required_input(node, 0, "past_cache")
     update = required_input(node, 1, "update")
     write_indices = node.input(2)
