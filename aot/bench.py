@@ -205,11 +205,7 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     else:
         ours = HostModel.build(package, opt=opt or "-O3", threads=threads, target_cflags=" ".join(preset.cflags))
     hint = RANDOM_INPUTS_HINT if inputs is None else ""
-    if isinstance(inputs, (str, os.PathLike)):
-        from aot.npz import load_npz
-
-        inputs = load_npz(inputs, "--inputs", package.inputs)
-    inputs = dict(inputs) if inputs is not None else random_inputs(package, seed)
+    inputs = _given_or_random(package, inputs, seed)
     # Both sides get the same cache-line-aligned arrays (see HostModel.runner_for).
     feeds = {k: aligned_array(np.asarray(v)) for k, v in inputs.items()}
     feeds.update(package.bound_inputs)  # onnxruntime runs the original model: it is fed what aot bound
@@ -254,6 +250,17 @@ def _winograd_macs(per_node: list[tuple[str, str, int]], manifest: Mapping[str, 
     """The model's multiply-adds in the convolutions aot computes as Winograd (by ONNX node name)."""
     winograd = {k["sources"][0] for k in manifest.get("kernel_order", []) if "/winograd" in k["op"] and k["sources"]}
     return sum(m for name, op, m in per_node if op == "Conv" and name in winograd)
+
+
+def _given_or_random(package: Any, inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None,
+                     seed: int) -> dict[str, np.ndarray]:
+    """bench's inputs: the arrays given, those of an .npz/.npy file (checked against the package's
+    inputs), or verify's seeded random ones."""
+    if isinstance(inputs, (str, os.PathLike)):
+        from aot.npz import load_npz
+
+        return load_npz(inputs, "--inputs", package.inputs)
+    return dict(inputs) if inputs is not None else random_inputs(package, seed)
 
 
 def _interleaved_samples(run_ours: Callable[[], object], run_ort: Callable[[], object], threads: int,

@@ -295,6 +295,23 @@ def _with_dims(models: list[Path], input_shape: list[str] | None, input_value: l
     return dim_shape_options(models, input_shape or [], input_value or [], dim or [])
 
 
+def _with_array_shapes(model: Path, inputs: Path | None, input_shape: list[str] | None,
+                       input_value: list[str] | None) -> list[str]:
+    """verify and bench --inputs: the model's symbolic dimensions take the arrays' sizes."""
+    if inputs is None:
+        return list(input_shape or [])
+    from aot.verify import array_shape_options
+
+    return array_shape_options(model, inputs, input_shape or [], input_value or [])
+
+
+def _host_preset() -> str:
+    """The preset `aot targets` finds for this CPU: build's target without --target."""
+    from aot.targets import host_preset_name
+
+    return host_preset_name()
+
+
 def _model_shapes(model: Path, input_shape: list[str] | None, input_value: list[str] | None,
                   dim: list[str] | None) -> dict[str, tuple[int, ...]]:
     """One model's input shapes from --input-shape and --dim."""
@@ -476,10 +493,8 @@ def verify_cmd(
     budget = _max_arena(max_arena)
     if target and len(target) > 1:
         raise AotError("--target: verify checks one target at a time")
-    if inputs is not None and len(model) == 1:  # symbolic dimensions take the arrays' sizes
-        from aot.verify import array_shape_options
-
-        input_shape = array_shape_options(model[0], inputs, input_shape or [], input_value or [])
+    if len(model) == 1:
+        input_shape = _with_array_shapes(model[0], inputs, input_shape, input_value)
     input_shape = _with_dims(model, input_shape, input_value, dim)
     specs = model_specs(model, [], input_shape or [], input_value or [])
     if len(specs) > 1 and (per_layer or inputs is not None or expected is not None):
@@ -700,10 +715,7 @@ def build_cmd(
     if toolchain not in ("auto", "gcc", "zig", "clang", "host"):
         raise AotError(f"--toolchain {toolchain!r}: use auto, gcc, zig or clang")
     budget = _max_arena(max_arena)
-    if target is None:
-        from aot.targets import host_preset_name
-
-        target = host_preset_name()
+    target = target or _host_preset()
     read = [f for m in model for f in _files_read(m, output, force, [target])] + _value_files(input_value)
     check_output_folder(output, force, read)  # before compiling and building: a refusal costs nothing
     input_shape = _with_dims(model, input_shape, input_value, dim)
@@ -781,10 +793,7 @@ def bench_cmd(
     if threads > 1024:
         raise AotError(f"--threads {threads}: give at most 1024, as the runner's -t")
     budget = _max_arena(max_arena)
-    if inputs is not None:  # symbolic dimensions take the arrays' sizes
-        from aot.verify import array_shape_options
-
-        input_shape = array_shape_options(model, inputs, input_shape or [], input_value or [])
+    input_shape = _with_array_shapes(model, inputs, input_shape, input_value)
     with _progress().step(f"bench ({rounds} rounds)"):
         result = bench(str(model), _model_shapes(model, input_shape, input_value, dim), inputs=inputs,
                        threads=threads, rounds=rounds,

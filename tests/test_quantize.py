@@ -89,7 +89,7 @@ def test_quantize_writes_an_int8_model_and_prints_the_measured_change(tmp_path: 
     assert payload["int8_bytes"] == out.stat().st_size and payload["int8_bytes"] < payload["float_bytes"]
     assert [o["name"] for o in payload["outputs"]] == list(floats)
     text = aot("quantize", str(MODELS[model][0]), "--calibration", str(tmp_path / f"{model}_calibration.npz"),
-               "-o", str(out), *MODELS[model][3], "--format", quant_format)
+               "-o", str(out), *MODELS[model][3], "--format", quant_format, "--force")
     assert text.returncode == 0 and text.stderr == "", text.stderr
     for entry in payload["outputs"]:
         f, q = floats[entry["name"]].astype(np.float64), int8[entry["name"]].astype(np.float64)
