@@ -203,3 +203,10 @@ def test_gather_of_a_dequantized_table_keeps_it_8_bit(dtype: str, per_row: bool,
     np.testing.assert_allclose(run_aot(model, inputs)["y"], _unoptimised_onnxruntime(model, inputs),
                                rtol=1e-6, atol=1e-6)
     assert _weights_bytes(model) <= 1.05 * (vocab * dim + vocab * 5)
+
+
+@pytest.mark.parametrize("a_shape", [(1, 512), (1, 24, 512)])
+def test_matmul_nbits_with_threads(a_shape: tuple[int, ...]) -> None:
+    """--parallel: column runs of the streaming kernel, row blocks of the panels, as tasks."""
+    model = _nbits_model(a_shape, 1024, bits=4, block=32, zero=True)
+    assert_matches_onnxruntime(model, {"a": RNG.standard_normal(a_shape).astype(np.float32)}, parallel=True)

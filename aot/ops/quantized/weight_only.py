@@ -10,7 +10,7 @@ The codes, scales and zero points are stored as column panels of the register ti
 float scratch panel (a loop along the panel's contiguous columns: load bytes, take the nibble,
 convert, subtract, scale), then runs Gemm's register tiles over it for every row of A: the
 quantised weights are read once whatever the number of rows, and a prompt's many rows share
-one dequantisation.
+one dequantisation. (That kernel is serial: its one scratch panel is not per thread.)
 accuracy_level is ignored: the products are float32, as at level 0.
 """
 
@@ -25,6 +25,7 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Buffer, Declare, Expr, Load, Loop, Stmt, Store, Var, binary, cast, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.parallel import parallel_blocks, pays
 from aot.ops.attrs import fail, required_input
 from aot.ops.contraction.register_tiles import Reduction, register_tile
 from aot.ops.contraction.row_updates import blocks
@@ -39,6 +40,8 @@ BITS = (4, 8)
 FEW_ROWS = 4
 # Rows of K summed per pass over a row of Y in the streaming kernel (even: whole bytes of 4 bits).
 STEPS = 8
+# Columns per parallel task of the streaming kernel (with threads only).
+COLUMN_CHUNK = 256
 
 
 def _constant(node: Node, index: int, what: str) -> np.ndarray | None:
@@ -192,53 +195,77 @@ def _dequantize_panel(kb: KernelBuilder, panels: _Panels, j0: Expr, width: int) 
     return blocks(kb, weight.k, weight.block, block, "kb")
 
 
+@dataclass(frozen=True)
+class _Stream:
+    """The streaming kernel's operands: the packed weight's buffers ([K][N] codes, [blocks][N]
+    scales and zero points), A and Y as [rows, K] and [rows, N]."""
+
+    weight: PackedWeight
+    codes: Buffer
+    scales: Buffer
+    zero: Buffer | None
+    av: View
+    yv: View
+
+
 def _few_rows(kb: KernelBuilder, ctx: LoweringContext, node: Node, weight: PackedWeight, av: View, yv: View,
               finish: Callable[[Expr, Expr, Expr], Expr] | None) -> list[Stmt]:
     """A decode step's product (a few rows of A): the codes [K][N] streamed once, row after row,
     each group of STEPS rows of one block summed as s * (sum_t a_t u_t - z sum_t a_t) into Y's
-    rows along N, so that a weight costs a load, a convert and a multiply-add."""
+    rows along N, so that a weight costs a load, a convert and a multiply-add. With threads,
+    runs of COLUMN_CHUNK columns are the parallel tasks."""
     n, m = weight.n, av.shape[0]
-    codes = kb.input(ctx.constant(weight.codes, f"{node.name}_codes")).buffer
-    scales = kb.input(ctx.constant(weight.scales, f"{node.name}_scales")).buffer
     zero = kb.input(ctx.constant(weight.zero, f"{node.name}_zero_points")).buffer \
         if isinstance(weight.zero, np.ndarray) else None
-    j = kb.var("j")
-    stmts: list[Stmt] = [Loop(j, n, [yv.store([const(i, INDEX), j], const(0.0, "float32")) for i in range(m)])]
+    stream = _Stream(weight, kb.input(ctx.constant(weight.codes, f"{node.name}_codes")).buffer,
+                     kb.input(ctx.constant(weight.scales, f"{node.name}_scales")).buffer, zero, av, yv)
+    rows = [const(i, INDEX) for i in range(m)]
 
-    def group(k0: Expr, count: int, b: Expr) -> list[Stmt]:
-        a = [[kb.var("a", "float32") for _ in range(count)] for _ in range(m)]
-        total = [kb.var("asum", "float32") for _ in range(m)]
-        decls: list[Stmt] = [Declare(a[i][t], av.load([const(i, INDEX), k0 + t]))
-                             for i in range(m) for t in range(count)]
-        for i in range(m):
-            summed: Expr = a[i][0]
-            for t in range(1, count):
-                summed = summed + a[i][t]
-            decls.append(Declare(total[i], summed))
-        p = kb.var("p")
-        at = b * n + p
-        s = kb.var("s", "float32")
-        z = const(float(weight.zero), "float32") if zero is None else as_float(Load(zero, at))
-        body: list[Stmt] = [Declare(s, Load(scales, at))]
-        u = [_code(codes, weight, k0, t, n, p) for t in range(count)]
-        for i in range(m):
-            dot: Expr = a[i][0] * u[0]
-            for t in range(1, count):
-                dot = dot + a[i][t] * u[t]
-            y = yv.index([const(i, INDEX), p])
-            body.append(Store(yv.buffer, y, Load(yv.buffer, y) + s * (dot - z * total[i])))
-        return [*decls, Loop(p, n, body)]
+    def columns(c0: Expr, width: int) -> list[Stmt]:
+        j = kb.var("j")
+        stmts: list[Stmt] = [Loop(j, width, [yv.store([i, c0 + j], const(0.0, "float32")) for i in rows])]
 
-    def block(k0: Expr, count: int) -> list[Stmt]:
-        b = binary("div", k0, const(weight.block, INDEX))
-        return blocks(kb, count, STEPS, lambda c0, steps: group(k0 + c0, steps, b), "t")
+        def block(k0: Expr, count: int) -> list[Stmt]:
+            b = binary("div", k0, const(weight.block, INDEX))
+            return blocks(kb, count, STEPS, lambda g0, steps: _group(kb, stream, k0 + g0, steps, b, c0, width), "t")
 
-    stmts += blocks(kb, weight.k, weight.block, block, "kb")
-    if finish is not None:
-        q = kb.var("q")
-        stmts.append(Loop(q, n, [Store(yv.buffer, yv.index([const(i, INDEX), q]),
-                                       finish(yv.load([const(i, INDEX), q]), const(i, INDEX), q)) for i in range(m)]))
-    return stmts
+        stmts += blocks(kb, weight.k, weight.block, block, "kb")
+        if finish is not None:
+            q = kb.var("q")
+            stmts.append(Loop(q, width, [yv.store([i, c0 + q], finish(yv.load([i, c0 + q]), i, c0 + q)) for i in rows]))
+        return stmts
+
+    if pays(ctx, m * n * weight.k) and n > COLUMN_CHUNK:
+        return parallel_blocks(kb, n, COLUMN_CHUNK, columns, "cc")
+    return columns(const(0, INDEX), n)
+
+
+def _group(kb: KernelBuilder, stream: _Stream, k0: Expr, count: int, b: Expr, c0: Expr, width: int) -> list[Stmt]:
+    """Y[i][c0 + p] += s * (sum_t a_it u_tp - z sum_t a_it) for rows k0 .. k0 + count of block b."""
+    weight, m, n = stream.weight, stream.av.shape[0], stream.weight.n
+    a = [[kb.var("a", "float32") for _ in range(count)] for _ in range(m)]
+    total = [kb.var("asum", "float32") for _ in range(m)]
+    decls: list[Stmt] = [Declare(a[i][t], stream.av.load([const(i, INDEX), k0 + t]))
+                         for i in range(m) for t in range(count)]
+    for i in range(m):
+        summed: Expr = a[i][0]
+        for t in range(1, count):
+            summed = summed + a[i][t]
+        decls.append(Declare(total[i], summed))
+    p = kb.var("p")
+    column = c0 + p
+    at = b * n + column
+    s = kb.var("s", "float32")
+    z = const(float(weight.zero), "float32") if stream.zero is None else as_float(Load(stream.zero, at))
+    body: list[Stmt] = [Declare(s, Load(stream.scales, at))]
+    u = [_code(stream.codes, weight, k0, t, n, column) for t in range(count)]
+    for i in range(m):
+        dot: Expr = a[i][0] * u[0]
+        for t in range(1, count):
+            dot = dot + a[i][t] * u[t]
+        y = stream.yv.index([const(i, INDEX), column])
+        body.append(Store(stream.yv.buffer, y, Load(stream.yv.buffer, y) + s * (dot - z * total[i])))
+    return [*decls, Loop(p, width, body)]
 
 
 def _code(codes: Buffer, weight: PackedWeight, k0: Expr, t: int, n: int, p: Expr) -> Expr:
