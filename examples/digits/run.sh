@@ -17,7 +17,7 @@ if [ -z "$target" ]; then
       "$out/pkg/libdigits.a" -lm -o "$out/classify"
   "$out/classify" "$out/test_x.npy" "$out/test_y.npy"
   # The int8 variant: same C API (--name digits), float in and out, int8 inside.
-  aot quantize "$out/digits.onnx" --calibration "$out/calibration.npz" -o "$out/digits_int8.onnx" > /dev/null
+  aot quantize "$out/digits.onnx" --calibration "$out/calibration.npz" -o "$out/digits_int8.onnx" --force > /dev/null
   aot compile "$out/digits_int8.onnx" --name digits -o "$out/pkg-int8" --force > /dev/null
   make -s -C "$out/pkg-int8" libdigits.a
   ${CC:-cc} -std=c99 -O2 -Wall -Wextra -Werror -I"$out/pkg-int8" "$here/classify.c" "$out/pkg-int8/runtime/aot_npy.c" \
