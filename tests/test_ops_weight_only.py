@@ -210,3 +210,13 @@ def test_matmul_nbits_with_threads(a_shape: tuple[int, ...]) -> None:
     """--parallel: column runs of the streaming kernel, row blocks of the panels, as tasks."""
     model = _nbits_model(a_shape, 1024, bits=4, block=32, zero=True)
     assert_matches_onnxruntime(model, {"a": RNG.standard_normal(a_shape).astype(np.float32)}, parallel=True)
+
+
+@pytest.mark.parametrize("a_shape", [(2, 64), (8, 64)])
+def test_matmul_nbits_float_zero_points(a_shape: tuple[int, ...]) -> None:
+    """zero_points of the scales' type (one float per block and column) instead of packed bytes."""
+    model = _nbits_model(a_shape, 24, bits=4, block=32, zero=False)
+    zeros = RNG.uniform(4.0, 11.0, 24 * 2).astype(np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(zeros, "zf"))
+    model.graph.node[0].input.append("zf")
+    assert_matches_onnxruntime(model, {"a": RNG.standard_normal(a_shape).astype(np.float32)})
