@@ -108,3 +108,46 @@ def test_a_concat_of_many_graph_inputs_is_copied_by_kernels_of_at_most_64_inputs
     assert [k.op for k in program.kernels] == ["Concat"] * 4
     assert max(len(k.params) for k in program.kernels) <= MAX_INPUTS_PER_KERNEL + 1
     assert_matches_onnxruntime(model, feeds)
+
+
+def test_a_package_of_hundreds_of_inputs_runs_through_its_struct_api(tmp_path) -> None:  # noqa: ANN001
+    """Past 256 inputs the struct-to-array copy of run() is split into functions of 256 stores
+    (one function of thousands took gcc minutes); the program still gets its own inputs back."""
+    import subprocess
+
+    from aot.backends.c.model_source import POINTER_CHUNK
+    from aot.compiler import compile as compile_model
+    from aot.host.build import host_cc, run_make
+
+    count = POINTER_CHUNK + 44
+    feeds = {f"x{i}": rand(1, 3, seed=i) for i in range(count)}
+    model = make_model([n("Concat", list(feeds), "y", axis=0)], feeds, ["y"], {})
+    compile_model(model, name="wide").write(tmp_path / "wide")
+    source = (tmp_path / "wide" / "wide.c").read_text()
+    assert "wide_input_pointers_1(inputs, in);" in source and "wide_input_pointers_2" not in source
+    run_make(tmp_path / "wide", ["libwide.a"])
+    fields = "\n".join(f"    in.x{i} = x[{i}];" for i in range(count))
+    (tmp_path / "main.c").write_text(f"""#include <stdio.h>
+#include "wide.h"
+static float x[{count}][3], y[{count * 3}];
+static unsigned char arena[WIDE_ARENA_SIZE + WIDE_ARENA_ALIGN];
+int main(void) {{
+    wide_inputs in;
+    wide_outputs out;
+    int i, wrong = 0;
+    size_t skip;
+    for (i = 0; i < {count * 3}; ++i) x[i / 3][i % 3] = (float)i;
+{fields}
+    out.y = y;
+    skip = (WIDE_ARENA_ALIGN - (size_t)arena % WIDE_ARENA_ALIGN) % WIDE_ARENA_ALIGN;
+    if (wide_run(&in, &out, arena + skip) != AOT_OK) return 2;
+    for (i = 0; i < {count * 3}; ++i) wrong += y[i] != (float)i;
+    printf("%d wrong\\n", wrong);
+    return wrong != 0;
+}}
+""")
+    program = tmp_path / "main"
+    subprocess.run([host_cc(), "-std=c99", "-O1", f"-I{tmp_path / 'wide'}", str(tmp_path / "main.c"),
+                    str(tmp_path / "wide" / "libwide.a"), "-lm", "-o", str(program)], check=True)
+    result = subprocess.run([str(program)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == "0 wrong\n", result.stdout + result.stderr

@@ -24,7 +24,7 @@ COMMENT_CHARS = 100  # a kernel's comment, /* and */ included
 _FILE_SYMBOLS = {"run", "run_ptrs", "run_parallel", "run_parallel_ptrs", "info", "run_body", "run_impl", "context",
                  "model_info", "model_name", "input_info", "output_info", "input_none", "output_none", "inputs",
                  "outputs", "weights", "runs_serially", "parallel_for"}
-_OTHER_SYMBOL = re.compile(r"(input|output)[0-9]+_(dims|name)|.*_task")
+_OTHER_SYMBOL = re.compile(r"(input|output)[0-9]+_(dims|name)|(input|output)_pointers_[0-9]+|.*_task")
 _INTERNAL = re.compile(r"k([0-9]+)(s|_[0-9]+)?")
 
 

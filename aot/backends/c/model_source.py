@@ -20,6 +20,9 @@ from aot.ir.graph import Tensor
 from aot.kernel.ir import Kernel
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT
 
+# A package with more inputs or outputs than this copies their pointers from the structs into
+# arrays in functions of this many stores each (a wide Concat's build, tests/test_memory.py).
+POINTER_CHUNK = 256
 # The identifiers of the run function and of the task trampolines (templates/c/model.c.j2),
 # which the locals naming the regions the kernels are passed must not take.
 _RUN_LOCALS = {"inputs", "outputs", "arena", "executor", "a", "i", "in", "out", "c", "context", "first", "last"}
@@ -131,4 +134,5 @@ def model_source_context(run: RunPlan) -> dict[str, Any]:
         "vector_lanes": vector_lanes(printer.helpers),
         "int_vector_lanes": sorted(int(h[len("aot_i32x"):]) for h in printer.helpers if h.startswith("aot_i32x")),
         "isa_check": vector_isa_check(f"{run.name}.c", widest_vector(printer.helpers)),
+        "pointer_chunk": POINTER_CHUNK,
     }
