@@ -32,7 +32,7 @@ def op_macs(op_type: str, inputs: Sequence[Shape | None], output: Shape | None, 
         x, w = shape(0), shape(1)
         # Every input element meets each of its group's output channels through every tap.
         return element_count(x) * element_count(w[1:]) if x is not None and w is not None else 0
-    if op_type in ("QLinearMatMul", "MatMulInteger", "QGemm", "Gemm", "MatMul"):
+    if op_type in ("QLinearMatMul", "MatMulInteger", "QGemm", "Gemm", "MatMul", "MatMulNBits"):
         a = shape(0)
         return out * (a[0] if trans_a else a[-1]) if a is not None else 0
     return 0

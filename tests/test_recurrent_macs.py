@@ -37,3 +37,14 @@ def test_inspect_counts_recurrent_macs(tmp_path: Path, op: str, direction: str, 
     assert result.returncode == 0, result.stderr
     expected = steps * batch * dirs * GATES[op] * hidden * (inputs + hidden)
     assert json.loads(result.stdout)["macs"] == expected
+
+
+def test_inspect_counts_matmul_nbits_macs(tmp_path: Path) -> None:
+    """A 4-bit weight-only MatMul does the multiply-adds of the float MatMul it stands for."""
+    from tests.test_ops_weight_only import _nbits_model
+
+    path = tmp_path / "nbits.onnx"
+    path.write_bytes(_nbits_model((1, 8, 64), 48, bits=4, block=32, zero=True).SerializeToString())
+    result = aot("inspect", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["macs"] == 8 * 64 * 48
