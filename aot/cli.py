@@ -290,7 +290,7 @@ def _shapes(options: list[str] | None) -> dict[str, tuple[int, ...]]:
 def _with_dims(models: list[Path], input_shape: list[str] | None, input_value: list[str] | None,
                dim: list[str] | None) -> list[str]:
     """The --input-shape options plus the shapes --dim gives the models' other inputs."""
-    from aot.frontend.input_shapes import dim_shape_options
+    from aot.frontend.dim_options import dim_shape_options
 
     return dim_shape_options(models, input_shape or [], input_value or [], dim or [])
 
