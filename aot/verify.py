@@ -90,6 +90,8 @@ def onnxruntime_outputs(model_path: str, inputs: dict[str, np.ndarray], names: l
     # Fatal messages only: a model onnxruntime refuses is reported once, in aot's one line below
     # (its logger wrote the same error to stderr itself).
     options.log_severity_level = 4
+    if _weight_only_quantized(model_path):
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     try:
         exact = _exact_int8_reference(model_path)
         session = ort.InferenceSession(exact.model.SerializeToString() if exact else model_path, options,
@@ -99,6 +101,18 @@ def onnxruntime_outputs(model_path: str, inputs: dict[str, np.ndarray], names: l
         hint = RANDOM_INPUTS_HINT if random else ""
         raise AotError(f"{model_path}: onnxruntime could not run the model: {str(e).splitlines()[0]}{hint}") from e
     return {n: exact.result(n, r) if exact else r for n, r in zip(names, results)}
+
+
+def _weight_only_quantized(model_path: str) -> bool:
+    """Whether the model dequantizes weights but never quantizes activations: onnxruntime's
+    extended optimizations then quantize the activations on the fly (MatMulIntegerToFloat),
+    which is not what the graph says, so the reference runs with its basic ones only."""
+    try:
+        ops = {node.op_type for node in onnx.load(model_path, load_external_data=False).graph.node}
+    except Exception:  # onnxruntime reports a file it cannot read itself
+        return False
+    quantizes = "QuantizeLinear" in ops or "DynamicQuantizeLinear" in ops or any(op.startswith("QLinear") for op in ops)
+    return "DequantizeLinear" in ops and not quantizes
 
 
 def _exact_int8_reference(model_path: str) -> Reencoded | None:
