@@ -276,7 +276,7 @@ def test_flat_depthwise_keeps_inf_out_of_the_padding(monkeypatch: pytest.MonkeyP
 
 def _copy_store_offsets(source: str) -> list[int]:
     """The first index each shifted copy of a flat depthwise conv stores to (its loop at 0)."""
-    stores = re.findall(r"^\s*shifted\[([0-9 +()]*\bs\d+\)?)\] = x\[", source, re.MULTILINE)
+    stores = re.findall(r"^\s*shifted\[([0-9 +()]*\bs\d+[0-9 +()]*)\] = x\[", source, re.MULTILINE)
     return [eval(re.sub(r"\bs\d+", "0", index)) for index in stores]  # noqa: S307 - integers and + only
 
 

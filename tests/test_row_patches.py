@@ -151,7 +151,8 @@ def test_a_pool_over_whole_planes_joins_the_segment() -> None:
     """DS-CNN's case: the average pool after the last band reads only a running sum per plane, so
     the pooled tensor is never whole."""
     model, inputs = mobilenet_stage()
-    budget = _budget("mobilenet_stage")
+    # Below what bands that leave the pool whole reach (0.35 of the default plan with AVX-512 tiles).
+    budget = int(compile_model(model).manifest["arena_bytes"] * 0.3)
     package = compile_model(model, max_arena=budget)
     assert package.manifest["arena_bytes"] <= budget
     c_source = "\n".join(str(text) for name, text in package.files.items() if str(name).endswith(".c"))
