@@ -22,7 +22,7 @@ from aot.planner.arena import PlannedProgram, plan_program
 from aot.planner.budget import BudgetedPlan, BudgetSearch, parse_arena_bytes, plan_cost
 from aot.planner.patch_search import candidates, ranked
 from aot.progress import SILENT, Progress
-from aot.targets import Target, host_preset_name, load_target
+from aot.targets import Target, common_capabilities, host_preset_name, load_target
 
 CONV_ALGORITHMS = ("auto", "direct")
 DEFAULT_ALIGNMENT = 64
@@ -75,28 +75,16 @@ class PipelineOptions:
 
 
 def tiles_for(targets: tuple[Target, ...] | list[Target], backend: str = "c") -> TileConfig:
-    """Register tiles for the targets' vector registers: the narrowest of them when a package is
-    built for several (one C source serves them all). A package for no particular target is for
-    the machine that compiles it, whose build files pass -march=native: its tiles are those of
-    this machine's preset (host_preset_name: 16 floats on an AVX-512 CPU, 8 on an AVX2 one), as
-    `aot bench` times them. Plain `make` on the default package ran 1.2-1.5x slower than `aot
-    bench` with the 8-float tiles on an AVX-512 Xeon (benchmarks/build_paths.py). `backend`: the
-    llvm backend vectorises fewer plain loops by itself than gcc (TileConfig.vectorises_loops)."""
+    """Register tiles for what the targets can all do (common_capabilities: one C source serves
+    them all). A package for no particular target is for the machine that compiles it, whose
+    build files pass -march=native: its tiles are those of this machine's preset
+    (host_preset_name: 16 floats on an AVX-512 CPU, 8 on an AVX2 one), as `aot bench` times them.
+    Plain `make` on the default package ran 1.2-1.5x slower than `aot bench` with the 8-float
+    tiles on an AVX-512 Xeon (benchmarks/build_paths.py). `backend`: the llvm backend vectorises
+    fewer plain loops by itself than gcc (TileConfig.vectorises_loops)."""
     if not targets:
         return replace(_host_tiles(), vectorises_loops=backend != "llvm")
-    dots = {t.int8_dot for t in targets}
-    # one C source serves them all: the tiles where every target has an instruction for them
-    # (the C header then picks each one's by its compiler flags), else the portable loops
-    int8_dot = dots.pop() if len(dots) == 1 else "portable" if "portable" in dots else "auto"
-    return TileConfig.for_registers(min(t.vector_bits for t in targets), min(t.vector_registers for t in targets),
-                                    int8_dot, lane_broadcasts=all(_multiplies_by_lane(t) for t in targets),
-                                    vectorises_loops=backend != "llvm")
-
-
-def _multiplies_by_lane(target: Target) -> bool:
-    """Whether the target's vector multiply-add takes one lane of a register as a factor: NEON,
-    aarch64 (fused) and armv7 (vmla by scalar)."""
-    return target.arch in ("aarch64", "armv7") and target.vector_bits == 128
+    return TileConfig.for_capabilities(common_capabilities(targets), backend)
 
 
 @functools.cache

@@ -7,7 +7,8 @@ after:
     python -m benchmarks.package_digests --compare before.json
 
 Models: examples/*.onnx, and ../shared/models/*.onnx when that folder exists (a user's clone
-lacks it). `--quick` compiles the examples only. Prints one line per package whose files differ,
+lacks it), plus any given with `--models` (int8 ones, say, from `aot quantize`). `--quick` compiles
+the examples and `--models` only. Prints one line per package whose files differ,
 naming the files; exit code 1 when any differ.
 """
 
@@ -23,18 +24,21 @@ from aot.compiler import compile as compile_package
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_MODELS = REPO.parent / "shared" / "models"
-# (backend, target, parallel): the packages whose code paths differ most.
+# (backend, target, parallel): the packages whose code paths differ most, every int8 dot-product
+# kind among them (portable, neon, sdot, vpmaddwd, vpdpbusd).
 CONFIGS: tuple[tuple[str, str | None, bool], ...] = (
     ("c", None, False), ("c", "rpi4", False), ("c", "rpi3", False), ("c", "cortex-m4f", False),
     ("c", "x86_64-v3", False), ("c", None, True), ("llvm", "rpi4", False), ("llvm", "x86_64-v4", False),
+    ("c", "rpi5", False), ("c", "x86_64-v4-vnni", False), ("llvm", "rpi3", False), ("llvm", "rpi5", False),
+    ("llvm", "x86_64-v3", False), ("llvm", "x86_64-v4-vnni", False),
 )
 
 
-def models(quick: bool) -> list[Path]:
+def models(quick: bool, extra: list[Path]) -> list[Path]:
     found = sorted((REPO / "examples").glob("*.onnx"))
     if not quick and SHARED_MODELS.is_dir():
         found += sorted(SHARED_MODELS.glob("*.onnx"))
-    return found
+    return found + extra
 
 
 # Example models with free input dimensions, and the shapes they are compiled at.
@@ -45,9 +49,9 @@ def package_key(model: Path, backend: str, target: str | None, parallel: bool) -
     return f"{model.name} {backend} {target or '-'}{' parallel' if parallel else ''}"
 
 
-def digests(quick: bool) -> dict[str, dict[str, str]]:
+def digests(quick: bool, extra: list[Path]) -> dict[str, dict[str, str]]:
     result: dict[str, dict[str, str]] = {}
-    for model in models(quick):
+    for model in models(quick, extra):
         for backend, target, parallel in CONFIGS:
             key = package_key(model, backend, target, parallel)
             package = compile_package(str(model), FREE_INPUTS.get(model.name), backend=backend, target=target,
@@ -73,9 +77,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", type=Path, help="write the digests to this JSON file")
     parser.add_argument("--compare", type=Path, help="compare against digests saved before")
-    parser.add_argument("--quick", action="store_true", help="examples/ only")
+    parser.add_argument("--quick", action="store_true", help="examples/ and --models only")
+    parser.add_argument("--models", type=Path, nargs="*", default=[], help="more .onnx files to compile")
     args = parser.parse_args()
-    current = digests(args.quick)
+    current = digests(args.quick, args.models)
     if args.save:
         args.save.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
     if args.compare:

@@ -160,7 +160,7 @@ def test_build_files_stay_inert_even_for_fields_validation_would_refuse(tmp_path
     that reaches the Makefile and the CMake files still runs nothing when make reads the Makefile
     (`make -n` expands $(shell) in assignments) or CMake reads the toolchain file."""
     import aot
-    import aot.targets
+    import aot.targets.presets
 
     marker = tmp_path / MARKER
     injected = f"\n_ := $(shell touch {marker})\nexecute_process(COMMAND touch {marker})\n"
@@ -168,7 +168,7 @@ def test_build_files_stay_inert_even_for_fields_validation_would_refuse(tmp_path
                        cflags=[f"-O2 $(shell touch {marker}) \" ${{X}}) execute_process(COMMAND touch {marker}) #"],
                        gcc_prefix=f"x-$(shell touch {marker})\") execute_process(COMMAND touch {marker}) #",
                        zig_target=f"z{injected}")
-    monkeypatch.setattr(aot.targets, "field_problem", lambda key, value: None)
+    monkeypatch.setattr(aot.targets.presets, "field_problem", lambda key, value: None)
     pkg = aot.compile(EXAMPLE, target=str(board)).write(tmp_path / "pkg")
     monkeypatch.undo()
     makefile = (pkg / "Makefile").read_text()

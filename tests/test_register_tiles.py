@@ -14,18 +14,19 @@ from onnx import helper
 import aot.pipeline
 from aot.compiler import compile as compile_model
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
-from aot.targets import host_preset_name, load_target
+from aot.targets import Int8Dot, host_preset_name, load_target
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 SHAPES = {
     "sse-neon": TileConfig(4, 12),
     "avx2": DEFAULT_TILES,
-    "avx512": TileConfig(16, 24, registers=32),
+    "avx512": TileConfig(16, 24, registers=32, l2_bytes=1 << 20),
     "scalar": TileConfig(1, 12),
     # aarch64's: broadcast operands loaded four at a time, each row taking one lane
     "aarch64-lanes": TileConfig(4, 24, registers=32, lane_broadcasts=True),
-    # armv7's: 4 rows x 2 vectors, multiplied by lane (vmla by scalar on the target)
-    "armv7-lanes": TileConfig(4, 12, registers=16, lane_broadcasts=True),
+    # armv7's: 4 rows x 2 vectors, multiplied by an unfused lane (vmla by scalar on the target)
+    "armv7-lanes": TileConfig(4, 12, registers=16, lane_broadcasts=True, lane_multiply_fused=False,
+                              compilers_vectorise_floats=False),
 }
 
 
@@ -44,9 +45,11 @@ def test_tile_shapes_follow_the_registers() -> None:
     assert armv7.rows_for(16, 64) == 2 and armv7.rows_for(8, 64) == 6 and aarch64.rows_for(16, 64) == 6
     # Presets carry their register files; the compiler takes the narrowest of several targets.
     # and their int8 dot instruction (one C source for several: portable if any of them has none)
-    assert aot.pipeline.tiles_for([load_target("x86_64-v4")]) == TileConfig(16, 24, "vpmaddwd", 32)
-    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(4, 12, "auto", 16)
-    assert aot.pipeline.tiles_for([load_target("rpi4"), load_target("cortex-m7")]).int8_dot == "portable"
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4")]) == TileConfig(16, 24, Int8Dot("vpmaddwd"), 32,
+                                                                             l2_bytes=1 << 20)
+    assert aot.pipeline.tiles_for([load_target("x86_64-v4"), load_target("rpi3")]) == TileConfig(
+        4, 12, Int8Dot("auto"), 16, lane_multiply_fused=False, compilers_vectorise_floats=False)
+    assert aot.pipeline.tiles_for([load_target("rpi4"), load_target("cortex-m7")]).int8_dot == Int8Dot("portable")
     # No target: the package is for the machine that compiles it, with its preset's tiles.
     assert aot.pipeline.tiles_for([]) == aot.pipeline.tiles_for([load_target(host_preset_name())])
 

@@ -1,6 +1,6 @@
 """Text copied into the package's Makefile and CMake files, made unable to change their meaning.
 
-The target fields are validated (aot/target_fields.py) and names are C identifiers before they
+The target fields are validated (aot/targets/fields.py) and names are C identifiers before they
 get here; these filters are the second line of defence: whatever reaches them, a comment stays
 one comment line and a value stays one value (make cannot expand `$(shell ...)` in it, CMake
 cannot end its quoted argument or expand `${...}`).

@@ -8,34 +8,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from aot.targets.capabilities import CORE_L2_BYTES, Capabilities, Int8Dot
+
 # The reduction steps from which a register-tight tile loops over its taps (steps_in_a_loop).
 LOOPED_STEPS_FROM = 32
+# The int8 step of a package for no particular target: each compiler's flags pick it.
+AUTO_INT8_DOT = Int8Dot("auto")
 
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Register tiles sized for a target's vector registers (targets/*.toml: vector_bits,
-    vector_registers)."""
+    """Register tiles sized for a target's vector registers, with what else of the target's
+    capabilities record (aot/targets/capabilities.py) the lowerings read."""
 
     lanes: int = 8           # float32 lanes per vector register
     accumulators: int = 12   # vector accumulators a tile may keep live
-    # The int8 tiles' dot-product step (targets/*.toml int8_dot, aot/target_fields.py INT8_DOTS):
-    # "portable" keeps the plain integer loops; "auto" (a package for no particular target)
-    # uses the tiles with the instruction the C compiler's flags allow (runtime_c/aot_kernels.h).
-    int8_dot: str = "auto"
+    # The int8 tiles' dot-product step; "auto" (a package for no particular target) uses the
+    # tiles with the instruction the C compiler's flags allow (runtime_c/aot_kernels.h).
+    int8_dot: Int8Dot = AUTO_INT8_DOT
     registers: int = 16      # the target's vector registers
-    # Whether the target multiplies by one lane of a vector register in its fused multiply-add
-    # (aarch64's by-element fmla): a tile's broadcast operands, four consecutive floats, are then
-    # one vector load instead of four (register_tiles.py). x86 broadcasts from memory for free,
-    # and armv7's by-scalar multiply-add is not fused.
+    # Whether the target multiplies by one lane of a vector register in its multiply-add: a
+    # tile's broadcast operands, four consecutive floats, are then one vector load instead of
+    # four (register_tiles.py). x86 broadcasts from memory for free.
     lane_broadcasts: bool = False
+    # Whether that multiply by lane is fused (Capabilities.lane_multiply_fused).
+    lane_multiply_fused: bool = True
+    # Whether the target's compilers vectorise plain float loops (Capabilities.compilers_vectorise_floats).
+    compilers_vectorise_floats: bool = True
     # Whether the code's compiler vectorises the kernels' plain float loops (transforms, copies)
     # by itself: gcc does on aarch64; LLVM (the llvm backend) left Winograd's output transform,
     # whose vectors zip into pairs of output columns, scalar (loops_in_vectors).
     vectorises_loops: bool = True
+    l2_bytes: int = CORE_L2_BYTES  # L2 cache per core
 
     @classmethod
-    def for_registers(cls, vector_bits: int, registers: int, int8_dot: str = "auto",
+    def for_registers(cls, vector_bits: int, registers: int, int8_dot: Int8Dot = AUTO_INT8_DOT,
                       lane_broadcasts: bool = False, vectorises_loops: bool = True) -> TileConfig:
         # A quarter of the registers stays free for the operand vectors, the broadcasts and the
         # compiler's own use (measured: 24 of AVX-512's 32 beat 16 and 28 on SqueezeNet).
@@ -43,10 +50,19 @@ class TileConfig:
                    int8_dot=int8_dot, registers=registers, lane_broadcasts=lane_broadcasts,
                    vectorises_loops=vectorises_loops)
 
+    @classmethod
+    def for_capabilities(cls, caps: Capabilities, backend: str = "c") -> TileConfig:
+        """The tiles of a capabilities record, for the C backend (compiled by gcc or clang) or
+        the llvm backend, which vectorises fewer plain loops by itself than gcc."""
+        return replace(cls.for_registers(caps.vector_bits, caps.vector_registers, caps.int8_dot,
+                                         lane_broadcasts=caps.multiply_by_lane, vectorises_loops=backend != "llvm"),
+                       lane_multiply_fused=caps.lane_multiply_fused,
+                       compilers_vectorise_floats=caps.compilers_vectorise_floats, l2_bytes=caps.l2_bytes)
+
     @property
     def cols(self) -> int:
         """Outputs along the contiguous axis per tile: at least 16, two vectors on wide targets;
-        two vectors on armv7, whose tiles multiply by lane (by_scalar)."""
+        two vectors where the tiles multiply by an unfused lane (by_scalar)."""
         return 2 * self.lanes if self.by_scalar else max(16, 2 * self.lanes)
 
     @property
@@ -55,7 +71,7 @@ class TileConfig:
         by a lane (`vmla.f32 q, q, d[i]`, rounded after the product, not fused) lets a tile of
         4 rows x 2 vectors load 3 operands per 8 multiply-adds, where 2 rows x 4 vectors with
         broadcasts loaded 6 (a hand-written loop of each: 11 instructions against 14 per 8)."""
-        return self.lane_broadcasts and self.registers <= 16
+        return self.lane_broadcasts and not self.lane_multiply_fused
 
     @property
     def loops_in_vectors(self) -> int:
@@ -66,7 +82,7 @@ class TileConfig:
         instructions. On aarch64 too where the compiler leaves them scalar (vectorises_loops: the
         llvm backend), not for gcc, whose own vectors run fewer instructions
         (`python -m benchmarks.arm` shows both)."""
-        if self.by_scalar or (self.lane_broadcasts and not self.vectorises_loops):
+        if self.lane_broadcasts and not (self.compilers_vectorise_floats and self.vectorises_loops):
             return self.lanes
         return 1
 

@@ -14,8 +14,8 @@ from aot.backends.llvm.module import build_model_module
 from aot.backends.llvm.target import LlvmTarget, emit_object, from_preset, get_target, host_target, runs_on_host
 from aot.backends.run_plan import RunPlan
 from aot.errors import AotError
-from aot.target_fields import TRIPLE
 from aot.targets import Target
+from aot.targets.fields import TRIPLE
 
 _BUILD_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 

@@ -27,6 +27,7 @@ from aot.backends.run_plan import Argument, Call, Port, RunPlan
 from aot.codegen.kernel_names import kernel_symbols
 from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT
 from aot.planner.weights import WEIGHT_ALIGN
+from aot.targets.capabilities import instruction_set
 
 
 def _power_of_two_dividing(offset: int, cap: int) -> int:
@@ -93,18 +94,15 @@ class ModelModule:
         return f"{self.run.weights_name}_weights"
 
     def build(self) -> ir.Module:
+        isa = instruction_set(self.spec.arch, self.spec.features)
         # 32-bit Arm NEON: vld1 loads up to four d registers at once (kernel_emitter._load_pairs).
-        arm = self.spec.arch.startswith(("arm", "thumb", "aarch64"))
-        paired_loads = arm and not self.spec.arch.startswith("aarch64") and "+neon" in self.spec.features.split(",")
+        paired_loads = isa.family == "arm" and isa.neon
         # On Arm the kernels stay functions of their own: inlined, their loops get more address
         # arithmetic and spills, as in the C backend (AOT_KERNEL in runtime_c/aot_compiler_hints.h;
         # benchmark: ResNet-8 on rpi3).
-        features = self.spec.features.split(",")
-        dot_product = self.spec.arch.startswith("aarch64") and "+dotprod" in features
-        avx2 = self.spec.arch.startswith("x86_64") and "+avx2" in features
-        emitter = KernelEmitter(self.module, MathLibrary(self.module), paired_loads, separate_kernels=arm,
-                                dot_product=dot_product, avx2=avx2,
-                                rounds_lanes=not paired_loads or "+fp-armv8" in features)
+        emitter = KernelEmitter(self.module, MathLibrary(self.module), paired_loads,
+                                separate_kernels=isa.family in ("arm", "aarch64"), dot_product=isa.dot_product,
+                                avx2=isa.avx2, rounds_lanes=not paired_loads or isa.fp_armv8)
         kernels: list[list[tuple[Call, ir.Function]]] = []
         serial_forms: list[tuple[Call, ir.Function] | None] = []
         for step in self.run.steps:

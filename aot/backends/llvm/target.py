@@ -1,7 +1,7 @@
 """Targets of the LLVM backend: a target preset -> TargetMachine, O3 pipeline, object file.
 
 What a target *is* (triple, CPU, features, float ABI, OS) comes from the presets in targets/
-(aot/targets.py), so `--target rpi4` means the same to every part of aot. This module adds what
+(aot/targets/), so `--target rpi4` means the same to every part of aot. This module adds what
 only object emission needs, by architecture: the ELF machine, pointer width, relocation model,
 and how a package's build files recognise a C compiler that builds for the target (from
 `$(CC) -dumpmachine`), so that `make` picks the matching object by itself.

@@ -35,6 +35,9 @@ BAND_BYTES = 128 * 1024
 # An input image beyond this stays in no L2 of an AVX-512 core (1-2 MB) alongside the weights
 # and output that stream through it (TiledConv._in_place_band).
 L2_INPUT_BYTES = 1024 * 1024
+# Cores with at least this L2 (AVX-512 ones) read large inputs in place (TiledConv._in_place_band,
+# _weights_outweigh_panel).
+LARGE_L2_BYTES = 1024 * 1024
 BAND_TILE_BYTES = 8 * 1024
 # On 512-bit vector targets, a pointwise conv reads its input in place rather than through the
 # panel when the weights, read once per band, would be more than this many times its input
@@ -188,15 +191,15 @@ class TiledConv:
         self.panel = View(self.kb.output(scratch_tensor(ctx, node, shape, self.dt, "panel")).buffer, shape)
 
     def _weights_outweigh_panel(self, band: int, itemsize: int) -> bool:
-        """Whether, on a 512-bit vector target, reading the weights once per band costs more
-        than the panel saves: each band runs every block of output channels, so the weights are
+        """Whether, on a core with a large L2 (LARGE_L2_BYTES), reading the weights once per band
+        costs more than the panel saves: each band runs every block of output channels, so the weights are
         read bands times, from L3 or memory once they outgrow L2. AVX-512 cores (L2 1-2 MB,
         Intel's L1 48 KB) keep a 14x14 input in L2 read in place, where 1x1 convs whose weights
         the bands would read several times are faster in place and those with small weights
         through the panel. On AVX2 targets (L2 512 KB) the panel stays. `python -m
         benchmarks.layers` on ResNet-50 shows both forms' time per layer."""
         s = self.s
-        if self.tile.lanes < WIDE_LANES:
+        if self.tile.l2_bytes < LARGE_L2_BYTES:
             return False
         bands = -(-s.out_h * s.out_w // band)
         weight_bytes = s.per_group * s.group_in * itemsize
@@ -270,7 +273,7 @@ class TiledConv:
         column = s.group_in * np.dtype(self.dt).itemsize
         if column * cols <= BAND_TILE_BYTES:
             return max(cols, BAND_BYTES // column // cols * cols)
-        if self.parallel or self.tile.lanes < WIDE_LANES or column * s.in_h * s.in_w <= L2_INPUT_BYTES:
+        if self.parallel or self.tile.l2_bytes < LARGE_L2_BYTES or column * s.in_h * s.in_w <= L2_INPUT_BYTES:
             return 0
         return max(cols, STREAM_LIMIT_BYTES // column // cols * cols)
 

@@ -266,7 +266,7 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
     # A convolution of one input channel (a model's first layer) takes the tile too: its rows
     # are the depthwise form's vector loop, which short rows keep scalar (DS-CNN's 10x4 stride-2
     # conv over 5-pixel rows: 46% of the model's time in that form).
-    tiled = g.groups == 1 and ctx.tiles.int8_dot != "portable" and fits(weights)
+    tiled = g.groups == 1 and ctx.tiles.int8_dot.vectorised and fits(weights)
     if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS and not tiled:
         packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
         lanes = vector_lanes(g, ctx.tiles.lanes) if _sums_in_float(ctx) and flat else None
@@ -291,8 +291,9 @@ def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCo
         copy, planes = _planes(node, ctx, kb, conv.x, g, x_zp)
         return copy + _depthwise(kb, g, planes, packed, init, finish, out_store)
     x_fill = x_zp
-    if tiled and (ctx.tiles.int8_dot == "sdot" or (ctx.tiles.int8_dot in ("neon", "vpmaddwd") and fits_pairs(weights))):
-        # the copy holds signed bytes (uint8 x - 128): sdot, NEON's PairDotAdd, AVX2's SDOTADD
+    dot = ctx.tiles.int8_dot
+    if tiled and (dot.signed_bytes and not dot.pairwise or (dot.signed_when_pairs_fit and fits_pairs(weights))):
+        # the copy holds signed bytes (uint8 x - 128) for a step of signed bytes by signed bytes
         x_zp = signed_byte(x_zp)
     elif conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
         x_zp = unsigned_byte(x_zp)
@@ -355,8 +356,7 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
     plane as one row, when the output (and what the epilogue reads) may be indexed flat."""
     (out_h, out_w), one_row = g.out_spatial, conv.geometry.nd == 1
     pointwise = g.kernel == (1, 1) and g.strides == (1, 1) and not g.padded
-    # NEON's 4 lanes (128 bits); x86's 8 or 16 (a package for no particular target: 8 or more).
-    lanes = 4 if ctx.tiles.int8_dot in ("neon", "sdot") else max(8, ctx.tiles.lanes)
+    lanes = ctx.tiles.int8_dot.int32_lanes(ctx.tiles.lanes)
     flattened = pointwise and flat and out_h > 1 and out_w < (16 if lanes == 4 else 2 * lanes)
     if flattened:
         g = dataclasses.replace(g, in_spatial=(1, out_h * out_w), out_spatial=(1, out_h * out_w))
@@ -373,7 +373,7 @@ def _tiled(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerCon
     # operand vector and each weight quad into two registers of 16-bit values: of its 32
     # registers, 16 accumulators (4 vectors x 4 channels) run fewer instructions under qemu than
     # 12 (4 x 3), spills and all (`python -m benchmarks.arm` on the int8 ResNet-8).
-    one_step = ctx.tiles.int8_dot in ("vpdpbusd", "sdot")  # one instruction: no registers for its parts
+    one_step = ctx.tiles.int8_dot.one_instruction  # no registers for its parts
     accumulators = ctx.tiles.accumulators if one_step else ctx.tiles.accumulators * 2 // 3
     pixels, columns = out_h * out_w, weights.reshape(g.out_channels, -1)
     if pointwise and g.batch == 1 and (flattened or out_h == 1) and \
@@ -541,7 +541,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     # targets keep integer planes: their compilers' widening multiply-adds (smlal) ran fewer
     # instructions under qemu than the float form (LLVM, DS-CNN rpi4: 2.77M against 3.13M).
     in_float = _sums_in_float(ctx)
-    in_vectors = _armv7_vectors(ctx)
+    in_vectors = _hand_vectorised(ctx)
     # Integer sums at unit stride read the padded planes themselves (the single phase), past
     # whose end a slack of the zero point covers the last chunk's discarded pixels.
     direct = not in_float and g.strides == (1, 1)
@@ -551,7 +551,7 @@ def _flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Conv
     floats = None if direct else kb.output(scratch_tensor(ctx, node, (len(phases.used) * plane,), np.dtype(element),
                                                           "phase_planes")).buffer
     sums = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(ACCUMULATOR), "sums")).buffer \
-        if _armv7_split_sums(ctx, pairs) else None
+        if _split_sums(ctx, pairs) else None
 
     def chunk(n: Expr, m: Expr, at: list[Expr], locals_: list[Var], start: Var, row0: Expr,
               count: int) -> list[Stmt]:
@@ -649,7 +649,7 @@ def _finished_pixels(kb: KernelBuilder, extent: int, summed: Callable[[list[Expr
                      in_vectors: bool, summed_in_vectors: Callable[[Expr], list[Stmt]] | None = None) -> list[Stmt]:
     """The loop over pixels [0, extent) that stores each one's tap sum (`summed`) requantised
     (`finish_at`) into `finished`: as vectors of 4 pixels where `in_vectors`, and with a `sums`
-    row (_armv7_split_sums) the sums first, in a loop of their own, written as vectors of
+    row (_split_sums) the sums first, in a loop of their own, written as vectors of
     TAP_PAIR_LANES pixels by `summed_in_vectors` where given."""
     def pixel(i: list[Expr]) -> list[Stmt]:
         return [Store(finished, i[0], finish_at(summed(i)))]
@@ -665,22 +665,23 @@ def _finished_pixels(kb: KernelBuilder, extent: int, summed: Callable[[list[Expr
     return vectors or kb.loops([extent], pixel, prefix="p")
 
 
-def _armv7_split_sums(ctx: LoweringContext, pairs: bool) -> bool:
-    """Whether _flat_depthwise sums its taps in a loop of their own before requantising. armv7
-    NEON's compilers vectorise no float loop, so the requantisation is written as vectors of 4
-    pixels (_armv7_vectors), after the sums of a row: with tap pairs (`pairs`) written out as
+def _split_sums(ctx: LoweringContext, pairs: bool) -> bool:
+    """Whether _flat_depthwise sums its taps in a loop of their own before requantising. Where
+    the compilers vectorise no float loop (armv7 NEON), the requantisation is written as vectors
+    of 4 pixels (_hand_vectorised), after the sums of a row: with tap pairs (`pairs`) written out as
     vectors of 8 pixels (integer_terms.tap_pair_vectors: vmull.s8, vmlal.s8, vaddw.s16 by
     weights in d registers), where gcc's own vectors of 16 keep each weight in a q register and
     spill them and LLVM's go through the stack; else the integer loop gcc (vectorises_loops)
     vectorises itself; LLVM's sums stay in the vectors of 4. aarch64's compilers vectorise the
     whole loop themselves, in fewer instructions than vectors written out. `python -m
     benchmarks.arm --targets rpi3 rpi4` on the int8 DS-CNN and VWW counts each form."""
-    return _armv7_vectors(ctx) and (pairs or ctx.tiles.vectorises_loops)
+    return _hand_vectorised(ctx) and (pairs or ctx.tiles.vectorises_loops)
 
 
-def _armv7_vectors(ctx: LoweringContext) -> bool:
-    """Whether _flat_depthwise writes its loop as vectors of 4 pixels (armv7 NEON: by_scalar)."""
-    return ctx.tiles.int8_dot == "neon" and ctx.tiles.by_scalar
+def _hand_vectorised(ctx: LoweringContext) -> bool:
+    """Whether _flat_depthwise writes its loop as vectors of 4 pixels: a pairwise int8 step on a
+    target whose compilers vectorise no float loop (armv7 NEON)."""
+    return ctx.tiles.int8_dot.pairwise and not ctx.tiles.compilers_vectorise_floats
 
 
 def _tap_pairs(ctx: LoweringContext, conv: IntegerConv, weights: np.ndarray) -> bool:
@@ -690,9 +691,11 @@ def _tap_pairs(ctx: LoweringContext, conv: IntegerConv, weights: np.ndarray) -> 
 
 
 def _sums_in_float(ctx: LoweringContext) -> bool:
-    """Whether flat depthwise sums are float32 (_flat_depthwise): on x86 with AVX2 or later (aarch64
-    keeps the integer sums it had before its int8 tiles)."""
-    return ctx.tiles.int8_dot not in ("portable", "neon", "sdot")
+    """Whether flat depthwise sums are float32 (_flat_depthwise): where the vector int8 step
+    multiplies unsigned by signed bytes, which has no widening multiply-add of signed bytes
+    (x86 with AVX2 or later; Arm keeps integer sums, smlal)."""
+    dot = ctx.tiles.int8_dot
+    return dot.vectorised and not dot.signed_bytes
 
 
 class _NoVectorForm(Exception):

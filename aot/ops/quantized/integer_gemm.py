@@ -80,7 +80,7 @@ def gemm_tiles(node: Node, ctx: LoweringContext, kb: KernelBuilder, op: GemmOper
     lanes = column_lanes(ctx)
     if not weights_fit(ctx, op.weights) or not _stores_in_vectors(finish, store, lanes):
         return None
-    signed = dot in ("sdot", "neon")
+    signed = dot.signed_bytes
     quads = -(-op.depth // QUAD)
     start = op.start + _shift_correction(op, signed)
     packed = np.zeros((columns // lanes, quads * QUAD, lanes), np.int64)
@@ -90,7 +90,7 @@ def gemm_tiles(node: Node, ctx: LoweringContext, kb: KernelBuilder, op: GemmOper
     starts = kb.input(ctx.constant(wrap_int32(start), f"{node.name}_start")).buffer
     act_type = "int8" if signed else "uint8"
     acts = kb.output(scratch_tensor(ctx, node, (op.rows * quads * QUAD,), np.dtype(act_type), "row_quads")).buffer
-    shape = _Shape(lanes, quads, signed, dot == "neon", weights, starts, acts)
+    shape = _Shape(lanes, quads, signed, dot.pairwise, weights, starts, acts)
     vectors = columns // lanes
     per_tile = min(vectors, MAX_VECTORS)
     rows = max(1, min(op.rows, MAX_ROWS, ctx.tiles.accumulators // per_tile))
@@ -103,8 +103,8 @@ def gemm_tiles(node: Node, ctx: LoweringContext, kb: KernelBuilder, op: GemmOper
 
 
 def column_lanes(ctx: LoweringContext) -> int:
-    """Output columns per vector: NEON's 4 (128 bits), x86's 8 or 16."""
-    return 4 if ctx.tiles.int8_dot in ("sdot", "neon") else max(8, ctx.tiles.lanes)
+    """Output columns per vector: the int8 step's int32 lanes."""
+    return ctx.tiles.int8_dot.int32_lanes(ctx.tiles.lanes)
 
 
 def weights_fit(ctx: LoweringContext, weights: np.ndarray) -> bool:
@@ -112,9 +112,9 @@ def weights_fit(ctx: LoweringContext, weights: np.ndarray) -> bool:
     columns, each weight within int8 (and not -128 on NEON without the dot product, whose
     PairDotAdd sums two products in 16 bits)."""
     dot = ctx.tiles.int8_dot
-    if dot not in ("vpdpbusd", "vpmaddwd", "sdot", "neon") or weights.size == 0:
+    if not dot.chosen or weights.size == 0:
         return False
-    if weights.min() < (-127 if dot == "neon" else -128) or weights.max() > 127:
+    if weights.min() < (-127 if dot.pairwise else -128) or weights.max() > 127:
         return False
     return weights.shape[0] % column_lanes(ctx) == 0
 

@@ -246,9 +246,9 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
     shape = tile_shape(lanes, accumulators, out_w, m_count)
     fills, image, layout = quad_image(node, ctx, kb, g, fill, shape.width)
     signed = image.dtype == "int8"  # (fill's type decides): sdot's DotAdd, or NEON's PairDotAdd
-    pairs = signed and ctx.tiles.int8_dot == "neon"
+    pairs = signed and ctx.tiles.int8_dot.pairwise
     halves = pairs and pair_halves(ctx)
-    by_lane = signed and ctx.tiles.int8_dot == "sdot" and shape.lanes == 4
+    by_lane = signed and ctx.tiles.int8_dot.by_lane and shape.lanes == 4
     band = banded(g)
     packed = kb.input(ctx.constant(packed_weights(weights, shape.channels), f"{node.name}_tiles")).buffer
     blocks = -(-m_count // shape.channels)
@@ -329,7 +329,7 @@ def pair_halves(ctx: LoweringContext) -> bool:
     aarch64 ld2 and ld2r / ld4r load them, against a load and a tbl per four-quad operand; on
     armv7 vld2.16 of four d registers and vld2.16 / vld4.16 to all lanes, half the loads and
     their address arithmetic (`python -m benchmarks.arm` on the int8 DS-CNN and ResNet-8)."""
-    return ctx.tiles.int8_dot == "neon"
+    return ctx.tiles.int8_dot.pairwise
 
 
 def pair_halves_step(kb: KernelBuilder, accs: list[list[Var]], pixels: Buffer, weights: Buffer,

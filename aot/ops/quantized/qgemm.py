@@ -101,8 +101,8 @@ def lower_qgemm(node: Node, ctx: LoweringContext) -> None:
         ctx.emit(kb, tiles)
         return
     a_zero = cast(scalar(zero_point_param(node, 2, "a_zero_point", a_dtype)), "int32")
-    # x86's int8 dot product multiplies unsigned bytes by signed ones: int8 A read as A + 128
-    unsigned = a_dtype == "int8" and ctx.tiles.int8_dot in ("vpdpbusd", "vpmaddwd")
+    # a dot step of unsigned bytes by signed ones reads int8 A as A + 128
+    unsigned = a_dtype == "int8" and ctx.tiles.int8_dot.unsigned_by_signed
     dot = _folded_weights(node, ctx, kb, b, trans_b, a_zero, unsigned) or \
         _dot_product(node, kb, b, trans_b, b_dtype, a_zero, n)
     cv = kb.input(bias).broadcast_to((m, n)) if bias is not None else None

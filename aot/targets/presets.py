@@ -1,7 +1,5 @@
-"""Target presets: one small TOML file per target in targets/, validated on load.
-
-`--target NAME` picks a preset; `--target path/to/file.toml` loads a user's own.
-"""
+"""Target presets: one small TOML file per target in targets/, validated on load
+(aot/targets/fields.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from typing import Any
 
 from aot.errors import AotError
 from aot.resources import resource_dir
-from aot.target_fields import OPTIONAL_FIELDS, REQUIRED_FIELDS, field_problem
+from aot.targets.fields import OPTIONAL_FIELDS, REQUIRED_FIELDS, field_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,9 +38,11 @@ class Target:
     # The float vector registers the register tiles are sized for (0: none; scalar tiles).
     vector_bits: int = 128
     vector_registers: int = 16
-    # The int8 tiles' dot-product instruction (aot/target_fields.py INT8_DOTS); "" in a file:
+    # The int8 tiles' dot-product instruction (aot/targets/fields.py INT8_DOTS); "" in a file:
     # derived from `features` (default_int8_dot).
     int8_dot: str = ""
+    # L2 cache per core in bytes, for blocking (0 in a file: aot/targets/capabilities.py's default).
+    l2_cache_bytes: int = 0
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -72,7 +72,8 @@ class Target:
         return {"name": self.name, "description": self.description, "triple": self.triple, "cpu": self.cpu,
                 "features": self.features, "float_abi": self.float_abi, "os": self.os,
                 "alignment": self.alignment, "cflags": list(self.cflags), "vector_bits": self.vector_bits,
-                "vector_registers": self.vector_registers, "int8_dot": self.int8_dot}
+                "vector_registers": self.vector_registers, "int8_dot": self.int8_dot,
+                "l2_cache_bytes": self.l2_cache_bytes}
 
 
 def default_int8_dot(arch: str, features: str) -> str:
@@ -94,7 +95,7 @@ def default_int8_dot(arch: str, features: str) -> str:
 
 def _validate(name: str, data: dict[str, Any], source: str) -> Target:
     """The Target a TOML file describes, once every field has the type and the values that a
-    build file, a command line or a file name can safely hold (aot/target_fields.py)."""
+    build file, a command line or a file name can safely hold (aot/targets/fields.py)."""
     where = f"target {source}"
     for key in REQUIRED_FIELDS:
         if key not in data:

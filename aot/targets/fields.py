@@ -18,6 +18,7 @@ MAX_TEXT = 200         # characters of a description
 MAX_WORD = 64          # characters of a triple, a CPU name, a compiler flag
 MAX_LIST = 512         # characters of a feature list or a compiler flag
 MAX_CFLAGS = 64
+MAX_CACHE_BYTES = 1 << 30
 
 # arch-vendor-os[-environment], each part a plain word: no "/" and no "..", it names a file.
 TRIPLE = re.compile(r"[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+){2,3}")
@@ -95,6 +96,10 @@ def _vector_registers(value: int) -> str | None:
     return None if 1 <= value <= 64 else f"{value} must be between 1 and 64"
 
 
+def _cache_bytes(value: int) -> str | None:
+    return None if 0 <= value <= MAX_CACHE_BYTES else f"{value} must be between 0 and {MAX_CACHE_BYTES}"
+
+
 def _cflags(value: list[Any]) -> str | None:
     if len(value) > MAX_CFLAGS:
         return f"has {len(value)} flags (at most {MAX_CFLAGS})"
@@ -130,6 +135,7 @@ OPTIONAL_FIELDS: dict[str, tuple[type, Check]] = {
     "vector_bits": (int, _one_of(_VECTOR_BITS)),
     "vector_registers": (int, _vector_registers),
     "int8_dot": (str, _one_of(INT8_DOTS)),
+    "l2_cache_bytes": (int, _cache_bytes),
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", list: "a list"}
 
