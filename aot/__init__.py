@@ -54,10 +54,10 @@ def quantize(model, calibration, output, quant_format="qdq", per_channel=True, a
     quantize_static: int8 weights (per channel unless per_channel=False), `activation_type` "int8"
     or "uint8", quant_format "qdq" or "qoperator", MinMax calibration on the samples of the
     `calibration` .npz (one array per model input, named by it; the first axis counts the
-    samples, one run each). Writes `output` and returns an aot.quantizer.QuantizeSummary: per
+    samples, one run each). Writes `output` and returns an aot.commands.quantizer.QuantizeSummary: per
     output the max and mean abs error of the int8 model against the float one on those samples,
     and top-1 agreement for class scores ([N, C] outputs). input_shapes fixes symbolic dims."""
-    from aot.quantizer import quantize as _quantize
+    from aot.commands.quantizer import quantize as _quantize
 
     return _quantize(model, calibration, output, quant_format=quant_format, per_channel=per_channel,
                      activation_type=activation_type, input_shapes=input_shapes, progress=progress)

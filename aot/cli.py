@@ -300,7 +300,7 @@ def _with_array_shapes(model: Path, inputs: Path | None, input_shape: list[str] 
     """verify and bench --inputs: the model's symbolic dimensions take the arrays' sizes."""
     if inputs is None:
         return list(input_shape or [])
-    from aot.verify import array_shape_options
+    from aot.commands.verify import array_shape_options
 
     return array_shape_options(model, inputs, input_shape or [], input_value or [])
 
@@ -533,7 +533,7 @@ def _verify_model(package: Any, model: Path, backend: str, built: Any, given: di
                   want: dict[str, Any] | None, tolerance: float, seed: int,
                   as_json: bool) -> tuple[bool, dict[str, Any]]:
     """Verify one model of a package, `built` (printing its result unless --json); (passed, its JSON)."""
-    from aot.verify import verify_package
+    from aot.commands.verify import verify_package
 
     result = verify_package(package, str(model), given, want, tolerance, seed, built=built, progress=_progress())
     where = getattr(built, "where", "host")
@@ -558,8 +558,8 @@ def _verify_model(package: Any, model: Path, backend: str, built: Any, given: di
 def _verify_per_layer(model: Path, shapes: dict[str, tuple[int, ...]], backend: str, target: str | None,
                       inputs: Path | None, tolerance: float, seed: int, as_json: bool, conv_algorithm: str,
                       input_values: dict[str, str]) -> None:
+    from aot.commands.per_layer import compare_layers
     from aot.npz import load_npz
-    from aot.per_layer import compare_layers
 
     # Read once the debug package's inputs are known, so each header is checked before its data.
     given = (lambda specs: load_npz(inputs, "--inputs", specs)) if inputs is not None else None
@@ -642,8 +642,8 @@ def quantize_cmd(
     """Quantize MODEL to int8 with onnxruntime.quantization (int8 weights, MinMax calibration on the
     --calibration samples), write it to -o and print how far its outputs move from the float model's
     on those samples."""
+    from aot.commands.quantizer import is_aot_quantized_model, quantize
     from aot.package.output_dir import check_output_file
-    from aot.quantizer import is_aot_quantized_model, quantize
 
     # The input and foreign-file checks first, as quantize() makes them again when it writes.
     check_output_file(output, [model, calibration], replaceable=is_aot_quantized_model,
@@ -786,7 +786,7 @@ def bench_cmd(
     GFLOP/s count the model's multiply-adds (2 FLOPs each). The share of peak is of this core's fp32 FMA
     peak (best of many short runs), counting the multiply-adds aot's code does: a Winograd layer does
     2.25x fewer than the model's; the "effective" share counts the model's own, and can pass 100%."""
-    from aot.bench import bench
+    from aot.commands.bench import bench
 
     if threads < 1 or rounds < 1:
         raise AotError("--threads and --rounds must be at least 1")
@@ -832,9 +832,9 @@ def report_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Write one self-contained HTML page: memory plan chart, kernels with their ONNX nodes and MACs, sizes."""
+    from aot.commands.report import build_report, render_report
     from aot.package.output_dir import check_output_file
     from aot.package.writer import write_file_atomically
-    from aot.report import build_report, render_report
 
     budget = _max_arena(max_arena)
     read = _files_read(model, output, True, [])
@@ -860,7 +860,7 @@ def inspect_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Show MODEL's ops (and which are unsupported), parameters, MACs and memory plan."""
-    from aot.inspect import inspect_model, show
+    from aot.commands.inspect import inspect_model, show
 
     budget = _max_arena(max_arena)
     report = inspect_model(model, _model_shapes(model, input_shape, input_value, dim), progress=_progress(),
@@ -891,8 +891,8 @@ def targets_cmd(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
 @_report_errors
 def ops_cmd(as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """List the supported ONNX ops as a markdown table (domain, op, opsets, limits); docs/ops.md is this output."""
-    from aot.op_table import as_json as rows_json
-    from aot.op_table import markdown, op_rows
+    from aot.commands.op_table import as_json as rows_json
+    from aot.commands.op_table import markdown, op_rows
 
     rows = op_rows()
     print(json.dumps(rows_json(rows)) if as_json else markdown(rows), end="" if not as_json else "\n")

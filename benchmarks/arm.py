@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from aot.commands.verify import random_inputs
 from aot.package.package import Package as AotPackage
-from aot.verify import random_inputs
 from benchmarks.arm_apt import ArmBenchError
 from benchmarks.arm_ort import OrtSysroot
 from benchmarks.arm_qemu import TARGET_CPU, Counts, build_plugin, count, per_inference

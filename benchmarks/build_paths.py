@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 import aot
-from aot.bench import bench
+from aot.commands.bench import bench
+from aot.commands.verify import random_inputs
 from aot.targets import host_preset_name
-from aot.verify import random_inputs
 
 PARENT_CMAKE = """cmake_minimum_required(VERSION 3.13)
 project(user_app C)

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from aot.bench import bench
+from aot.commands.bench import bench
+from aot.commands.quantizer import quantize as aot_quantize
+from aot.commands.verify import verify_package
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
-from aot.quantizer import quantize as aot_quantize
-from aot.verify import verify_package
 
 CALIBRATION_SAMPLES = 20
 VERIFY_SEEDS = 3

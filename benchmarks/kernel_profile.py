@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from aot.codegen.kernel_names import kernel_stems
+from aot.commands.verify import random_inputs
 from aot.host.build import host_cc
 from aot.package.package import Package
-from aot.verify import random_inputs
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from aot.analysis import node_macs, op_macs
-from aot.bench import native_target
+from aot.commands.bench import native_target
 from aot.compiler import load
 from aot.host.cpu_mask import hidden_for, hide_cpu_features
 from benchmarks.ort_profile import profiled_events

@@ -27,6 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import aot.compiler
+from aot.commands.verify import random_inputs
 from aot.compiler import compile as compile_model
 from aot.compiler import load
 from aot.errors import AotError
@@ -38,7 +39,6 @@ from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
 from aot.planner.budget import factor_key, layer_class
 from aot.targets import host_preset_name, resolve_targets
-from aot.verify import random_inputs
 from benchmarks.run import light_models
 
 

@@ -1,5 +1,5 @@
 """Model classes beyond the MLPerf Tiny set (detectors, voice activity, transformers): each compiled by aot,
-verified against onnxruntime, then timed against it (aot.bench: one process, one thread,
+verified against onnxruntime, then timed against it (aot.commands.bench: one process, one thread,
 interleaved rounds, medians) for the host's preset (-march=native) and for x86_64-v3 (AVX2 code
 built with -march=x86-64-v3), with the kernels aot's time goes to (perf, benchmarks/kernel_profile.py).
 Printed as one markdown table per target; a model that fails to compile, build or verify is a row
@@ -39,13 +39,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from aot.bench import bench, native_target
+from aot.commands.bench import bench, native_target
+from aot.commands.verify import random_inputs, verify_package
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
 from aot.host.build import host_target_cflags
 from aot.host.run import HostModel
 from aot.targets import host_preset_name
-from aot.verify import random_inputs, verify_package
 from benchmarks.class_graphs import CLASS_GRAPHS
 from benchmarks.kernel_profile import KernelShare, profile
 from benchmarks.yolov8n import yolov8n

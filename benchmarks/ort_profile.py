@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from aot.bench import onnxruntime_session
+from aot.commands.bench import onnxruntime_session
 
 
 def profiled_events(model: str, runs: int) -> list[dict]:

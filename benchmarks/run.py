@@ -14,7 +14,7 @@ import platform
 import sys
 from pathlib import Path
 
-from aot.bench import bench
+from aot.commands.bench import bench
 from aot.host.peak import peak_gflops
 from aot.targets import host_preset_name
 

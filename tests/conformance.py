@@ -15,7 +15,7 @@ Each case is classified as
   out_of_scope  a graph input or output is not a tensor of float32/int32/int64/bool, a node is in a
                 non-default domain (ML, training, contrib), or the case needs training behaviour;
   unsupported   aot.compile raises UnsupportedError; the missing op types are recorded;
-  passed        every data set matches the expected outputs (aot.verify.compare, tolerance 1e-4);
+  passed        every data set matches the expected outputs (aot.commands.verify.compare, tolerance 1e-4);
   failed        anything else, with a one-line reason.
 
 Where a case runs: by default built as a shared library for this machine and called through
@@ -54,6 +54,7 @@ import onnx
 import onnx.backend.test
 from onnx import TensorProto, numpy_helper
 
+from aot.commands.verify import compare
 from aot.compiler import compile as compile_model
 from aot.errors import AotError, UnsupportedError
 from aot.frontend.shape_folding import NEVER_FOLD
@@ -62,7 +63,6 @@ from aot.ops.registry import constant_inputs, is_supported
 from aot.targets import Target, load_target
 from aot.toolchain.discovery import Toolchain, find_toolchain, qemu_for
 from aot.toolchain.target_build import TargetModel
-from aot.verify import compare
 
 DATA_DIR = Path(onnx.backend.test.__file__).resolve().parent / "data"
 NODE = "node"

@@ -117,7 +117,7 @@ def random_model(seed: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 def check(seed: int, backend: str = "c") -> str | None:
     """None when aot matches onnxruntime on the graph made from `seed`, else what differed."""
-    from aot.verify import compare
+    from aot.commands.verify import compare
     from tests.helpers import run_aot, run_onnxruntime
 
     model, feeds = random_model(seed)

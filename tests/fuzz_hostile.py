@@ -523,8 +523,8 @@ def warm_up() -> None:
     import onnxruntime  # noqa: F401
 
     import aot.cli  # noqa: F401
+    import aot.commands.verify  # noqa: F401
     import aot.compiler  # noqa: F401
-    import aot.verify  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

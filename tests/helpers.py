@@ -15,12 +15,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from aot.commands.verify import compare
 from aot.compiler import compile as compile_model
 from aot.host.build import run_make
 from aot.host.run import HostModel, host_variant, prepare_inputs
 from aot.package.package import Package
 from aot.targets import host_target_name
-from aot.verify import compare
 
 # This architecture's baseline preset (x86_64: SSE2, no FMA). Bit-for-bit comparisons of the C
 # and LLVM backends build both for it: the LLVM object for this machine's own preset fuses the
@@ -60,8 +60,8 @@ def make_model(
 
 def run_onnxruntime(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """onnxruntime's outputs, exact for int8 models also where its int8 kernels saturate
-    (aot/exact_int8_reference.py)."""
-    from aot.exact_int8_reference import reference_model
+    (aot/commands/exact_int8_reference.py)."""
+    from aot.commands.exact_int8_reference import reference_model
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1

@@ -51,7 +51,7 @@ def test_bench_measures_onnxruntime_memory_per_model_in_one_process(tmp_path: Pa
     big = make_model([helper.make_node("Gemm", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": weights})
     path = tmp_path / "big_fc.onnx"
     path.write_bytes(big.SerializeToString())
-    script = ("from aot.bench import bench\n"
+    script = ("from aot.commands.bench import bench\n"
               f"bench({str(EXAMPLE)!r}, rounds=1, warmup=1)\n"
               f"print(bench({str(path)!r}, rounds=1, warmup=1).onnxruntime_peak_rss_delta_bytes)\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)

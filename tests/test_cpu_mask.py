@@ -84,7 +84,7 @@ def test_other_segmentation_faults_still_reach_the_handler_before() -> None:
 @needs_hiding
 def test_bench_compares_x86_64_v3_code_with_onnxruntimes_avx2_kernels() -> None:
     """onnxruntime is loaded in pytest's process already: the comparison runs in a fresh one."""
-    from aot.bench import bench
+    from aot.commands.bench import bench
 
     result = bench(str(EXAMPLE), rounds=1, warmup=1, target="x86_64-v3", onnxruntime_isa="target")
     assert result.onnxruntime_isa == "x86_64-v3" and result.target == "x86_64-v3"

@@ -89,7 +89,7 @@ def test_docs_ops_is_what_aot_ops_prints() -> None:
 def test_aot_ops_lists_every_registered_op_and_only_registered_limits() -> None:
     import json
 
-    from aot.op_table import limited_ops
+    from aot.commands.op_table import limited_ops
     from aot.ops.registry import registered_op_types
 
     result = aot("ops", "--json")

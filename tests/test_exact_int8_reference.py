@@ -1,4 +1,4 @@
-"""aot/exact_int8_reference.py: the int8 reference runs of verify, quantize and the tests stay
+"""aot/commands/exact_int8_reference.py: the int8 reference runs of verify, quantize and the tests stay
 exact on x86 machines without VNNI, where onnxruntime's uint8 x int8 products saturate."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from aot.exact_int8_reference import onnxruntime_int8_saturates, reencode_int8
+from aot.commands.exact_int8_reference import onnxruntime_int8_saturates, reencode_int8
 from tests.helpers import make_model
 from tests.test_ops_quantized_integer import model_of
 

@@ -310,7 +310,7 @@ def test_inspect_on_a_terminal_does_not_read_names_as_markup() -> None:
 
     from rich.console import Console
 
-    from aot.inspect import render
+    from aot.commands.inspect import render
 
     report = {"model": "m.onnx", "supported": False, "onnx_nodes": 1, "nodes_after_folding": 1,
               "inputs": [{"name": HOSTILE_IN, "shape": [1], "dtype": "float32"}],

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from aot.verify import compare
+from aot.commands.verify import compare
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot
 
 LAYER_NORM_CASES = {

@@ -14,9 +14,9 @@ import onnx
 import pytest
 from onnx import helper
 
+from aot.commands.verify import compare
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
-from aot.verify import compare
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}

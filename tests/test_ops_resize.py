@@ -21,9 +21,9 @@ from onnx.reference import ReferenceEvaluator
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail as OrtFail
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
 
+from aot.commands.verify import compare
 from aot.compiler import compile as compile_model
 from aot.errors import AotError
-from aot.verify import compare
 from tests.helpers import assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 
 COORDINATE_MODES = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric"]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from aot.commands.per_layer import compare_layers
 from aot.host.run import HostModel
 from aot.ops import elementwise
 from aot.ops.elementwise import FORMS, Form
-from aot.per_layer import compare_layers
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "tiny_cnn.onnx"

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from aot.exact_int8_reference import reference_model
+from aot.commands.exact_int8_reference import reference_model
 from tests.markdown_sections import code_blocks, markdown_section
 from tests.test_cli import REPO, aot, assert_user_error
 
@@ -50,7 +50,7 @@ def quantize(folder: Path, model: str, *options: str) -> tuple[Path, subprocess.
 
 def ort_outputs(model: str | bytes, samples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """onnxruntime's outputs of `model` on each sample (first axis), stacked; int8 products exact
-    where its own saturate (aot/exact_int8_reference.py, tested in test_exact_int8_reference.py)."""
+    where its own saturate (aot/commands/exact_int8_reference.py, tested in test_exact_int8_reference.py)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     exact = reference_model(onnx.load(model) if isinstance(model, str) else onnx.load_from_string(model))
@@ -152,7 +152,7 @@ def test_python_api_returns_the_figures_the_command_prints(tmp_path: Path) -> No
 
 
 def test_help_shows_the_fixed_choices_the_quantiser_accepts() -> None:
-    from aot.quantizer import ACTIVATION_TYPES, FORMATS
+    from aot.commands.quantizer import ACTIVATION_TYPES, FORMATS
 
     result = aot("quantize", "--help")
     assert result.returncode == 0, result.stderr

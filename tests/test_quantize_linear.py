@@ -12,10 +12,10 @@ import onnx
 import pytest
 from onnx import helper
 
+from aot.commands.precision import FLOAT, INT8, precision_summary
+from aot.commands.verify import compare
 from aot.compiler import load
 from aot.passes.pipeline import run_passes
-from aot.precision import FLOAT, INT8, precision_summary
-from aot.verify import compare
 from tests.helpers import make_model, run_aot, run_onnxruntime
 from tests.test_cli import aot, assert_user_error
 from tests.test_fusion import kernels_of

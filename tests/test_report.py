@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aot.report import build_report
-from aot.report_chart import Lifetime, memory_chart
+from aot.commands.report import build_report
+from aot.commands.report_chart import Lifetime, memory_chart
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "tiny_cnn.onnx"

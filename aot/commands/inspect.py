@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from aot.analysis import model_stats
+from aot.commands.precision import precision_summary
 from aot.frontend.importer import load_graph
 from aot.frontend.input_values import InputValue
 from aot.ir.graph import Graph, Tensor
@@ -18,7 +19,6 @@ from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower, lower_and_plan, lower_and_plan_budgeted, plan
 from aot.planner.arena import PlannedProgram
 from aot.planner.weights import layout_weights
-from aot.precision import precision_summary
 from aot.progress import SILENT, Progress
 from aot.targets import list_targets
 from aot.terminal import printable

@@ -10,8 +10,8 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
+from aot.commands.exact_int8_reference import Reencoded, onnxruntime_int8_saturates, reference_model
 from aot.errors import AotError, VerifyError
-from aot.exact_int8_reference import Reencoded, onnxruntime_int8_saturates, reference_model
 from aot.host.run import HostModel
 from aot.package.package import Package
 from aot.progress import SILENT, Progress
@@ -117,7 +117,7 @@ def _weight_only_quantized(model_path: str) -> bool:
 
 def _exact_int8_reference(model_path: str) -> Reencoded | None:
     """Where onnxruntime's int8 products saturate on this machine, the model re-encoded so that
-    it runs exact ones (aot/exact_int8_reference.py); float models are not even loaded."""
+    it runs exact ones (aot/commands/exact_int8_reference.py); float models are not even loaded."""
     if not onnxruntime_int8_saturates():
         return None
     return reference_model(onnx.load(model_path))

@@ -12,14 +12,14 @@ from typing import Any
 import jinja2
 
 from aot.analysis import node_macs
+from aot.commands.precision import node_precision, precision_summary
+from aot.commands.report_chart import Lifetime, memory_chart
 from aot.compiler import load
 from aot.frontend.input_values import InputValue
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan, lower_and_plan_budgeted
 from aot.planner.budget import BudgetedPlan
 from aot.planner.liveness import arena_intervals
-from aot.precision import node_precision, precision_summary
-from aot.report_chart import Lifetime, memory_chart
 from aot.resources import resource_dir
 from aot.version import __version__
 

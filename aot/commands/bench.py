@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from aot.analysis import model_stats
+from aot.commands.verify import RANDOM_INPUTS_HINT, random_inputs
 from aot.compiler import compile as compile_model
 from aot.compiler import load
 from aot.errors import AotError
@@ -30,7 +31,6 @@ from aot.host.cpu_mask import HiddenBits, hidden_for, hide_cpu_features
 from aot.host.peak import peak_gflops
 from aot.host.run import HostModel, aligned_array
 from aot.targets import Target, host_preset_name, load_target
-from aot.verify import RANDOM_INPUTS_HINT, random_inputs
 
 
 @dataclass
@@ -101,7 +101,7 @@ import numpy as np
 from aot.host.cpu_mask import HiddenBits, hide_cpu_features
 hide_cpu_features(HiddenBits(*map(int, sys.argv[4:])))
 import onnxruntime  # loaded before the measurement starts: its code is not the session's memory
-from aot.bench import _peak_rss, _reset_peak_rss, onnxruntime_session
+from aot.commands.bench import _peak_rss, _reset_peak_rss, onnxruntime_session
 model, feeds_path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
 feeds = dict(np.load(feeds_path))
 start = _reset_peak_rss()
@@ -299,7 +299,7 @@ def _interleaved_samples(run_ours: Callable[[], object], run_ort: Callable[[], o
 _FRESH_PROCESS_SCRIPT = """
 import pickle
 import sys
-from aot.bench import bench
+from aot.commands.bench import bench
 from aot.errors import AotError
 with open(sys.argv[1], "rb") as f:
     kwargs = pickle.load(f)

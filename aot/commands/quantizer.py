@@ -25,8 +25,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from aot.commands.exact_int8_reference import onnxruntime_int8_saturates, reference_model
 from aot.errors import AotError, OutputError
-from aot.exact_int8_reference import onnxruntime_int8_saturates, reference_model
 from aot.progress import SILENT, Progress
 
 FORMATS = ("qdq", "qoperator")

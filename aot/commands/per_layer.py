@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import onnx
 
+from aot.commands.verify import OutputComparison, compare, onnxruntime_outputs, random_inputs
 from aot.frontend.input_shapes import apply_input_shapes
 from aot.frontend.input_values import InputValue, bind_input_values
 from aot.frontend.loader import load_onnx
 from aot.frontend.shape_folding import fold_static_subgraphs, forget_stale_shapes
-from aot.verify import OutputComparison, compare, onnxruntime_outputs, random_inputs
 
 
 @dataclass
