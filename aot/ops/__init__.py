@@ -24,7 +24,6 @@ from aot.ops import (  # noqa: F401
 )
 from aot.ops.quantized import (  # noqa: F401
     dynamic,
-    integer_conv,
     integer_matmul,
     linear,
     qgemm,
@@ -34,3 +33,4 @@ from aot.ops.quantized import (  # noqa: F401
     qlinear_softmax,
     weight_only,
 )
+from aot.ops.quantized.conv import lowering as integer_conv  # noqa: F401

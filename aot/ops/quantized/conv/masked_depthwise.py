@@ -57,8 +57,8 @@ from aot.lowering.builder import KernelBuilder
 from aot.lowering.context import LoweringContext
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.conv.geometry import ConvGeometry
+from aot.ops.quantized.conv.shifted_depthwise import BLOCK_BYTES, Finish, StoreAt
 from aot.ops.quantized.integer_terms import ACCUMULATOR, PerIndex, channel_locals
-from aot.ops.quantized.shifted_depthwise import BLOCK_BYTES, Finish, StoreAt
 from aot.ops.scratch import scratch_tensor
 
 # The column masks' period, at most, in floats: lcm(W, lanes) is 80 for DS-CNN's 5-pixel rows and
