@@ -8,6 +8,9 @@ which is what lets the C compiler and LLVM unroll and vectorise.
 dtypes are numpy dtype names ("float32", "int64", "bool", ...) plus INDEX for loop counters and
 element offsets (32-bit signed in generated code; the IR verifier caps tensors at 2**31-1 elements).
 
+The special, instruction-shaped operations (DotAdd, PairLoad, TapProducts ...) are declared in
+aot/kernel/intrinsics.py, each once with its numpy meaning; this module holds the core.
+
 Short vectors ("float32x4/x8/x16", as wide as the target's vector registers) exist for register
 tiles (aot/ops/contraction/register_tiles.py): loads and stores of contiguous elements, a
 broadcast, and a multiply-add; and for the running max and sum of Softmax (aot/ops/softmax.py),
@@ -194,170 +197,6 @@ class VecLoad(Expr):
 
 
 @dataclass(frozen=True, eq=True)
-class WidenLoad(VecLoad):
-    """`lanes` contiguous integer elements of `buffer` (weights kept as int8 or int16) as a float32
-    vector, each converted exactly: the register tiles' operand load for quantised weights. A
-    VecLoad for every analysis of what a kernel reads (bounds, hazards, threads)."""
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return vector_of("float32", self.lanes)
-
-
-@dataclass(frozen=True, eq=True)
-class ExtendLoad(VecLoad):
-    """`lanes` contiguous int8 or uint8 elements of `buffer` as an int32 vector, each sign- or
-    zero-extended: the taps of an int8 depthwise loop written as vectors. A VecLoad for every
-    analysis of what a kernel reads."""
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return vector_of("int32", self.lanes)
-
-
-@dataclass(frozen=True, eq=True)
-class QuadLoad(VecLoad):
-    """`lanes` contiguous bytes of a uint8 `buffer` as an int32 vector of lanes / 4 lanes, each
-    lane four consecutive bytes (a quad): the activation operand of DotAdd. A VecLoad of `lanes`
-    elements for every analysis of what a kernel reads."""
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return vector_of("int32", self.lanes // 4)
-
-
-@dataclass(frozen=True, eq=True)
-class QuadSplat(VecLoad):
-    """The four bytes (`lanes` = 4) of an int8 `buffer` at `index` copied into every lane of an
-    int32 vector of `width` lanes: the weight operand of DotAdd (one output channel's quad)."""
-
-    width: int = 8
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return vector_of("int32", self.width)
-
-
-@dataclass(frozen=True, eq=True)
-class DotAdd(OperandDtype):
-    """acc + the dot product of each lane's quads, a's four bytes unsigned (`signed`: signed, as
-    b's always are), exactly in int32 (the sum of four products fits; acc wraps as the integer
-    ops' accumulation does): x86's vpdpbusd, Arm's sdot (signed), or an exact sequence for the
-    preset's instructions (aot/lowering/tiles.py)."""
-
-    acc: Expr
-    a: Expr
-    b: Expr
-    signed: bool = False
-
-
-@dataclass(frozen=True, eq=True)
-class PairLoad(VecLoad):
-    """A QuadLoad (`lanes` = 16 bytes, four quads, of an int8 `buffer`) in pair order: the 16-bit
-    halves of the quads de-interleaved, the first halves of quads 0-3 (bytes 0-1 of each) in
-    16-bit elements 0-3 and the second halves (bytes 2-3) in elements 4-7. The activation operand
-    of PairDotAdd: NEON's vld2.16 loads it in one instruction."""
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return vector_of("int32", self.lanes // 4)
-
-
-@dataclass(frozen=True, eq=True)
-class PairSplat(VecLoad):
-    """The four bytes (`lanes` = 4) of an int8 `buffer` at `index` in pair order in every lane of
-    an int32x4: bytes 0-1 in 16-bit elements 0-3, bytes 2-3 in elements 4-7 (NEON: vld2.16 with
-    the halves duplicated). The weight operand of PairDotAdd."""
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return vector_of("int32", 4)
-
-
-@dataclass(frozen=True, eq=True)
-class PairHalvesLoad(VecLoad):
-    """Eight quads (`lanes` = 32 bytes of an int8 `buffer`, two PairLoads' worth) as 16 int16
-    elements: the first 16-bit halves of quads 0-7 in elements 0-7, the second halves in elements
-    8-15. aarch64 loads it in one ld2 .8h (armv7: one vld2.16 of four d registers), where two
-    PairLoads take two loads (and on aarch64 two tbl)."""
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return "int16x16"
-
-
-@dataclass(frozen=True, eq=True)
-class PairHalvesSplat(VecLoad):
-    """One quad (`lanes` = 4 bytes of an int8 `buffer`) as 16 int16 elements: bytes 0-1 in
-    elements 0-7, bytes 2-3 in elements 8-15 (aarch64: one ld2r .8h; armv7: vld2.16 to all lanes).
-    The weight operand of a PairDotAdd over a PairHalvesLoad. Two quads (`lanes` = 8) make 32 elements, the second
-    quad's in elements 16-31 (one ld4r .8h; vld4.16), of which PairHalvesPart takes either."""
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return "int16x16" if self.lanes == 4 else "int16x32"
-
-
-@dataclass(frozen=True, eq=True)
-class PairHalvesPart(Expr):
-    """Quad `part` (elements 16 * part to 16 * part + 15) of a two-quad PairHalvesSplat, as a
-    one-quad one."""
-
-    a: Expr
-    part: int
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return "int16x16"
-
-
-@dataclass(frozen=True, eq=True)
-class PairDotAdd(OperandDtype):
-    """acc (int32x4) + in lane p the dot product of a's and b's signed bytes of 16-bit elements p
-    and p + 4 (PairLoad, PairSplat: one quad of each), exactly in int32 (acc wraps as the integer
-    ops' accumulation does), where no byte of b is -128. NEON multiplies signed bytes into 16 bits
-    (vmull.s8 / smull), adds the other half's products there (vmlal.s8 / smlal: two products of
-    which at most one is 128 * 128 fit in int16 when b is never -128), then adds those pairwise
-    into the int32 lanes (vpadal.s16 / sadalp): 3 instructions per vector and weight quad, where
-    DotAdd's unsigned-by-signed bytes take 6 (splitting a's bytes by masks and shifts).
-    Operands of 16 int16 (PairHalvesLoad, PairHalvesSplat) hold eight quads: lane p then reads
-    quad 4 * `half` + p, elements 4 * half + p and 8 + 4 * half + p (smull2, smlal2 for half 1)."""
-
-    acc: Expr
-    a: Expr
-    b: Expr
-    half: int = 0
-
-
-@dataclass(frozen=True, eq=True)
-class TapProducts(Expr):
-    """Eight int16 elements: in element e the signed byte of `a` (an int8 VecLoad of 8 lanes) times
-    the int8 weight `w`, plus with a second tap the byte of `b` times `v`; exact where no weight
-    is -128 (at most 2 x 128 x 127: integer_terms.tap_sum's pairs). NEON's vmull.s8 and
-    vmlal.s8 of d registers, the weight in every lane: a depthwise convolution's taps in pairs
-    for 8 pixels (integer_terms.tap_pair_vectors), which WidenAdd then adds to int32 sums."""
-
-    a: VecLoad
-    w: Expr
-    b: VecLoad | None = None
-    v: Expr | None = None
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return "int16x8"
-
-
-@dataclass(frozen=True, eq=True)
-class WidenAdd(OperandDtype):
-    """acc (int32x4) + elements 4 * half to 4 * half + 3 of a (int16x8), sign-extended and added
-    with wrapping as the integer ops' accumulation does (NEON's vaddw.s16)."""
-
-    acc: Expr
-    a: Expr
-    half: int
-
-
-@dataclass(frozen=True, eq=True)
 class Splat(Expr):
     """A scalar copied into every lane."""
 
@@ -367,20 +206,6 @@ class Splat(Expr):
     @property
     def dtype(self) -> str:  # type: ignore[override]
         return vector_of(self.a.dtype, self.lanes)
-
-
-@dataclass(frozen=True, eq=True)
-class LaneSplat(Expr):
-    """Lane `lane` of `vector` copied into every lane. A register tile's broadcasts of four
-    consecutive floats become one vector load and four of these, which aarch64 folds into its
-    by-element fused multiply-add (`fmla v.4s, v.4s, v.s[lane]`): one load where there were four."""
-
-    vector: Expr
-    lane: int
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return self.vector.dtype
 
 
 @dataclass(frozen=True, eq=True)
@@ -421,13 +246,6 @@ class VecConvert(Expr):
     dtype: str
 
 
-@dataclass(frozen=True, eq=True)
-class VecRoundEven(OperandDtype):
-    """Lane-wise round half to even of a float32xN (the scalar Unary "round_even")."""
-
-    a: Expr
-
-
 VECTOR_ARITHMETIC = ("add", "sub", "mul", "div")
 VECTOR_COMPARISONS = ("lt", "le", "gt", "ge")
 
@@ -460,18 +278,6 @@ class VecSelect(OperandDtype):
         return extremum_of_numbers(self.cmp, self.numbers) if (self.x, self.y) == (self.a, self.b) else None
 
 
-@dataclass(frozen=True, eq=True)
-class VecZip(OperandDtype):
-    """Two vectors interleaved lane by lane, one half of the result: a0 b0 a1 b1 ... from their
-    lower halves (`high` False) or from their upper halves (True). Values bound for every other
-    element (Winograd F(2x2, 3x3)'s two output columns per tile) are then stored as whole
-    vectors: NEON's vzip, LLVM's shufflevector."""
-
-    a: Expr
-    b: Expr
-    high: bool
-
-
 VECTOR_REDUCTIONS = ("add", "max")
 
 
@@ -494,8 +300,14 @@ class VecReduce(Expr):
 
 # Nodes whose dtype is one operand's (the field named here): a chain of them (fused Where,
 # ThresholdedRelu: x > a ? x : 0 ...) is as long as the model's chain, so it is followed by a loop.
-_DTYPE_OPERAND = {Select: "a", MulAdd: "acc", DotAdd: "acc", PairDotAdd: "acc", VecMax: "a", VecMin: "a",
-                  VecRoundEven: "a", VecArith: "a", VecSelect: "x", VecZip: "a", WidenAdd: "acc"}
+# The special operations of aot/kernel/intrinsics.py add theirs (dtype_follows_operand).
+_DTYPE_OPERAND: dict[type, str] = {Select: "a", MulAdd: "acc", VecMax: "a", VecMin: "a", VecArith: "a",
+                                   VecSelect: "x"}
+
+
+def dtype_follows_operand(node: type, field_name: str) -> None:
+    """Declares that `node`'s dtype is that of its operand `field_name` (an OperandDtype)."""
+    _DTYPE_OPERAND[node] = field_name
 
 
 def inherited_dtype(e: Expr) -> str:

@@ -13,6 +13,7 @@ ever decline, never change what is computed.
 from __future__ import annotations
 
 from aot.kernel.affine import affine
+from aot.kernel.intrinsics import ExtendLoad, VecRoundEven
 from aot.kernel.ir import (
     VECTOR_ARITHMETIC,
     VECTOR_COMPARISONS,
@@ -20,7 +21,6 @@ from aot.kernel.ir import (
     Cast,
     Const,
     Expr,
-    ExtendLoad,
     Load,
     MulAdd,
     NarrowStore,
@@ -35,7 +35,6 @@ from aot.kernel.ir import (
     VecLoad,
     VecMax,
     VecMin,
-    VecRoundEven,
     VecSelect,
     vector_of,
 )

@@ -29,7 +29,9 @@ from llvmlite import ir
 
 import aot.backends.llvm.types as t
 import aot.kernel.ir as kernel_ir
+from aot.backends.llvm.intrinsics import LLVM_BUILDERS
 from aot.kernel.bounds import RANGE_OPS, combine
+from aot.kernel.intrinsics import DotAdd, intrinsic_of
 from aot.kernel.parallel import has_parallel
 from aot.kernel.vectorize import index_step
 
@@ -103,14 +105,6 @@ class MathLibrary:
         return fn
 
 
-# What _FunctionEmitter.integer_tile_expr emits: the int8 tiles' operands, dot steps and
-# requantisation in registers.
-INTEGER_TILE_NODES = (kernel_ir.PairLoad, kernel_ir.PairSplat, kernel_ir.PairHalvesLoad, kernel_ir.PairHalvesSplat,
-                      kernel_ir.PairHalvesPart, kernel_ir.PairDotAdd, kernel_ir.QuadLoad,
-                      kernel_ir.QuadSplat, kernel_ir.DotAdd, kernel_ir.ExtendLoad, kernel_ir.VecConvert,
-                      kernel_ir.VecRoundEven, kernel_ir.TapProducts, kernel_ir.WidenAdd)
-
-
 class KernelEmitter:
     """Emits each kernel of a module as an internal function `void name(ptr, ...)`."""
 
@@ -121,7 +115,7 @@ class KernelEmitter:
         self.math = math
         self.paired_loads = paired_loads
         # Whether llvm.roundeven of a vector is an instruction (vrintn, roundps...): everywhere but
-        # 32-bit Arm NEON without ARMv8's floating point (+fp-armv8), see round_even_lanes.
+        # 32-bit Arm NEON without ARMv8's floating point (+fp-armv8), see intrinsics.round_even_vector.
         self.rounds_lanes = rounds_lanes
         self.dot_product = dot_product  # aarch64's sdot (the target's +dotprod)
         self.avx2 = avx2  # x86's signed dot steps as vpmaddubsw (signed_dot_avx2)
@@ -347,28 +341,20 @@ class _FunctionEmitter:
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             raw = self.b.load(ptr, typ=t.storage_type(buf.dtype), align=t.itemsize(buf.dtype))
             return self.promote(raw, buf.dtype)
-        if isinstance(e, INTEGER_TILE_NODES):
-            return self.integer_tile_expr(e)
-        if isinstance(e, kernel_ir.WidenLoad):  # (a VecLoad too)
-            buf, arg = self.buffers[e.buffer.name]
-            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-            integers = ir.VectorType(t.storage_type(buf.dtype), e.lanes)
-            raw = self.b.load(ptr, typ=integers, align=t.itemsize(buf.dtype))
-            return self.b.sitofp(raw, t.storage_type(e.dtype))
+        special = intrinsic_of(e)
+        if special is not None:  # an instruction-shaped node: aot/backends/llvm/intrinsics.py
+            return LLVM_BUILDERS[special.llvm](self, e)
         if isinstance(e, kernel_ir.VecLoad):
             buf, arg = self.buffers[e.buffer.name]
             ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
             return self.b.load(ptr, typ=t.storage_type(e.dtype), align=t.itemsize(buf.dtype))
         if isinstance(e, kernel_ir.Splat):
             return self.splat(self.expr(e.a), t.storage_type(e.dtype))
-        if isinstance(e, kernel_ir.LaneSplat):
-            vector = self.expr(e.vector)
-            return self.shuffle(vector, vector, [e.lane] * vector.type.count)
-        if isinstance(e, kernel_ir.VecZip):
-            a, b = self.expr(e.a), self.expr(e.b)
-            count = a.type.count
-            first = count // 2 if e.high else 0
-            return self.shuffle(a, b, [index for i in range(first, first + count // 2) for index in (i, count + i)])
+        if isinstance(e, kernel_ir.VecConvert):
+            a = self.expr(e.a)
+            if e.dtype.startswith("float"):
+                return self.b.sitofp(a, t.storage_type(e.dtype))
+            return self.b.fptosi(a, t.storage_type(e.dtype))
         if isinstance(e, kernel_ir.VecMax):
             a, b = self.expr(e.a), self.expr(e.b)
             pick_a = self.b.or_(self.b.fcmp_ordered(">", a, b), self.b.fcmp_unordered("uno", a, a))
@@ -410,21 +396,6 @@ class _FunctionEmitter:
             return self.cast(self.expr(e.a), e.a.dtype, e.dtype)
         raise TypeError(f"{self.kernel.name}: cannot emit expression {e!r}")
 
-    def round_even_lanes(self, v: ir.Value) -> ir.Value:
-        """Each lane of float vector v rounded half to even: llvm.roundeven (vrintn on an ARMv8
-        core's 32-bit NEON, rpi3's Cortex-A53), but on ARMv7 NEON, which has no such instruction
-        (LLVM calls roundevenf per lane), by adding and subtracting 2^23 with v's sign where
-        |v| < 2^23 (NEON rounds to nearest even; larger values are integers already), v's sign
-        kept (as runtime_c/aot_kernels.h does)."""
-        if self.rounds_lanes:
-            return self.b.call(self.math.vector_intrinsic("llvm.roundeven", v.type, 1), [v])
-        copysign = self.math.vector_intrinsic("llvm.copysign", v.type, 2)
-        big = ir.Constant(v.type, [8388608.0] * v.type.count)
-        magic = self.b.call(copysign, [big, v])
-        rounded = self.b.fsub(self.b.fadd(v, magic), magic)
-        small = self.b.fcmp_ordered("<", self.b.call(self.math.vector_intrinsic("llvm.fabs", v.type, 1), [v]), big)
-        return self.b.call(copysign, [self.b.select(small, rounded, v), v])
-
     def reduce_lanes(self, e: kernel_ir.VecReduce) -> ir.Value:
         """VecReduce's halving tree as shuffles (not llvm.vector.reduce.fadd, whose order is
         sequential unless reassociation is allowed, which would leave the order to LLVM): lane i
@@ -451,44 +422,6 @@ class _FunctionEmitter:
         mask = ir.Constant(ir.VectorType(t.I32, vector.count), [0] * vector.count)
         return self.b.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), mask)
 
-    def dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value, signed: bool = False) -> ir.Value:
-        """acc + per lane the dot product of a's four bytes (unsigned; `signed`: signed) and b's
-        (signed), in the portable form: the bytes widened, multiplied, each lane's four products
-        summed (wrapping); aarch64's 4 lanes as sdot (the dot-product extension) or NEON's
-        sequence (neon_dot)."""
-        lanes = acc.type.count
-        as_bytes = ir.VectorType(t.I8, 4 * lanes)
-        if signed and lanes == 4 and self.dot_product:
-            sdot = self.math.declared("llvm.aarch64.neon.sdot.v4i32.v16i8", acc.type, [acc.type, as_bytes, as_bytes])
-            return self.b.call(sdot, [acc, self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes)])
-        if not signed and lanes == 4 and self.neon_pairwise_add is not None:
-            return self.neon_dot(acc, a, b)
-        if signed and lanes == 8 and self.avx2:
-            return self.signed_dot_avx2(acc, self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes))
-        wide = ir.VectorType(t.I32, 4 * lanes)
-        widen_a = self.b.sext if signed else self.b.zext
-        products = self.b.mul(widen_a(self.b.bitcast(a, as_bytes), wide),
-                              self.b.sext(self.b.bitcast(b, as_bytes), wide))
-        total = acc
-        for j in range(4):
-            mask = ir.Constant(ir.VectorType(t.I32, lanes), [4 * i + j for i in range(lanes)])
-            total = self.b.add(total, self.b.shuffle_vector(products, ir.Constant(wide, ir.Undefined), mask))
-        return total
-
-    def signed_dot_avx2(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
-        """The header's AOT_I32X8_SDOTADD: |a| by b with a's signs (vpabsb, vpsignb), two
-        products summed in 16 bits by vpmaddubsw, then pairs of those by vpmaddwd by ones. Exact
-        only when no byte of b is -128: the signed 8-lane steps come from AVX2 tiles over weights
-        in -127..127 (integer_tiles.fits_pairs), whose pair sums are at most 2 * 128 * 127."""
-        v16, v8 = ir.VectorType(t.I16, 16), acc.type
-        absolute = self.math.declared("llvm.abs.v32i8", a.type, [a.type, ir.IntType(1)])
-        sign = self.math.declared("llvm.x86.avx2.psign.b", a.type, [a.type, a.type])
-        pairs = self.math.declared("llvm.x86.avx2.pmadd.ub.sw", v16, [a.type, a.type])
-        quads = self.math.declared("llvm.x86.avx2.pmadd.wd", v8, [v16, v16])
-        products = self.b.call(pairs, [self.b.call(absolute, [a, ir.Constant(ir.IntType(1), 0)]),
-                                       self.b.call(sign, [b, a])])
-        return self.b.add(acc, self.b.call(quads, [products, ir.Constant(v16, [1] * 16)]))
-
     @property
     def extrema_of_numbers(self) -> bool:
         """Whether a min or max of numbers (kernel IR Select, VecSelect with `numbers`) is one
@@ -504,198 +437,6 @@ class _FunctionEmitter:
         else:
             fn = self.math.module.declare_intrinsic(f"llvm.{kind}num", [a.type], ir.FunctionType(a.type, [a.type] * 2))
         return self.b.call(fn, [a, b])
-
-    @property
-    def neon_pairwise_add(self) -> str | None:
-        """The intrinsic that adds a vector of 8 int16 pairwise into 4 int32 (saddlp, armv7's
-        vpaddl.s16) where the module's target has NEON, else None. (paired_loads is set for
-        32-bit Arm with NEON: module.py.)"""
-        if self.fn.module.triple.startswith("aarch64"):
-            return "llvm.aarch64.neon.saddlp.v4i32.v8i16"
-        return "llvm.arm.neon.vpaddls.v4i32.v8i16" if self.paired_loads else None
-
-    def integer_tile_expr(self, e: kernel_ir.Expr) -> ir.Value:
-        """The int8 tiles' operands, dot steps and requantisation (INTEGER_TILE_NODES)."""
-        if isinstance(e, (kernel_ir.PairLoad, kernel_ir.PairSplat)):
-            return self.pair_order(e)
-        if isinstance(e, (kernel_ir.PairHalvesLoad, kernel_ir.PairHalvesSplat)):
-            return self.pair_halves(e)
-        if isinstance(e, kernel_ir.PairHalvesPart):
-            a = self.expr(e.a)
-            part = _mask(list(range(16 * e.part, 16 * e.part + 16)))
-            return self.b.shuffle_vector(a, ir.Constant(a.type, ir.Undefined), part)
-        if isinstance(e, kernel_ir.PairDotAdd):
-            return self.pair_dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b), e.half)
-        if isinstance(e, kernel_ir.TapProducts):
-            return self.tap_products(e)
-        if isinstance(e, kernel_ir.WidenAdd):  # vaddw.s16: the half, sign-extended, added
-            a = self.expr(e.a)
-            lanes = _mask(list(range(4 * e.half, 4 * e.half + 4)))
-            half = self.b.shuffle_vector(a, ir.Constant(a.type, ir.Undefined), lanes)
-            acc = self.expr(e.acc)
-            return self.b.add(acc, self.b.sext(half, acc.type))
-        if isinstance(e, kernel_ir.QuadLoad):  # (a VecLoad too): 4 * lanes bytes as int32 lanes
-            buf, arg = self.buffers[e.buffer.name]
-            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-            return self.b.load(ptr, typ=t.storage_type(e.dtype), align=1)
-        if isinstance(e, kernel_ir.QuadSplat):
-            buf, arg = self.buffers[e.buffer.name]
-            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-            return self.splat(self.b.load(ptr, typ=t.I32, align=1), t.storage_type(e.dtype))
-        if isinstance(e, kernel_ir.DotAdd):
-            return self.dot_add(self.expr(e.acc), self.expr(e.a), self.expr(e.b), e.signed)
-        if isinstance(e, kernel_ir.ExtendLoad):  # (a VecLoad too)
-            buf, arg = self.buffers[e.buffer.name]
-            ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-            raw = self.b.load(ptr, typ=ir.VectorType(t.I8, e.lanes), align=1)
-            extend = self.b.sext if buf.dtype == "int8" else self.b.zext
-            return extend(raw, t.storage_type(e.dtype))
-        if isinstance(e, kernel_ir.VecConvert):
-            a = self.expr(e.a)
-            if e.dtype.startswith("float"):
-                return self.b.sitofp(a, t.storage_type(e.dtype))
-            return self.b.fptosi(a, t.storage_type(e.dtype))
-        if isinstance(e, kernel_ir.VecRoundEven):
-            return self.round_even_lanes(self.expr(e.a))
-        raise TypeError(f"{self.kernel.name}: not an integer tile expression {e!r}")
-
-    def tap_products(self, e: kernel_ir.TapProducts) -> ir.Value:
-        """kernel_ir.TapProducts: each tap's 8 bytes times its weight in 16 bits, the two products
-        added. 32-bit Arm NEON: vld1.8 and vmull.s8 themselves (LLVM folds the add into vmlal.s8;
-        a plain unaligned <8 x i8> load became two ldr through the stack, and the products of
-        sign-extended vectors vmovl.s8 + vmla.i16); elsewhere the same sums from extended bytes."""
-        wide, bytes8 = ir.VectorType(t.I16, 8), ir.VectorType(t.I8, 8)
-
-        def product(taps: kernel_ir.VecLoad, weight: kernel_ir.Expr) -> ir.Value:
-            buf, arg = self.buffers[taps.buffer.name]
-            ptr = self.b.gep(arg, [self.expr(taps.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-            w = self.expr(weight)  # an int8 value, which the emitter may hold in a wider integer
-            w = self.splat(self.b.trunc(w, t.I8) if w.type.width > 8 else w, bytes8)
-            if not self.paired_loads:
-                loaded = self.b.load(ptr, typ=bytes8, align=1)
-                return self.b.mul(self.b.sext(loaded, wide), self.b.sext(w, wide))
-            vld1 = self.math.declared("llvm.arm.neon.vld1.v8i8.p0", bytes8, [t.PTR, t.I32])
-            multiply = self.math.declared("llvm.arm.neon.vmulls.v8i16", wide, [bytes8, bytes8])
-            return self.b.call(multiply, [self.b.call(vld1, [ptr, ir.Constant(t.I32, 1)]), w])
-
-        first = product(e.a, e.w)
-        return first if e.b is None or e.v is None else self.b.add(first, product(e.b, e.v))
-
-    def pair_order(self, e: kernel_ir.PairLoad | kernel_ir.PairSplat) -> ir.Value:
-        """PairLoad (16 bytes, the quads' 16-bit halves de-interleaved) or PairSplat (one quad's
-        halves, each in 4 elements) as an int32x4. armv7: vld2.16 (with duplication for a
-        splat), whose two d registers make the q register: the shuffles of the plain form became
-        element moves there (int8 ResNet-8 on rpi3: 13.9 M instructions). Elsewhere a load and a
-        shuffle (aarch64: one tbl)."""
-        buf, arg = self.buffers[e.buffer.name]
-        ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-        splat = isinstance(e, kernel_ir.PairSplat)
-        halves = ir.VectorType(t.I16, 4)
-        if self.paired_loads:  # 32-bit Arm NEON (module.py)
-            name = f"llvm.arm.neon.{'vld2dup' if splat else 'vld2'}.v4i16.p0"
-            vld2 = self.math.module.declare_intrinsic(
-                name, fnty=ir.FunctionType(ir.LiteralStructType([halves, halves]), [t.PTR, t.I32]))
-            pair = self.b.call(vld2, [ptr, ir.Constant(t.I32, 1)])
-            both = self.b.shuffle_vector(self.b.extract_value(pair, 0), self.b.extract_value(pair, 1),
-                                         _mask(list(range(8))))
-        elif splat:
-            quad = self.b.load(ptr, typ=ir.VectorType(t.I16, 2), align=1)
-            both = self.b.shuffle_vector(quad, ir.Constant(quad.type, ir.Undefined), _mask([0] * 4 + [1] * 4))
-        else:
-            quads = self.b.load(ptr, typ=ir.VectorType(t.I16, 8), align=1)
-            both = self.b.shuffle_vector(quads, ir.Constant(quads.type, ir.Undefined),
-                                         _mask([0, 2, 4, 6, 1, 3, 5, 7]))
-        return self.b.bitcast(both, t.storage_type(e.dtype))
-
-    def pair_halves(self, e: kernel_ir.PairHalvesLoad | kernel_ir.PairHalvesSplat) -> ir.Value:
-        """PairHalvesLoad (eight quads' 16-bit halves de-interleaved) or PairHalvesSplat (one
-        or two quads' halves, each in 8 elements) as 16 or 32 int16: aarch64's ld2 / ld2r / ld4r
-        .8h, whose registers the dot steps then read directly; elsewhere a load and a shuffle."""
-        buf, arg = self.buffers[e.buffer.name]
-        ptr = self.b.gep(arg, [self.expr(e.index)], inbounds=True, source_etype=t.storage_type(buf.dtype))
-        splat = isinstance(e, kernel_ir.PairHalvesSplat)
-        count = e.lanes // 2 if splat else 2  # the registers (halves of quads) it loads
-        if self.paired_loads:  # 32-bit Arm NEON: vld2.16 of four d registers, vld2.16 / vld4.16 to all lanes
-            return self.arm_pair_halves(ptr, splat, count)
-        if self.fn.module.triple.startswith("aarch64"):
-            halves = ir.VectorType(t.I16, 8)
-            ld = self.math.module.declare_intrinsic(
-                f"llvm.aarch64.neon.{f'ld{count}r' if splat else 'ld2'}.v8i16.p0",
-                fnty=ir.FunctionType(ir.LiteralStructType([halves] * count), [t.PTR]))
-            loaded = self.b.call(ld, [ptr])
-            parts = [self.b.shuffle_vector(self.b.extract_value(loaded, i), self.b.extract_value(loaded, i + 1),
-                                           _mask(list(range(16)))) for i in range(0, count, 2)]
-            return parts[0] if count == 2 else self.b.shuffle_vector(parts[0], parts[1], _mask(list(range(32))))
-        if splat:
-            quad = self.b.load(ptr, typ=ir.VectorType(t.I16, count), align=1)
-            return self.b.shuffle_vector(quad, ir.Constant(quad.type, ir.Undefined),
-                                         _mask([i for i in range(count) for _ in range(8)]))
-        quads = self.b.load(ptr, typ=ir.VectorType(t.I16, 16), align=1)
-        return self.b.shuffle_vector(quads, ir.Constant(quads.type, ir.Undefined),
-                                     _mask(list(range(0, 16, 2)) + list(range(1, 16, 2))))
-
-    def arm_pair_halves(self, ptr: ir.Value, splat: bool, count: int) -> ir.Value:
-        """pair_halves on 32-bit Arm NEON: eight quads by vld2.16 into two q registers; one or two
-        splat weight quads by vld2.16 / vld4.16 to all lanes of d registers, each register's 4
-        elements then doubled to 8, which the dot steps' halves read back as that d register."""
-        halves = ir.VectorType(t.I16, 4 if splat else 8)
-        name = f"llvm.arm.neon.vld{count}dup.v4i16.p0" if splat else "llvm.arm.neon.vld2.v8i16.p0"
-        ld = self.math.module.declare_intrinsic(
-            name, fnty=ir.FunctionType(ir.LiteralStructType([halves] * count), [t.PTR, t.I32]))
-        loaded = self.b.call(ld, [ptr, ir.Constant(t.I32, 1)])
-        registers = [self.b.extract_value(loaded, i) for i in range(count)]
-        if splat:
-            registers = [self.b.shuffle_vector(r, ir.Constant(halves, ir.Undefined), _mask(list(range(4)) * 2))
-                         for r in registers]
-        parts = [self.b.shuffle_vector(registers[i], registers[i + 1], _mask(list(range(16))))
-                 for i in range(0, count, 2)]
-        return parts[0] if count == 2 else self.b.shuffle_vector(parts[0], parts[1], _mask(list(range(32))))
-
-    def pair_dot_add(self, acc: ir.Value, a: ir.Value, b: ir.Value, half: int = 0) -> ir.Value:
-        """kernel_ir.PairDotAdd: the bytes of a and b's first and second 16-bit halves (of four
-        quads: the low and high 8 bytes; of eight, those of quads 4 * half to 4 * half + 3)
-        multiplied as signed bytes, the two products of each byte position summed in 16 bits
-        (smull, smlal: exact when b has no -128), those added pairwise into acc's int32 lanes
-        (sadalp / vpadal.s16). Without NEON the same sums in int32."""
-        count = a.type.count * a.type.element.width // 8
-        as_bytes = ir.VectorType(t.I8, count)
-        sa, sb = self.b.bitcast(a, as_bytes), self.b.bitcast(b, as_bytes)
-        undef = ir.Constant(as_bytes, ir.Undefined)
-        first, second = 8 * half, count // 2 + 8 * half
-        low, high = _mask(list(range(first, first + 8))), _mask(list(range(second, second + 8)))
-        neon = self.neon_pairwise_add
-        wide = ir.VectorType(t.I16 if neon else t.I32, 8)
-
-        def product(mask: ir.Constant) -> ir.Value:
-            return self.b.mul(self.b.sext(self.b.shuffle_vector(sa, undef, mask), wide),
-                              self.b.sext(self.b.shuffle_vector(sb, undef, mask), wide))
-
-        sums = self.b.add(product(low), product(high))
-        if self.paired_loads:  # armv7: vpadal.s16 itself (the add of vpaddl.s16 stayed apart)
-            accumulate = self.math.declared("llvm.arm.neon.vpadals.v4i32.v8i16", acc.type, [acc.type, sums.type])
-            return self.b.call(accumulate, [acc, sums])
-        if neon is not None:
-            widening = self.math.declared(neon, acc.type, [sums.type])
-            return self.b.add(acc, self.b.call(widening, [sums]))
-        even = self.b.shuffle_vector(sums, ir.Constant(wide, ir.Undefined), _mask([0, 2, 4, 6]))
-        odd = self.b.shuffle_vector(sums, ir.Constant(wide, ir.Undefined), _mask([1, 3, 5, 7]))
-        return self.b.add(acc, self.b.add(even, odd))
-
-    def neon_dot(self, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
-        """acc + per lane the dot product of a's four bytes (unsigned) and b's (signed), as aarch64
-        NEON computes it (runtime_c/aot_kernels.h AOT_I32X4_DOTADD): in 16-bit lanes, the even
-        bytes' products and the odd bytes' (exact: |255 * -128| = 32640), each added pairwise
-        into the int32 lanes (saddlp, or armv7's vpaddl.s16; LLVM folds each with its add into
-        sadalp / vpadal.s16). LLVM lowered the
-        plain form (products in int32, four shuffled adds) to smull and zip/uzp/trn shuffles:
-        rpi4 int8 ResNet-8 ran 21.9 M instructions under qemu, 7.95 M with saddlp and addp."""
-        halves = ir.VectorType(t.I16, 8)
-        ua, sb = self.b.bitcast(a, halves), self.b.bitcast(b, halves)
-        eight = ir.Constant(halves, 8)
-        even = self.b.mul(self.b.and_(ua, ir.Constant(halves, 0xFF)), self.b.ashr(self.b.shl(sb, eight), eight))
-        odd = self.b.mul(self.b.lshr(ua, eight), self.b.ashr(sb, eight))
-        widening = self.math.declared(self.neon_pairwise_add, acc.type, [halves])
-        return self.b.add(self.b.add(acc, self.b.call(widening, [even])), self.b.call(widening, [odd]))
 
     def const(self, e: kernel_ir.Const) -> ir.Value:
         typ = t.value_type(e.dtype)
@@ -926,7 +667,7 @@ class _FunctionEmitter:
             return self.may_fault(e.cond)
         if isinstance(e, (kernel_ir.Unary, kernel_ir.Cast, kernel_ir.Bitcast)):
             return self.may_fault(e.a)
-        if isinstance(e, (kernel_ir.MulAdd, kernel_ir.DotAdd)):
+        if isinstance(e, (kernel_ir.MulAdd, DotAdd)):
             return self.may_fault(e.acc) or self.may_fault(e.a) or self.may_fault(e.b)
         return False
 
@@ -939,11 +680,6 @@ class _FunctionEmitter:
         if isinstance(e, kernel_ir.Binary) and e.op in RANGE_OPS:
             return combine(e.op, self.bounds(e.a), self.bounds(e.b))
         return None
-
-
-def _mask(lanes: list[int]) -> ir.Constant:
-    """A shufflevector mask picking these lanes."""
-    return ir.Constant(ir.VectorType(t.I32, len(lanes)), lanes)
 
 
 __all__ = ["KernelEmitter", "MathLibrary", "ParamInfo"]

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aot.kernel.affine import offset_form
+from aot.kernel.intrinsics import LaneSplat, WidenLoad
 from aot.kernel.ir import (
     INDEX,
     INT_DTYPES,
@@ -37,7 +38,6 @@ from aot.kernel.ir import (
     Const,
     Declare,
     Expr,
-    LaneSplat,
     Load,
     MulAdd,
     Splat,
@@ -46,7 +46,6 @@ from aot.kernel.ir import (
     Var,
     VecLoad,
     VecStore,
-    WidenLoad,
     cast,
     const,
     vector_of,

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
+from aot.kernel.intrinsics import VecZip
 from aot.kernel.ir import (
     INDEX,
     VECTOR_DTYPES,
@@ -57,7 +58,6 @@ from aot.kernel.ir import (
     VecArith,
     VecLoad,
     VecStore,
-    VecZip,
     binary,
     const,
     lt,

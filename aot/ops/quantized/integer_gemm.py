@@ -22,18 +22,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.ir.graph import Node
-from aot.kernel.ir import (
-    INDEX,
-    Assign,
-    Buffer,
-    Declare,
+from aot.kernel.intrinsics import (
     DotAdd,
-    Expr,
     PairDotAdd,
     PairLoad,
     PairSplat,
     QuadLoad,
     QuadSplat,
+)
+from aot.kernel.ir import (
+    INDEX,
+    Assign,
+    Buffer,
+    Declare,
+    Expr,
     Stmt,
     Store,
     Var,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from aot.ir.graph import Node, Tensor
+from aot.kernel.intrinsics import TapProducts, WidenAdd
 from aot.kernel.ir import (
     INDEX,
     Assign,
@@ -27,11 +28,9 @@ from aot.kernel.ir import (
     MulAdd,
     Splat,
     Stmt,
-    TapProducts,
     Var,
     VecLoad,
     VecStore,
-    WidenAdd,
     cast,
     const,
     unary,

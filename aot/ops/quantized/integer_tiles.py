@@ -28,17 +28,9 @@ from functools import cache
 import numpy as np
 
 from aot.ir.graph import Node
-from aot.kernel.ir import (
-    INDEX,
-    Assign,
-    Buffer,
-    Declare,
+from aot.kernel.intrinsics import (
     DotAdd,
-    Expr,
-    If,
     LaneSplat,
-    Load,
-    Loop,
     PairDotAdd,
     PairHalvesLoad,
     PairHalvesPart,
@@ -47,6 +39,16 @@ from aot.kernel.ir import (
     PairSplat,
     QuadLoad,
     QuadSplat,
+)
+from aot.kernel.ir import (
+    INDEX,
+    Assign,
+    Buffer,
+    Declare,
+    Expr,
+    If,
+    Load,
+    Loop,
     Splat,
     Stmt,
     Store,
