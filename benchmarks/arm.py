@@ -3,8 +3,9 @@ package (C and LLVM backends) beside onnxruntime's own aarch64 build, printed as
 
     python -m benchmarks.arm MODEL.onnx ... [--targets rpi4 rpi3]
 
-rpi4 runs under qemu-aarch64, rpi3 (armv7 hard-float) under qemu-arm. onnxruntime has no armv7
-build, so rpi3 rows compare each backend with its own rpi4 count instead. Instructions are counted
+rpi4 runs under qemu-aarch64, rpi3 (armv7 hard-float) under qemu-arm, the RISC-V presets under
+qemu-riscv64 with their preset's qemu_cpu (the vector length). onnxruntime has no armv7 build, so
+rpi3 rows compare each backend with its own rpi4 count instead. Instructions are counted
 by our TCG plugin (benchmarks/qemu_insn/insn_count.c, which also says what counts as SIMD); one
 inference's count is a run doing 11 minus a run doing 1, over 10. Everything downloaded or built
 (the plugin, Debian's arm64 python, the onnxruntime and numpy wheels) goes to $AOT_ARM_CACHE,
@@ -30,13 +31,17 @@ import numpy as np
 
 from aot.commands.verify import random_inputs
 from aot.package.package import Package as AotPackage
+from aot.targets import load_target
+from aot.toolchain.discovery import find_toolchain
 from benchmarks.arm_apt import ArmBenchError
 from benchmarks.arm_ort import OrtSysroot
 from benchmarks.arm_qemu import TARGET_CPU, Counts, build_plugin, count, per_inference
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"rpi4": ("qemu-aarch64", "aarch64-linux-gnu-gcc"), "rpi3": ("qemu-arm", "arm-linux-gnueabihf-gcc"),
-           "rpi5": ("qemu-aarch64", "aarch64-linux-gnu-gcc")}
+           "rpi5": ("qemu-aarch64", "aarch64-linux-gnu-gcc"),
+           **{riscv: ("qemu-riscv64", "riscv64-linux-gnu-gcc") for riscv in ("riscv64-rvv256", "riscv64-rvv128",
+                                                                           "riscv64")}}
 BACKENDS = ("c", "llvm")
 
 
@@ -89,10 +94,28 @@ def build_package(model: Path, target: str, backend: str, folder: Path) -> Packa
 def made_package(directory: Path, target: str) -> Package:
     """A compiled package's folder (perhaps with its C edited by hand) made with the cross
     compiler and static linking, with seeded inputs written beside it."""
-    _run(["make", "-s", "-C", str(directory), "LDFLAGS=-static"], f"make -C {directory}")
+    _run(["make", "-s", "-C", str(directory), "LDFLAGS=-static", *toolchain_variables(target)], f"make -C {directory}")
     manifest = json.loads((directory / "manifest.json").read_text())
     inputs, _ = write_inputs(manifest, directory)
     return Package(directory, directory / f"{manifest['name']}_runner", target, inputs)
+
+
+def toolchain_variables(target: str) -> list[str]:
+    """make variables for the compiler `aot build --target` picks where it is not the package's
+    default cross GCC (zig for the RVV presets: Debian's GCC 12 does not vectorise for RVV)."""
+    preset = load_target(target)
+    toolchain = find_toolchain(preset)
+    if toolchain.kind == "gcc":
+        return []
+    return [f"CC={toolchain.cc_text}", f"AR={toolchain.ar_text}",
+            f"TARGET_CFLAGS={' '.join(toolchain.target_cflags(preset))}", f"AOT_CFLAGS_{target}="]
+
+
+def qemu_cpu(target: str) -> tuple[str, ...] | None:
+    """qemu's -cpu arguments for `target`: TARGET_CPU's, else its preset's qemu_cpu, else None
+    (QEMU_CPU's default for its qemu)."""
+    preset_cpu = load_target(target).qemu_cpu
+    return TARGET_CPU.get(target) or (("-cpu", preset_cpu) if preset_cpu else None)
 
 
 def runner_counts(plugin: Path, package: Package, runs: int) -> Counts:
@@ -100,7 +123,7 @@ def runner_counts(plugin: Path, package: Package, runs: int) -> Counts:
     qemu = TARGETS[package.target][0]
     with tempfile.TemporaryDirectory(prefix="aot-arm-out-") as out:
         return count(qemu, plugin, [str(package.runner), "-r", str(runs), "-w", "0", "-o", out,
-                                    *map(str, package.inputs)], cpu=TARGET_CPU.get(package.target))
+                                    *map(str, package.inputs)], cpu=qemu_cpu(package.target))
 
 
 def aot_counts(plugin: Path, package: Package) -> Counts:

@@ -33,7 +33,7 @@ INSTALL_HINT = ("install qemu-user (apt-get install qemu-user), and give the plu
 # by: the default "max" has SVE, with which glibc's memcpy and onnxruntime's kernels take SVE
 # paths that no Raspberry Pi has. qemu-arm has no AArch32 Cortex-A53, so rpi3 keeps "max" (an
 # ARMv8 in AArch32 state: NEON, VFPv4 and the ARMv8 AArch32 additions, like the A53).
-QEMU_CPU = {"qemu-aarch64": ("-cpu", "cortex-a72"), "qemu-arm": ()}
+QEMU_CPU = {"qemu-aarch64": ("-cpu", "cortex-a72"), "qemu-arm": (), "qemu-riscv64": ()}
 # Targets whose core is not their qemu's default above: rpi5's Cortex-A76 (the dot-product
 # extension, which the A72 lacks: its sdot would be an illegal instruction there).
 TARGET_CPU = {"rpi5": ("-cpu", "cortex-a76")}

@@ -10,7 +10,8 @@
 #   clang                     the strict-warning and sanitizer builds also run with clang
 #   qemu-user + cross GCCs    build for Raspberry Pi targets and run the binaries here (rpi4:
 #                             aarch64, rpi3: armhf; tests/test_conformance_cross.py needs both;
-#                             aarch64 g++ cross-builds examples/cpp_app)
+#                             aarch64 g++ cross-builds examples/cpp_app); riscv64 for the RISC-V
+#                             presets (tests/test_riscv.py and the sweep under qemu)
 #   gcc-arm-none-eabi/newlib  bare-metal Cortex-M targets
 #   chromium                  renders `aot report` pages in a test (headless)
 need_cmd() { command -v "$1" >/dev/null 2>&1; }
@@ -20,10 +21,11 @@ need_cmd make || packages+=(make)
 if [ "${AOT_SETUP_MINIMAL:-0}" != 1 ]; then
   need_cmd cmake || packages+=(cmake)
   need_cmd clang || packages+=(clang)
-  { need_cmd qemu-aarch64 && need_cmd qemu-arm; } || packages+=(qemu-user)
+  { need_cmd qemu-aarch64 && need_cmd qemu-arm && need_cmd qemu-riscv64; } || packages+=(qemu-user)
   need_cmd aarch64-linux-gnu-gcc || packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
   need_cmd aarch64-linux-gnu-g++ || packages+=(g++-aarch64-linux-gnu)
   need_cmd arm-linux-gnueabihf-gcc || packages+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross)
+  need_cmd riscv64-linux-gnu-gcc || packages+=(gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
   need_cmd arm-none-eabi-gcc || packages+=(gcc-arm-none-eabi libnewlib-arm-none-eabi)
   need_cmd chromium || packages+=(chromium)
 fi

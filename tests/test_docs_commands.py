@@ -16,8 +16,10 @@ import pytest
 
 from tests.markdown_sections import REPO, code_blocks
 
-RUN_HERE = ["docs/debugging.md", "docs/memory.md", "docs/performance.md", "docs/targets.md"]
+RUN_HERE = ["docs/adding-a-target.md", "docs/debugging.md", "docs/memory.md", "docs/performance.md",
+            "docs/targets.md"]
 CROSS_TOOLS = ("qemu-aarch64", "aarch64-linux-gnu-gcc")
+RISCV_TOOLS = ("qemu-riscv64", "riscv64-linux-gnu-gcc")
 
 
 def _blocks() -> list[tuple[str, int, str]]:
@@ -29,6 +31,8 @@ def _blocks() -> list[tuple[str, int, str]]:
 def test_guide_commands_run_as_written(tmp_path: Path, page: str, index: int, body: str) -> None:
     if ("rpi4" in body) and not all(shutil.which(tool) for tool in CROSS_TOOLS):
         pytest.skip("needs qemu-aarch64 and aarch64-linux-gnu-gcc (tests/setup_env.sh installs them)")
+    if ("riscv64" in body) and not all(shutil.which(tool) for tool in RISCV_TOOLS):
+        pytest.skip("needs qemu-riscv64 and riscv64-linux-gnu-gcc (tests/setup_env.sh installs them)")
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=tmp_path, env=env,

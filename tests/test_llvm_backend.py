@@ -652,12 +652,15 @@ def expected_machine(triple: str) -> tuple[int, int]:
         return 62, 2
     if arch == "aarch64":
         return 183, 2
+    if arch == "riscv64":
+        return 243, 2
     assert arch.startswith(("arm", "thumb")), arch
     return 40, 1
 
 _objects: dict[str, bytes] = {}
 # Every preset of an architecture the LLVM backend supports (all of them, today).
-LLVM_PRESETS = [n for n in preset_names() if load_target(n).arch.startswith(("x86_64", "aarch64", "arm", "thumb"))]
+LLVM_PRESETS = [n for n in preset_names() if load_target(n).arch.startswith(("x86_64", "aarch64", "arm", "thumb",
+                                                                                      "riscv64"))]
 
 
 def target_object(target: str) -> bytes:

@@ -29,6 +29,10 @@ _ZIG_TARGET = re.compile(r"([A-Za-z0-9_.]+(-[A-Za-z0-9_.]+){1,3})?")
 # cross GCC ("arm-none-eabi-" + "gcc") or which qemu-user runs, not any program on the disk.
 _GCC_PREFIX = re.compile(r"([A-Za-z0-9_.+]+-)*")
 _QEMU = re.compile(r"(qemu-[A-Za-z0-9_.+-]+)?")
+# qemu's -cpu value: a model and its properties ("rv64,v=true,vlen=256"), one argument that cannot
+# be read as an option (it starts with a letter or digit) and holds no blank, quote or path.
+_QEMU_CPU = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.,=+-]*)?")
+_TOOLCHAINS = ("gcc", "zig")
 # One compiler flag: no blanks, quotes, `$`, `#`, `;`, backslash, backtick, brackets or globs, so
 # it means the same to make, CMake, a shell and an argument list.
 _CFLAG = re.compile(r"-[A-Za-z0-9_.,=+:/-]+")
@@ -132,6 +136,11 @@ OPTIONAL_FIELDS: dict[str, tuple[type, Check]] = {
                                            "no path: the compiler is found on PATH)")),
     "zig_target": (str, _word(_ZIG_TARGET, "a zig target (arch-os[-abi])")),
     "qemu": (str, _word(_QEMU, "a qemu-user program name, qemu-<arch> (no path: it is found on PATH)")),
+    "qemu_cpu": (str, _word(_QEMU_CPU, "a qemu -cpu value: a CPU model and its properties, comma-separated "
+                                       "(letters, digits and _ . , = + -)", MAX_LIST)),
+    # The toolchain `--toolchain auto` tries first when both are installed: zig where the
+    # distribution's cross GCC does not vectorise for the target's vector ISA.
+    "preferred_toolchain": (str, _one_of(_TOOLCHAINS)),
     "vector_bits": (int, _one_of(_VECTOR_BITS)),
     "vector_registers": (int, _vector_registers),
     "int8_dot": (str, _one_of(INT8_DOTS)),

@@ -35,6 +35,8 @@ class Target:
     gcc_prefix: str = ""
     zig_target: str = ""
     qemu: str = ""
+    qemu_cpu: str = ""             # qemu's -cpu for the target's extensions ("": its default CPU)
+    preferred_toolchain: str = ""  # "zig" or "gcc": tried first by find_toolchain ("": gcc)
     # The float vector registers the register tiles are sized for (0: none; scalar tiles).
     vector_bits: int = 128
     vector_registers: int = 16

@@ -42,9 +42,12 @@ class Toolchain:
         for flag in target.cflags:
             if flag.startswith("-mcpu="):
                 flags.append("-mcpu=" + flag[len("-mcpu="):].replace("-", "_"))
+            elif flag.startswith("-march=rv"):
+                # zig takes no RISC-V ISA string: the CPU and the preset's extensions say the same.
+                flags.append("-mcpu=" + target.cpu.replace("-", "_") + target.features.replace(",", ""))
             elif flag.startswith("-march="):
                 flags.append("-mcpu=" + flag[len("-march="):].replace("-", "_").replace("x86_64", "x86_64"))
-            elif not flag.startswith(("-mfpu=", "-mfloat-abi=", "-mthumb")):
+            elif not flag.startswith(("-mfpu=", "-mfloat-abi=", "-mthumb", "-mabi=")):
                 flags.append(flag)
         return flags
 
@@ -88,6 +91,8 @@ def find_toolchain(target: Target, prefer: str | None = None) -> Toolchain:
                                     "none" if target.bare_metal else "musl"))
     if target.bare_metal and shutil.which("clang") and prefer in (None, "clang"):
         candidates.append(Toolchain("clang", ("clang", f"--target={target.triple}"), ("llvm-ar",), False, "none"))
+    if target.preferred_toolchain:
+        candidates.sort(key=lambda t: t.kind != target.preferred_toolchain)
     if target.bare_metal and candidates:
         return _with_c_library(target, candidates)
     if candidates:
@@ -131,8 +136,9 @@ def _with_c_library(target: Target, candidates: list[Toolchain]) -> Toolchain:
 
 # The Debian packages of each preset's cross GCC (for bare metal with its C library, newlib).
 _GCC_PACKAGES = {"aarch64-linux-gnu-": "gcc-aarch64-linux-gnu", "arm-linux-gnueabihf-": "gcc-arm-linux-gnueabihf",
-                 "arm-none-eabi-": "gcc-arm-none-eabi", "x86_64-linux-gnu-": "gcc-x86-64-linux-gnu"}
-_LIBC_PACKAGES = {"arm-none-eabi-": "libnewlib-arm-none-eabi"}
+                 "arm-none-eabi-": "gcc-arm-none-eabi", "x86_64-linux-gnu-": "gcc-x86-64-linux-gnu",
+                 "riscv64-linux-gnu-": "gcc-riscv64-linux-gnu"}
+_LIBC_PACKAGES = {"arm-none-eabi-": "libnewlib-arm-none-eabi", "riscv64-linux-gnu-": "libc6-dev-riscv64-cross"}
 
 
 def _install_hint(target: Target) -> str:
@@ -161,5 +167,5 @@ def qemu_for(target: Target) -> list[str]:
     if not target.qemu or not shutil.which(target.qemu):
         name = target.qemu or "qemu-user"
         raise BuildError(f"--target {target.name}: running its binaries needs {name}: apt-get install qemu-user")
-    return [target.qemu]
+    return [target.qemu, *(["-cpu", target.qemu_cpu] if target.qemu_cpu else [])]
 

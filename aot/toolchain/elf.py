@@ -7,7 +7,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64"}
+MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv"}
 EF_ARM_ABI_FLOAT_HARD = 0x400
 EF_ARM_EABI_MASK = 0xFF000000
 PT_INTERP = 3

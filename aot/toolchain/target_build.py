@@ -32,8 +32,9 @@ def build_package_dir(package_dir: Path, package: Package, target: Target, toolc
     runners = [] if target.bare_metal else [f"{model}_runner" for model in package.library_models]
     goals = [f"lib{package.library}.a", *runners]
     ldflags = "-static" if static and not target.bare_metal and toolchain.static_ok else ""
-    variables = ["BACKEND=llvm", f"TARGET={target.name}"] if llvm else []
-    # TARGET_CFLAGS is cleared: the package's defaults are GCC spellings, already translated above.
+    # TARGET_CFLAGS and the LLVM object's C flags are cleared: the package's defaults are GCC
+    # spellings (zig takes no -march=rv64gcv), already translated above.
+    variables = ["BACKEND=llvm", f"TARGET={target.name}", f"AOT_CFLAGS_{target.name}="] if llvm else []
     cmd = ["make", "-s", "-C", str(package_dir), f"CC={toolchain.cc_text}", f"AR={toolchain.ar_text}",
            f"CFLAGS={cflags}", "TARGET_CFLAGS=", f"LDFLAGS={ldflags}", *variables, *goals]
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -32,6 +32,11 @@
  *   11110 or 11111); otherwise A32. (A block of only such words that is in fact A32, like a
  *   lone `bx lr`, is taken as Thumb; such blocks are rare and short.)
  * NEON-to-core transfers (VMOV scalar, VDUP from a core register) count as neither.
+ * riscv64 (RV64GC and the V extension 1.0):
+ *   simd: vector instructions (major opcode OP-V) but vsetvli/vsetivli/vsetvl, which only set
+ *         the vector length, and vector loads/stores (LOAD-FP/STORE-FP with a vector width).
+ *   fp:   scalar floating-point (OP-FP, the fused multiply-adds), scalar FP loads/stores and
+ *         their compressed forms (c.fld, c.fsd, c.fldsp, c.fsdsp).
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -43,7 +48,7 @@
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
-typedef enum { GUEST_AARCH64, GUEST_ARM } guest_isa;
+typedef enum { GUEST_AARCH64, GUEST_ARM, GUEST_RISCV64 } guest_isa;
 
 typedef struct block_counts {
     uint64_t insns;
@@ -139,9 +144,38 @@ static bool block_is_thumb(struct qemu_plugin_tb *tb, size_t n)
     return all_thumb2_words;
 }
 
+static insn_class classify_rv(const unsigned char *bytes, size_t size)
+{
+    uint32_t w, opcode, width;
+    if (size == 2) {
+        uint32_t h = (uint32_t)bytes[0] | (uint32_t)bytes[1] << 8, funct3 = (h >> 13) & 7u;
+        bool fp_memory = ((h & 3u) == 0 || (h & 3u) == 2) && (funct3 == 1 || funct3 == 5);
+        return fp_memory ? CLASS_FP : CLASS_OTHER;
+    }
+    if (size != 4) {
+        return CLASS_OTHER;
+    }
+    w = load_le32(bytes);
+    opcode = w & 0x7Fu;
+    width = (w >> 12) & 7u;
+    if (opcode == 0x57u) { /* OP-V; funct3 111 is vsetvli and its kin */
+        return width == 7 ? CLASS_OTHER : CLASS_SIMD;
+    }
+    if (opcode == 0x07u || opcode == 0x27u) { /* LOAD-FP / STORE-FP: widths 1-4 scalar, else vector */
+        return width >= 1 && width <= 4 ? CLASS_FP : CLASS_SIMD;
+    }
+    if (opcode == 0x53u || opcode == 0x43u || opcode == 0x47u || opcode == 0x4Bu || opcode == 0x4Fu) {
+        return CLASS_FP;
+    }
+    return CLASS_OTHER;
+}
+
 static insn_class classify(const unsigned char *bytes, size_t size, bool thumb)
 {
     uint32_t w;
+    if (isa == GUEST_RISCV64) {
+        return classify_rv(bytes, size);
+    }
     if (size != 4) {
         return CLASS_OTHER; /* 16-bit Thumb instructions are never NEON or VFP */
     }
@@ -243,8 +277,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         isa = GUEST_AARCH64;
     } else if (strcmp(info->target_name, "arm") == 0) {
         isa = GUEST_ARM;
+    } else if (strcmp(info->target_name, "riscv64") == 0) {
+        isa = GUEST_RISCV64;
     } else {
-        fprintf(stderr, "insn_count: guest '%s' is neither aarch64 nor arm\n", info->target_name);
+        fprintf(stderr, "insn_count: guest '%s' is not aarch64, arm or riscv64\n", info->target_name);
         return 1;
     }
     qemu_plugin_register_vcpu_tb_trans_cb(id, block_translated);

@@ -19,10 +19,12 @@ import llvmlite.binding as llvm
 from aot.errors import AotError
 from aot.targets import Target, host_preset_name, load_target, preset_names
 
-EM_X86_64, EM_ARM, EM_AARCH64 = 62, 40, 183
+EM_X86_64, EM_ARM, EM_AARCH64, EM_RISCV = 62, 40, 183, 243
 EF_ARM_EABI_VER5 = 0x05000000
 EF_ARM_ABI_FLOAT_HARD = 0x00000400
 _ELF32_E_FLAGS = 36  # byte offset of e_flags in an ELF32 header
+_ELF64_E_FLAGS = 48  # byte offset of e_flags in an ELF64 header
+EF_RISCV_FLOAT_ABI_MASK, EF_RISCV_FLOAT_ABI_DOUBLE = 0x6, 0x4
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ _ARCHES = {
     "x86_64": _Arch(EM_X86_64, 64, ("x86_64", "amd64")),
     "aarch64": _Arch(EM_AARCH64, 64, ("aarch64", "arm64")),
     "arm": _Arch(EM_ARM, 32, ("armv7l", "armv8l")),
+    "riscv64": _Arch(EM_RISCV, 64, ("riscv64",)),
 }
 
 # Host CPU features (LLVM's names) that code tuned for these CPUs may use beyond their
@@ -52,12 +55,12 @@ _CPU_NEEDS = {
 
 
 def _arch_family(arch: str) -> str:
-    if arch in ("x86_64", "aarch64"):
+    if arch in ("x86_64", "aarch64", "riscv64"):
         return arch
     if arch.startswith(("arm", "thumb")):
         return "arm"
     raise AotError(f"the LLVM backend does not support architecture {arch!r} yet "
-                   f"(supported: x86_64, aarch64, 32-bit ARM / Thumb)")
+                   f"(supported: x86_64, aarch64, 32-bit ARM / Thumb, riscv64)")
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,20 @@ def emit_object(ir_text: str, spec: LlvmTarget, hidden: tuple[str, ...] = ()) ->
     obj = bytearray(machine.emit_object(module))
     if spec.hard_float_arm:
         _mark_arm_hard_float(obj)
+    if spec.machine == EM_RISCV:
+        _check_riscv_float_abi(obj, spec)
     return bytes(obj)
+
+
+def _check_riscv_float_abi(obj: bytes | bytearray, spec: LlvmTarget) -> None:
+    """LLVM takes the RISC-V float ABI from the features (+d: lp64d) and records it, with RVC, in
+    e_flags, which the linkers compare with the C parts' objects: an LLVM that picked another ABI
+    would pass floats in the wrong registers, so it is an error here rather than at link time."""
+    (flags,) = struct.unpack_from("<I", obj, _ELF64_E_FLAGS)
+    wanted = EF_RISCV_FLOAT_ABI_DOUBLE if "+d" in spec.features.split(",") else 0
+    if flags & EF_RISCV_FLOAT_ABI_MASK != wanted:
+        raise AotError(f"target {spec.name}: LLVM built a RISC-V object with e_flags {flags:#x}, not the "
+                       f"{'lp64d' if wanted else 'lp64'} float ABI of the preset's features")
 
 
 def _mark_arm_hard_float(obj: bytearray) -> None:
