@@ -9,6 +9,7 @@ small per-call overhead from Python.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import statistics
@@ -30,6 +31,7 @@ from aot.frontend.input_values import InputValue
 from aot.host.cpu_mask import HiddenBits, hidden_for, hide_cpu_features
 from aot.host.peak import peak_gflops
 from aot.host.run import HostModel, aligned_array
+from aot.progress import Progress
 from aot.targets import Target, host_preset_name, load_target
 
 
@@ -330,3 +332,34 @@ def _bench_in_fresh_process(kwargs: dict[str, Any]) -> BenchResult:
     if isinstance(result, AotError):
         raise result
     return result
+
+
+def bench_command(model: Path, *, input_shape: list[str] | None, dim: list[str] | None,
+                  input_value: list[str] | None, inputs: Path | None, threads: int, rounds: int, conv_algorithm: str,
+                  max_arena: int | None, target: str | None, onnxruntime_isa: str, as_json: bool,
+                  progress: Progress) -> None:
+    """`aot bench`: time MODEL against onnxruntime and print the medians, ratio and share of peak."""
+    from aot.commands.model_options import model_shapes, values, with_array_shapes
+    from aot.terminal import printable
+
+    input_shape = with_array_shapes(model, inputs, input_shape, input_value)
+    with progress.step(f"bench ({rounds} rounds)"):
+        result = bench(str(model), model_shapes(model, input_shape, input_value, dim), inputs=inputs,
+                       threads=threads, rounds=rounds,
+                       conv_algorithm=conv_algorithm, input_values=values(input_value), target=target,
+                       max_arena=max_arena, onnxruntime_isa=onnxruntime_isa)
+    if as_json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+        return
+    print(f"bench {printable(model)}: {result.runs} runs each, {threads} thread(s) each, medians, "
+          f"aot built for {printable(result.target)}")
+    print(f"  aot          {result.ours_ms:9.4f} ms  {result.ours_gflops:7.2f} GFLOP/s  "
+          f"memory {result.ours_memory_bytes / 1024:.1f} KiB (arena {result.arena_bytes / 1024:.1f} KiB)")
+    kernels = "" if result.onnxruntime_isa == "native" else f"  (kernels for {printable(result.onnxruntime_isa)})"
+    print(f"  onnxruntime  {result.onnxruntime_ms:9.4f} ms  {result.onnxruntime_gflops:7.2f} GFLOP/s  "
+          f"peak RSS growth {result.onnxruntime_peak_rss_delta_bytes / 1024:.0f} KiB{kernels}")
+    print(f"  ratio aot/onnxruntime {result.ratio:.3f}")
+    effective = ("" if result.macs_done == result.macs else
+                 f"; {result.ours_percent_of_peak:.0f}% effective (the model's own: Winograd layers do 2.25x fewer)")
+    print(f"  aot runs at {result.ours_done_percent_of_peak:.0f}% of this machine's measured fp32 peak "
+          f"({result.peak_gflops:.1f} GFLOP/s, {threads} core(s)) in the multiply-adds it does{effective}")

@@ -340,3 +340,19 @@ def show(r: dict[str, Any], file: TextIO | None = None) -> None:
         render(r, Console(file=out))
     else:
         print(render_text(r), file=out)
+
+
+def inspect_command(model: Path, *, input_shape: list[str] | None, dim: list[str] | None,
+                    input_value: list[str] | None, max_arena: int | None, as_json: bool, progress: Progress) -> None:
+    """`aot inspect`: print MODEL's inspection, as tables or one JSON object."""
+    import json
+
+    from aot.commands.model_options import model_shapes, values
+
+    report = inspect_model(model, model_shapes(model, input_shape, input_value, dim), progress=progress,
+                           input_values=values(input_value),
+                           max_arena=max_arena)
+    if as_json:
+        print(json.dumps(report, sort_keys=True))
+    else:
+        show(report)

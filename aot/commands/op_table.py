@@ -120,3 +120,11 @@ def markdown(rows: list[OpRow]) -> str:
 
 def as_json(rows: list[OpRow]) -> list[dict[str, str]]:
     return [asdict(r) for r in rows]
+
+
+def ops_command(as_json_output: bool) -> None:
+    """`aot ops`: print the table as markdown (docs/ops.md is this output), or as one JSON list."""
+    import json
+
+    rows = op_rows()
+    print(json.dumps(as_json(rows)) if as_json_output else markdown(rows), end="" if not as_json_output else "\n")

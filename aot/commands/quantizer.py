@@ -418,3 +418,42 @@ def output_change(name: str, floats: np.ndarray, quantized: np.ndarray) -> Outpu
         agree = int((f.argmax(axis=-1) == q.argmax(axis=-1)).sum())
         return OutputChange(name, max_err, mean_err, scale, agree, f.shape[0] * f.shape[1])
     return OutputChange(name, max_err, mean_err, scale)
+
+
+def quantize_command(model: Path, calibration: Path, output: Path, *, quant_format: str, per_tensor: bool,
+                     activation_type: str, input_shape: list[str] | None, dim: list[str] | None, force: bool,
+                     as_json: bool, progress: Progress) -> None:
+    """`aot quantize`: quantize MODEL to `output` and print how far its outputs move on the samples."""
+    import json
+
+    from aot.commands.model_options import model_shapes, refuse_existing
+    from aot.package.output_dir import check_output_file
+
+    # The input and foreign-file checks first, as quantize() makes them again when it writes.
+    check_output_file(output, [model, calibration], replaceable=is_aot_quantized_model,
+                      kind="a model aot quantize wrote")
+    refuse_existing(output, force)
+    summary = quantize(model, calibration, output, quant_format=quant_format, per_channel=not per_tensor,
+                       activation_type=activation_type, input_shapes=model_shapes(model, input_shape, None, dim),
+                       progress=progress)
+    if as_json:
+        print(json.dumps(summary.to_json(), sort_keys=True))
+        return
+    _print_quantize_summary(summary)
+
+
+def _print_quantize_summary(s: QuantizeSummary) -> None:
+    from aot.terminal import printable
+
+    weights = "per-channel" if s.per_channel else "per-tensor"
+    print(printable(f"quantized {s.model} -> {s.output} ({s.quant_format}, {weights} int8 weights, "
+                    f"{s.activation_type} activations)"))
+    added = ", ".join(f"{op} {n}" for op, n in s.new_ops.items())
+    print(f"  {s.float_nodes} ONNX nodes -> {sum(s.ops.values())} ({printable(added)})")
+    print(f"  model file {s.float_bytes} bytes -> {s.int8_bytes} bytes")
+    print(f"accuracy change on the {s.samples} calibration samples (int8 against float, both run by onnxruntime):")
+    for o in s.outputs:
+        top1 = (f", top-1 agreement {o.top1_agree}/{o.top1_rows} ({100 * o.top1_agree / o.top1_rows:.1f}%)"
+                if o.top1_rows else "")
+        print(f"  {printable(o.name)}: max abs err {o.max_abs_err:.3g}, mean abs err {o.mean_abs_err:.3g} "
+              f"(float outputs up to {o.max_abs_float:.3g}){top1}")

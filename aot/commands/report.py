@@ -20,6 +20,7 @@ from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan, lower_and_plan_budgeted
 from aot.planner.budget import BudgetedPlan
 from aot.planner.liveness import arena_intervals
+from aot.progress import Progress
 from aot.resources import resource_dir
 from aot.version import __version__
 
@@ -87,3 +88,22 @@ def render_report(data: dict[str, Any]) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     return env.get_template("report/report.html.j2").render(data)
+
+
+def report_command(model: Path, output: Path, *, input_shape: list[str] | None, dim: list[str] | None,
+                   input_value: list[str] | None, max_arena: int | None, force: bool, progress: Progress) -> None:
+    """`aot report`: write MODEL's report page to `output` (its folders are created)."""
+    from aot.commands.model_options import files_read, model_shapes, refuse_existing, values
+    from aot.package.output_dir import check_output_file
+    from aot.package.writer import write_file_atomically
+    from aot.terminal import printable
+
+    read = files_read(model, output, True, [])
+    check_output_file(output, read)  # before the analysis: a refusal costs nothing
+    refuse_existing(output, force)
+    with progress.step("analysis and rendering"):
+        page = render_report(build_report(model, model_shapes(model, input_shape, input_value, dim),
+                                          values(input_value), max_arena))
+    Path(os.path.abspath(output)).parent.mkdir(parents=True, exist_ok=True)  # as compile makes -o's parents
+    write_file_atomically(output, page.encode(), inputs=read)
+    print(f"wrote {printable(output)}")
