@@ -4,9 +4,11 @@
     python -m benchmarks.max_arena table MODEL.onnx ... [--light]
 
 factors: every distinct convolution of the models (geometry and fused Relu), alone in a model of
-its own with random weights, compiled for this machine in each of its forms (algorithm.conv_forms)
-and timed; per form, the median over the convolutions of its time relative to the tiled form
-without Winograd on the same convolution, split by depthwise or not: budget.FORM_FACTORS.
+its own with random weights (an int8 one, QLinearConv or ConvInteger, with its own weights and
+quantisation), compiled for this machine in each of its forms (aot/ops/conv_forms.py) and timed;
+per form, the median over the convolutions of its time relative to the tiled form without
+Winograd (for int8: the fastest form) on the same convolution, split by depthwise or not:
+budget.FORM_FACTORS.
 
 table: per model, the default arena, the smallest arena --max-arena reaches (the error names it)
 and the time at that budget against the default plan's (interleaved rounds, medians).
@@ -33,11 +35,11 @@ from aot.compiler import load
 from aot.errors import AotError
 from aot.host.run import HostModel
 from aot.ir.graph import Node
-from aot.ops.conv.algorithm import ConvAlgorithm
-from aot.ops.conv.lowering import conv_key, node_forms
+from aot.ops.conv.lowering import conv_key
+from aot.ops.conv_forms import FORMED_OPS, factor_key, forms_of
 from aot.passes.pipeline import run_passes
 from aot.pipeline import PipelineOptions, lower_and_plan
-from aot.planner.budget import factor_key, layer_class
+from aot.planner.budget import layer_class
 from aot.targets import host_preset_name, resolve_targets
 from benchmarks.run import light_models
 
@@ -71,12 +73,28 @@ def _conv_model(node: Node) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _forced(model: onnx.ModelProto, form: ConvAlgorithm) -> HostModel:
-    """`model` (one Conv) compiled for this machine with its Conv in `form`."""
+def _integer_conv_model(node: Node) -> onnx.ModelProto:
+    """The integer convolution `node` (after the graph passes) alone, with its own constants."""
+    x, y = node.inputs[0], node.outputs[0]
+    assert x is not None and y is not None
+    names = [t.name if t is not None else "" for t in node.inputs]
+    shared = {t.name: t for t in node.inputs[1:] if t is not None and t.is_constant}  # (a scale may repeat)
+    constants = [numpy_helper.from_array(np.asarray(t.data), name) for name, t in shared.items()]
+    attrs = {k: node.attr(k) for k in ("strides", "pads", "dilations", "group", "kernel_shape", "auto_pad")
+             if node.attr(k) is not None}
+    conv = helper.make_node(node.op_type, names, [y.name], **attrs)
+    graph = helper.make_graph([conv], "conv", [helper.make_tensor_value_info(
+        x.name, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)], [helper.make_tensor_value_info(
+            y.name, helper.np_dtype_to_tensor_dtype(y.dtype), None)], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _forced(model: onnx.ModelProto, form: object) -> HostModel:
+    """`model` (one convolution) compiled for this machine with it in `form`."""
     original = aot.compiler.lower_and_plan
 
     def with_form(graph, options, progress=None, model=None):  # type: ignore[no-untyped-def]
-        conv = next(n for n in graph.nodes if n.op_type == "Conv")
+        conv = next(n for n in graph.nodes if n.op_type in FORMED_OPS)
         return original(graph, replace(options, overrides=((conv_key(conv), form),)), progress, model)
 
     aot.compiler.lower_and_plan = with_form  # a benchmark's hook: the Python API has no per-node forms
@@ -94,15 +112,15 @@ def factors(models: list[Path]) -> None:
     for path in models:
         graph, _ = load(path)
         run_passes(graph)
-        for node in [n for n in graph.nodes if n.op_type == "Conv"]:
-            model = _conv_model(node)
-            key = (tuple(node.inputs[0].shape), tuple(node.inputs[1].shape),
+        for node in [n for n in graph.nodes if n.op_type in FORMED_OPS]:
+            model = _conv_model(node) if node.op_type == "Conv" else _integer_conv_model(node)
+            key = (node.op_type, tuple(node.inputs[0].shape), tuple(tuple(i.dims) for i in model.graph.initializer),
                    str(model.graph.node[0].attribute))
             if key in seen:
                 continue
             seen.add(key)
             layer = layer_class(node)
-            forms = node_forms(node, tiles, "auto")
+            forms = forms_of(node, tiles, "auto")
             times = {}
             for form in forms:
                 built = _forced(model, form)
@@ -114,7 +132,7 @@ def factors(models: list[Path]) -> None:
                 continue
             row = ", ".join(f"{factor_key(f)} {t / base:.2f}" for f, t in times.items())
             geometry = f"s{list(node.attr('strides', []))} p{list(node.attr('pads', []))} g{node.attr('group', 1)}"
-            print(f"{path.stem} x{list(node.inputs[0].shape)} w{list(node.inputs[1].shape)} {geometry}"
+            print(f"{path.stem} {node.op_type} x{list(node.inputs[0].shape)} {geometry}"
                   f" base {base * 1000:.1f} us: {row}", flush=True)
             for f, t in list(times.items())[1:]:  # the default itself is the base or Winograd
                 ratios[factor_key(f), layer].append(t / base)

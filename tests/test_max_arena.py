@@ -68,11 +68,39 @@ def wide_stem_chain() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return make_model(nodes, {"x": x}, ["y"], inits), {"x": x}
 
 
+def _qlinear_conv(nodes: list, inits: dict, x: str, out: str, w_shape: tuple[int, ...], seed: int,
+                  **attrs: object) -> str:
+    rng = np.random.default_rng(seed)
+    inits[f"{out}_w"] = rng.integers(-127, 128, w_shape, dtype=np.int8)
+    inits[f"{out}_w_scale"] = np.full(w_shape[0], 0.01, np.float32)
+    inits[f"{out}_w_zero"] = np.zeros(w_shape[0], np.int8)
+    inits[f"{out}_b"] = rng.integers(-500, 500, w_shape[0], dtype=np.int32)
+    inits[f"{out}_scale"] = np.float32(0.05 * (seed % 3 + 1))
+    inits[f"{out}_zero"] = np.int8(seed - 3)
+    scale, zero = (f"{x}_scale", f"{x}_zero") if x != "x" else ("x_scale", "x_zero")
+    nodes.append(helper.make_node("QLinearConv", [x, scale, zero, f"{out}_w", f"{out}_w_scale", f"{out}_w_zero",
+                                                  f"{out}_scale", f"{out}_zero", f"{out}_b"], [out], name=out, **attrs))
+    return out
+
+
+def int8_chain() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The integer convolutions' forms (aot/ops/quantized/conv/): a padded 3x3 conv (int8 tiles
+    over a quad copy), a strided depthwise conv and a pointwise conv."""
+    nodes: list = []
+    inits: dict = {"x_scale": np.float32(0.05), "x_zero": np.int8(2)}
+    x = np.random.default_rng(12).integers(-128, 128, (1, 8, 20, 20), dtype=np.int8)
+    a = _qlinear_conv(nodes, inits, "x", "a", (16, 8, 3, 3), 4, pads=[1, 1, 1, 1])
+    b = _qlinear_conv(nodes, inits, a, "b", (16, 1, 3, 3), 5, pads=[1, 1, 1, 1], strides=[2, 2], group=16)
+    _qlinear_conv(nodes, inits, b, "y", (16, 16, 1, 1), 6)
+    return make_model(nodes, {"x": x}, ["y"], inits), {"x": x}
+
+
 def tiny_cnn() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return onnx.load(TINY_CNN), {"image": rand(1, 3, 32, 32, seed=11)}
 
 
-MODELS = {"tiny_cnn": tiny_cnn, "padded_strided_chain": padded_strided_chain, "wide_stem_chain": wide_stem_chain}
+MODELS = {"tiny_cnn": tiny_cnn, "padded_strided_chain": padded_strided_chain, "wide_stem_chain": wide_stem_chain,
+          "int8_chain": int8_chain}
 
 
 def smallest_arena(model: onnx.ModelProto | Path, **options: object) -> int:

@@ -33,8 +33,8 @@ from aot.errors import AotError
 from aot.ir.graph import Graph, Node
 from aot.lowering.program import Program
 from aot.lowering.tiles import TileConfig
-from aot.ops.conv.algorithm import ConvAlgorithm, form_label
-from aot.ops.conv.lowering import conv_key, node_forms
+from aot.ops.conv.lowering import conv_key
+from aot.ops.conv_forms import FORMED_OPS, Form, factor_key, forms_of, label_of
 from aot.passes.row_patches import BAND_OF
 from aot.planner.arena import PlannedProgram
 from aot.planner.memory import align_up
@@ -57,24 +57,32 @@ FORM_FACTORS: dict[tuple[str, str], float] = {
     ("direct", "dense"): 45.8,  # 23, 1.04-1716
     ("direct", "depthwise"): 7.6,  # 7, 2.4-18.4
     ("direct", "strided depthwise"): 2.23,  # 4, 0.66-2.78
+    # The integer convolutions' forms, relative to the fastest one each convolution has: the same
+    # command on the int8 QDQ forms of those models (`aot quantize`), the 36 distinct QLinearConvs,
+    # host preset x86_64-v4-vnni (AVX-512 VNNI).
+    ("int8 dot", "dense"): 9.56,  # 23, 1.91-70.05
+    ("int8 flat_depthwise", "dense"): 9.79,  # 1 (a one-channel first layer)
+    ("int8 flat_depthwise", "depthwise"): 2.31,  # 8, 1.17-5.43
+    ("int8 flat_depthwise", "strided depthwise"): 2.00,  # 4, 1.61-2.80
+    ("int8 depthwise", "dense"): 48.9,  # 1
+    ("int8 depthwise", "depthwise"): 7.10,  # 8, 3.32-14.59
+    ("int8 depthwise", "strided depthwise"): 3.62,  # 4, 2.63-6.83
+    ("int8 direct", "dense"): 47.7,  # 24, 7.75-197.9
+    ("int8 direct", "depthwise"): 18.0,  # 8, 5.21-25.88
+    ("int8 direct", "strided depthwise"): 6.27,  # 4, 2.21-11.56
 }
 DEFAULT_FACTOR = 1.0  # the register tiles (tiled, im2col)
 
 
-def form_factor(algorithm: ConvAlgorithm, layer: str) -> float:
-    """The estimated time per MAC of `algorithm` on a convolution of class `layer`
-    (layer_class), relative to the register tiles (FORM_FACTORS)."""
-    return FORM_FACTORS.get((factor_key(algorithm), layer), DEFAULT_FACTOR)
-
-
-def factor_key(algorithm: ConvAlgorithm) -> str:
-    """The form's name in FORM_FACTORS: every tiled mode and im2col count as register tiles."""
-    return "tiled" if algorithm.kind in ("tiled", "im2col") else algorithm.kind
+def form_factor(form: object, layer: str) -> float:
+    """The estimated time per MAC of `form` on a convolution of class `layer` (layer_class),
+    relative to the register tiles (FORM_FACTORS)."""
+    return FORM_FACTORS.get((factor_key(form), layer), DEFAULT_FACTOR)
 
 
 def layer_class(node: Node) -> str:
     """"depthwise" (one input channel per group), "strided depthwise" or "dense" (the rest)."""
-    w = node.input(1)
+    w = node.input(3 if node.op_type == "QLinearConv" else 1)
     if w is None or w.rank < 3 or w.shape[1] != 1 or int(node.attr("group", 1)) <= 1:
         return "dense"
     strides = node.attr("strides", None)
@@ -161,7 +169,7 @@ def plan_cost(program: Program) -> float:
 
 
 def _node_factor(node: Node, form: object) -> float:
-    return form_factor(form, layer_class(node)) if isinstance(form, ConvAlgorithm) else 1.0
+    return form_factor(form, layer_class(node)) if form is not None else 1.0
 
 
 def kernel_scratch(program: Program, alignment: int) -> dict[int, int]:
@@ -190,7 +198,7 @@ def _scratch_by_key(program: Program, alignment: int) -> dict[str, int]:
 
 def _formed_key(node: Node | None, program: Program) -> str | None:
     """The key of `node` when it is a node with several forms (Program.forms), else None."""
-    if node is None or node.op_type != "Conv" or not node.outputs or node.outputs[0] is None:
+    if node is None or node.op_type not in FORMED_OPS or not node.outputs or node.outputs[0] is None:
         return None
     key = conv_key(node)
     return key if key in program.forms else None
@@ -214,7 +222,7 @@ class BudgetSearch:
         """The plan for `budget` from today's plan `default`; AotError naming the smallest arena
         reachable when no plan fits."""
         nodes = {key: n for n in default.program.nodes if (key := _formed_key(n, default.program)) is not None}
-        forms = {key: node_forms(node, self.tiles, self.conv_algorithm) for key, node in nodes.items()}
+        forms = {key: forms_of(node, self.tiles, self.conv_algorithm) for key, node in nodes.items()}
         self.layers = {key: layer_class(node) for key, node in nodes.items()}
         self.nodes = nodes
         self.bands: dict[str, list[str]] = {}  # a band's original node -> the keys of all its bands
@@ -233,13 +241,13 @@ class BudgetSearch:
             raise AotError(self._no_fit(budget, model, current))
         return self._result(default, current, budget, nodes, scratch, current_scratch)
 
-    def _descend(self, default: PlannedProgram, budget: int, forms: Mapping[str, Sequence[ConvAlgorithm]],
-                 scratch: Mapping[tuple[str, ConvAlgorithm], int],
+    def _descend(self, default: PlannedProgram, budget: int, forms: Mapping[str, Sequence[Form]],
+                 scratch: Mapping[tuple[str, Form], int],
                  aim: int) -> tuple[PlannedProgram, dict[str, int]]:
         """The greedy walk from `default` until the arena fits `budget` or the kernel at the peak
         has no form left; each step saves what `aim` asks for (0: as much as it can)."""
-        chosen: dict[str, ConvAlgorithm] = {}
-        rejected: set[tuple[str, ConvAlgorithm]] = set()
+        chosen: dict[str, Form] = {}
+        rejected: set[tuple[str, Form]] = set()
         current = default
         current_scratch = _scratch_by_key(default.program, self.alignment)
         while current.memory.arena_bytes > budget:
@@ -257,25 +265,25 @@ class BudgetSearch:
                 rejected.add((key, form))
         return current, current_scratch
 
-    def _with_bands(self, key: str, form: ConvAlgorithm, forms: Mapping[str, Sequence[ConvAlgorithm]],
-                    scratch: Mapping[tuple[str, ConvAlgorithm], int],
-                    current_scratch: Mapping[str, int]) -> dict[str, ConvAlgorithm]:
+    def _with_bands(self, key: str, form: Form, forms: Mapping[str, Sequence[Form]],
+                    scratch: Mapping[tuple[str, Form], int],
+                    current_scratch: Mapping[str, int]) -> dict[str, Form]:
         """`key` in `form`, and the other bands of the same node (aot/passes/row_patches.py) in
         the form of the same kind where it has less scratch than theirs now: the bands all run
         at the peak in turn, so changing one at a time would take a lowering per band."""
         step = {key: form}
-        label, node = form_label(form), self.band_of.get(key)
+        label, node = label_of(form), self.band_of.get(key)
         for other in self.bands.get(node, []) if node is not None else []:
             have = current_scratch.get(other, 0)
-            same = [f for f in forms[other] if form_label(f) == label and scratch[other, f] < have]
+            same = [f for f in forms[other] if label_of(f) == label and scratch[other, f] < have]
             if other != key and same:
                 step[other] = same[0]
         return step
 
-    def _form_scratch(self, forms: Mapping[str, Sequence[ConvAlgorithm]]) -> dict[tuple[str, ConvAlgorithm], int]:
+    def _form_scratch(self, forms: Mapping[str, Sequence[Form]]) -> dict[tuple[str, Form], int]:
         """The scratch of every form of every convolution: one lowering per position in the
         lists of forms (each convolution takes its i-th form in the i-th), not one per form."""
-        scratch: dict[tuple[str, ConvAlgorithm], int] = {}
+        scratch: dict[tuple[str, Form], int] = {}
         for i in range(max((len(f) for f in forms.values()), default=0)):
             level = {key: f[i] for key, f in forms.items() if len(f) > i}
             program = self.lower(tuple(sorted(level.items(), key=lambda kv: kv[0])))
@@ -284,12 +292,12 @@ class BudgetSearch:
                             for key, form in level.items()})
         return scratch
 
-    def _in_place_gain(self, key: str, form: ConvAlgorithm) -> int:
+    def _in_place_gain(self, key: str, form: Form) -> int:
         """The bytes a form that lets the planner write the output over the input saves (the
         input, when it dies at this convolution: an arena tensor read by it alone), counted as
         negative scratch so the search weighs it with the rest."""
         node = self.nodes.get(key)
-        if not form.via_plane or node is None:
+        if not getattr(form, "via_plane", False) or node is None:
             return 0
         x = node.inputs[0]
         if x is None or x.producer is None or len(x.consumers) != 1 or self.graph.is_output(x):
@@ -302,9 +310,9 @@ class BudgetSearch:
         step = planned.memory.peak_step
         return _formed_key(nodes[step] if step < len(nodes) else None, planned.program)
 
-    def _next_form(self, key: str, forms: Mapping[str, Sequence[ConvAlgorithm]],
-                   scratch: Mapping[tuple[str, ConvAlgorithm], int], current_scratch: Mapping[str, int],
-                   rejected: set[tuple[str, ConvAlgorithm]], need: int) -> ConvAlgorithm | None:
+    def _next_form(self, key: str, forms: Mapping[str, Sequence[Form]],
+                   scratch: Mapping[tuple[str, Form], int], current_scratch: Mapping[str, int],
+                   rejected: set[tuple[str, Form]], need: int) -> Form | None:
         """The form to try for the convolution `key` at the peak: of its untried forms with less
         scratch than it has now, the fastest that saves `need` bytes, else the one with the
         least scratch (the fastest of those)."""
@@ -336,17 +344,16 @@ class BudgetSearch:
                 f"{smallest.memory.arena_bytes} bytes (peak at {where})")
 
     def _result(self, default: PlannedProgram, planned: PlannedProgram, budget: int, nodes: Mapping[str, Node],
-                scratch: Mapping[tuple[str, ConvAlgorithm], int], chosen_scratch: Mapping[str, int]) -> BudgetedPlan:
+                scratch: Mapping[tuple[str, Form], int], chosen_scratch: Mapping[str, int]) -> BudgetedPlan:
         default_scratch = _scratch_by_key(default.program, self.alignment)
         changes = []
         for key, node in nodes.items():
             before, after = default.program.forms[key], planned.program.forms[key]
             if before == after:
                 continue
-            assert isinstance(before, ConvAlgorithm) and isinstance(after, ConvAlgorithm)
             macs, layer = node_macs(node), layer_class(node)
             kernel = next(k for k, n in zip(planned.program.kernels, planned.program.nodes) if n is node)
-            changes.append(FormChange(node.name, kernel.op, form_label(before), form_label(after),
+            changes.append(FormChange(node.name, kernel.op, label_of(before), label_of(after),
                                       default_scratch.get(key, 0) - chosen_scratch.get(key, 0)
                                       + self._in_place_gain(key, after), macs,
                                       macs * form_factor(before, layer), macs * form_factor(after, layer)))

@@ -100,7 +100,7 @@ def flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvG
     # Float sums where int8 lanes need a widening and a 32-bit multiply per tap (x86); the ARM
     # targets keep integer planes: their compilers' widening multiply-adds (smlal) ran fewer
     # instructions under qemu than the float form (LLVM, DS-CNN rpi4: 2.77M against 3.13M).
-    in_float = sums_in_float(ctx)
+    in_float = sums_in_float(ctx.tiles)
     in_vectors = _hand_vectorised(ctx)
     # Integer sums at unit stride read the padded planes themselves (the single phase), past
     # whose end a slack of the zero point covers the last chunk's discarded pixels.
@@ -247,7 +247,7 @@ def _hand_vectorised(ctx: LoweringContext) -> bool:
 def tap_pairs(ctx: LoweringContext, conv: IntegerConv, weights: np.ndarray) -> bool:
     """Whether flat_depthwise's integer sums add two taps' products in int16 first
     (integer_terms.tap_sum, tap_pair_vectors): int8 input, no weight -128, integer sums (Arm)."""
-    return conv.x.dtype == np.int8 and fits_pairs(weights) and not sums_in_float(ctx)
+    return conv.x.dtype == np.int8 and fits_pairs(weights) and not sums_in_float(ctx.tiles)
 
 
 class _NoVectorForm(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,23 +16,26 @@ from aot.kernel.ir import (
 )
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
+from aot.lowering.registry import register
+from aot.lowering.tiles import TileConfig
 from aot.ops.attrs import fail, required_input
+from aot.ops.conv.geometry import ConvGeometry
+from aot.ops.conv.lowering import conv_key
+from aot.ops.quantized.conv.algorithm import IntegerConvForm, choose_integer_form, integer_conv_forms
 from aot.ops.quantized.conv.depthwise import depthwise_conv, padded_planes
 from aot.ops.quantized.conv.direct import direct_conv
 from aot.ops.quantized.conv.dot import channels_last, dot_conv
 from aot.ops.quantized.conv.flat_depthwise import flat_depthwise, tap_pairs
-from aot.ops.quantized.conv.masked_depthwise import float_start_fits, masked_depthwise, masked_period
+from aot.ops.quantized.conv.masked_depthwise import float_start_fits, masked_depthwise
 from aot.ops.quantized.conv.operands import (
-    MAX_TAP_COLUMNS,
-    MAX_UNROLLED_TAPS,
     Finish,
     IntegerConv,
     StoreAt,
+    centred_weights,
     folded_bias,
     integer_conv_operands,
-    sums_in_float,
 )
-from aot.ops.quantized.conv.shifted_depthwise import shifted_depthwise, vector_lanes
+from aot.ops.quantized.conv.shifted_depthwise import shifted_depthwise
 from aot.ops.quantized.conv.tiles import tap_columns, tiled_form
 from aot.ops.quantized.integer_terms import (
     ACCUMULATOR,
@@ -52,13 +56,27 @@ from aot.ops.quantized.integer_terms import (
     uniform,
     unsigned_byte,
 )
-from aot.ops.quantized.integer_tiles import fits, fits_pairs
-from aot.ops.registry import register
+from aot.ops.quantized.integer_tiles import fits_pairs
+
+# Input positions of each op's operands: x, w, x_zero_point, w_zero_point, bias.
+_POSITIONS = {"ConvInteger": (0, 1, 2, 3, None), "QLinearConv": (0, 3, 2, 5, 8)}
+
+
+def _operands(node: Node) -> IntegerConv:
+    x, w, x_zero_point, w_zero_point, bias = _POSITIONS[node.op_type]
+    return integer_conv_operands(node, x=x, w=w, x_zero_point=x_zero_point, w_zero_point=w_zero_point, bias=bias)
+
+
+def integer_node_forms(node: Node, tiles: TileConfig) -> list[IntegerConvForm]:
+    """The forms (algorithm.integer_conv_forms) the ConvInteger or QLinearConv `node` can take."""
+    conv = _operands(node)
+    weights = centred_weights(conv)
+    return integer_conv_forms(conv.geometry.planar() if weights is not None else conv.geometry, weights, tiles)
 
 
 @register("ConvInteger")
 def lower_conv_integer(node: Node, ctx: LoweringContext) -> None:
-    conv = integer_conv_operands(node, x=0, w=1, x_zero_point=2, w_zero_point=3, bias=None)
+    conv = _operands(node)
     if conv.y.dtype != np.int32:
         raise fail(node, f"output {conv.y.name!r} has dtype {conv.y.dtype}; ConvInteger gives int32")
     # the accumulator may be a float32 holding an exact integer (masked_depthwise)
@@ -67,7 +85,7 @@ def lower_conv_integer(node: Node, ctx: LoweringContext) -> None:
 
 @register("QLinearConv")
 def lower_qlinear_conv(node: Node, ctx: LoweringContext) -> None:
-    conv = integer_conv_operands(node, x=0, w=3, x_zero_point=2, w_zero_point=5, bias=8)
+    conv = _operands(node)
     scales = [required_input(node, i, what) for i, what in ((1, "x_scale"), (4, "w_scale"), (6, "y_scale"))]
     for t, what in zip(scales, ("x_scale", "w_scale", "y_scale")):
         check_scale(node, t, what)
@@ -115,14 +133,36 @@ def _lower(node: Node, ctx: LoweringContext, conv: IntegerConv, finish_for: Call
         return yv.store(idx, epilogue.apply(value, idx))
 
     finish = finish_for(kb)
-    g = conv.geometry
-    packed = conv.w.is_constant and (conv.w_zero_point is None or conv.w_zero_point.is_constant) \
-        and g.nd <= 2 and min(g.pad_begin + g.pad_end) >= 0
-    if packed:
-        ctx.emit(kb, _packed(node, ctx, kb, conv, finish, store, _flat_output(epilogue, final),
-                             not epilogue.inputs))
-    else:
+    weights = centred_weights(conv)
+    planar = conv.geometry.planar() if weights is not None else conv.geometry
+    form = _form(node, ctx, planar, weights, flat=_flat_output(epilogue, final))
+    if weights is None or form.kind == "direct":
         ctx.emit(kb, direct_conv(kb, conv, finish, store))
+        return
+    job = _Packed(node, ctx, kb, conv, weights, scalar(kb, conv.x_zero_point, 0, conv.x.dtype.name), finish, store,
+                  overlap=not epilogue.inputs)
+    if form.kind in ("tiles", "tap_columns"):
+        ctx.emit(kb, _tiles(job, form, flat=_flat_output(epilogue, final)))
+    elif form.kind == "dot":
+        ctx.emit(kb, _dot(job))
+    else:
+        ctx.emit(kb, _depthwise(job, form))
+
+
+def _form(node: Node, ctx: LoweringContext, g: ConvGeometry, weights: np.ndarray | None, *,
+          flat: bool) -> IntegerConvForm:
+    """The form algorithm.py picks, or the one a --max-arena plan gives the node (one of
+    integer_conv_forms, keyed by its output)."""
+    chosen = choose_integer_form(g, weights, ctx.tiles, flat=flat)
+    override = ctx.overrides.get(conv_key(node))
+    if override is None or override == IntegerConvForm("fastest"):
+        ctx.forms[conv_key(node)] = IntegerConvForm("fastest", picked=chosen.kind)
+        return chosen
+    if override not in integer_conv_forms(g, weights, ctx.tiles):
+        raise ValueError(f"{node.describe()}: {override} is not one of its forms")
+    assert isinstance(override, IntegerConvForm)
+    ctx.forms[conv_key(node)] = override
+    return override
 
 
 def _flat_output(epilogue: Epilogue, final: Tensor) -> bool:
@@ -132,70 +172,88 @@ def _flat_output(epilogue: Epilogue, final: Tensor) -> bool:
                for t in epilogue.inputs)
 
 
-def _packed(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, finish: Finish,
-            store: StoreAt, flat: bool, overlap: bool) -> list[Stmt]:
-    """The packed forms (module docstring): the weights' constants, the input's copy, the loops."""
-    g = conv.geometry.planar()
-    assert conv.w.data is not None
-    m_count = g.out_channels
-    w_zp = np.zeros(m_count, np.int64) if conv.w_zero_point is None else \
-        np.broadcast_to(np.asarray(conv.w_zero_point.data, np.int64).reshape(-1), (m_count,))
-    weights = np.asarray(conv.w.data, np.int64).reshape(m_count, g.group_in, *g.kernel)
-    weights = weights - w_zp.reshape(-1, 1, 1, 1)
-    x_zp = scalar(kb, conv.x_zero_point, 0, conv.x.dtype.name)
-    sums = weights.reshape(m_count, -1).sum(axis=1)
-    taps = g.kernel[0] * g.kernel[1]
-    one_row = conv.geometry.nd == 1  # the output has no row index
+@dataclass(frozen=True)
+class _Packed:
+    """A convolution with constant weights, as its packed forms take it: `weights` are
+    w - w_zero_point (operands.centred_weights), `x_zp` the input's zero point."""
 
-    def out_store(n: Expr, m: Expr, oh: Expr, ow: Expr, value: Expr) -> Stmt:
-        return store([n, m, ow] if one_row else [n, m, oh, ow], value)
+    node: Node
+    ctx: LoweringContext
+    kb: KernelBuilder
+    conv: IntegerConv
+    weights: np.ndarray
+    x_zp: Expr
+    finish: Finish
+    store: StoreAt
+    overlap: bool  # the output may be stored twice (its epilogue reads no other tensor)
 
-    # A convolution of one input channel (a model's first layer) takes the tile too: its rows
-    # are the depthwise form's vector loop, which short rows keep scalar (DS-CNN's 10x4 stride-2
-    # conv over 5-pixel rows: 46% of the model's time in that form).
-    tiled = g.groups == 1 and ctx.tiles.int8_dot.vectorised and fits(weights)
-    if g.group_in == 1 and taps <= MAX_UNROLLED_TAPS and not tiled:
-        packed = kb.input(ctx.constant(narrow_weights(weights.reshape(m_count, taps)), conv.w.name)).buffer
-        lanes = vector_lanes(g, ctx.tiles.lanes) if sums_in_float(ctx) and flat else None
-        if lanes is not None and masked_period(g, lanes) is not None:
-            bias = None if conv.bias is None else conv.bias.data
-            float_start = (conv.bias is None or conv.bias.is_constant) and float_start_fits(
-                weights.reshape(m_count, taps), None if bias is None else np.asarray(bias))
-            init = folded_bias(node, ctx, kb, conv, sums, const(0, ACCUMULATOR))  # the copies hold x - x_zp
-            return masked_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, float_start, finish, out_store,
-                                    lanes, overlap)
-        init = folded_bias(node, ctx, kb, conv, sums, x_zp)
-        if lanes is not None:
-            return shifted_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store, lanes,
-                                     overlap)
-        # On Arm a strided convolution of one input channel (a first layer whose weights do not
-        # fit the tiles) keeps depthwise_conv: the flat form ran more instructions under qemu there
-        # (DS-CNN's 10x4 stride-2 conv on rpi3). Strided depthwise convolutions take it, which
-        # runs fewer instructions on VWW's four (`python -m benchmarks.arm` on the int8 VWW).
-        if ctx.tiles.lanes > 1 and (sums_in_float(ctx) or g.strides == (1, 1) or g.groups > 1):
-            return flat_depthwise(node, ctx, kb, g, conv.x, x_zp, packed, init, finish, out_store,
-                                   tap_pairs(ctx, conv, weights))
-        copy, planes = padded_planes(node, ctx, kb, conv.x, g, x_zp)
-        return copy + depthwise_conv(kb, g, planes, packed, init, finish, out_store)
-    x_fill = x_zp
+    @property
+    def g(self) -> ConvGeometry:
+        return self.conv.geometry.planar()
+
+    @property
+    def sums(self) -> np.ndarray:
+        return self.weights.reshape(self.g.out_channels, -1).sum(axis=1)
+
+    def out_store(self, n: Expr, m: Expr, oh: Expr, ow: Expr, value: Expr) -> Stmt:
+        one_row = self.conv.geometry.nd == 1  # the output has no row index
+        return self.store([n, m, ow] if one_row else [n, m, oh, ow], value)
+
+
+def _depthwise(job: _Packed, form: IntegerConvForm) -> list[Stmt]:
+    """The depthwise forms: the taps' weights packed narrow, summed in float32 over copies per
+    stride phase (masked, shifted), over one padded plane at a time (flat) or over the planes."""
+    node, ctx, kb, conv, g = job.node, job.ctx, job.kb, job.conv, job.g
+    m_count, taps = g.out_channels, g.kernel[0] * g.kernel[1]
+    packed = kb.input(ctx.constant(narrow_weights(job.weights.reshape(m_count, taps)), conv.w.name)).buffer
+    if form.kind == "masked_depthwise":
+        bias = None if conv.bias is None else conv.bias.data
+        float_start = (conv.bias is None or conv.bias.is_constant) and float_start_fits(
+            job.weights.reshape(m_count, taps), None if bias is None else np.asarray(bias))
+        init = folded_bias(node, ctx, kb, conv, job.sums, const(0, ACCUMULATOR))  # the copies hold x - x_zp
+        return masked_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, float_start, job.finish,
+                                job.out_store, form.lanes, job.overlap)
+    init = folded_bias(node, ctx, kb, conv, job.sums, job.x_zp)
+    if form.kind == "shifted_depthwise":
+        return shifted_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, job.finish, job.out_store,
+                                 form.lanes, job.overlap)
+    if form.kind == "flat_depthwise":
+        return flat_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, job.finish, job.out_store,
+                              tap_pairs(ctx, conv, job.weights))
+    copy, planes = padded_planes(node, ctx, kb, conv.x, g, job.x_zp)
+    return copy + depthwise_conv(kb, g, planes, packed, init, job.finish, job.out_store)
+
+
+def _tiles(job: _Packed, form: IntegerConvForm, *, flat: bool) -> list[Stmt]:
+    """The int8 tiles over the input (or its taps' columns), which holds signed bytes for a step
+    of signed bytes (uint8 x - 128) and unsigned ones for the others (int8 x + 128)."""
+    node, ctx, kb, conv, g, weights = job.node, job.ctx, job.kb, job.conv, job.g, job.weights
+    x_zp = x_fill = job.x_zp
     dot = ctx.tiles.int8_dot
-    if tiled and (dot.signed_bytes and not dot.pairwise or (dot.signed_when_pairs_fit and fits_pairs(weights))):
-        # the copy holds signed bytes (uint8 x - 128) for a step of signed bytes by signed bytes
+    if dot.signed_bytes and not dot.pairwise or (dot.signed_when_pairs_fit and fits_pairs(weights)):
         x_zp = signed_byte(x_zp)
     elif conv.x.dtype == np.int8:  # the copy holds x + 128 (integer_terms.unsigned_byte)
         x_zp = unsigned_byte(x_zp)
-    if tiled:
-        def folded() -> PerIndex:  # made only where the tiles read it (pixel_rows folds its own)
-            return folded_bias(node, ctx, kb, conv, sums, x_zp)
 
-        x = View(kb.input(conv.x).buffer, (g.batch, g.channels, *g.in_spatial))
-        if g.channels == 1 and 1 < taps <= MAX_TAP_COLUMNS:
-            copy, columns, tap_g = tap_columns(node, ctx, kb, x, g, x_fill)
-            return copy + tiled_form(node, ctx, kb, conv, tap_g, columns, weights.reshape(m_count, taps, 1, 1), x_zp,
-                                 folded, finish, store, flat, overlap)
-        return tiled_form(node, ctx, kb, conv, g, x, weights, x_zp, folded, finish, store, flat, overlap)
-    packed_w = narrow_weights(np.ascontiguousarray(weights.transpose(0, 2, 3, 1)))  # [M][kh][kw][C/group]
+    def folded() -> PerIndex:  # made only where the tiles read it (pixel_rows folds its own)
+        return folded_bias(node, ctx, kb, conv, job.sums, x_zp)
+
+    x = View(kb.input(conv.x).buffer, (g.batch, g.channels, *g.in_spatial))
+    if form.kind == "tap_columns":
+        taps = g.kernel[0] * g.kernel[1]
+        copy, columns, tap_g = tap_columns(node, ctx, kb, x, g, x_fill)
+        return copy + tiled_form(node, ctx, kb, conv, tap_g, columns, weights.reshape(g.out_channels, taps, 1, 1),
+                                 x_zp, folded, job.finish, job.store, flat, job.overlap)
+    return tiled_form(node, ctx, kb, conv, g, x, weights, x_zp, folded, job.finish, job.store, flat, job.overlap)
+
+
+def _dot(job: _Packed) -> list[Stmt]:
+    """Dot products over a channels-last copy (int8 x as uint8 x + 128), the weights packed
+    [M][kh][kw][C/group] to match."""
+    node, ctx, kb, conv, g = job.node, job.ctx, job.kb, job.conv, job.g
+    x_zp = unsigned_byte(job.x_zp) if conv.x.dtype == np.int8 else job.x_zp
+    packed_w = narrow_weights(np.ascontiguousarray(job.weights.transpose(0, 2, 3, 1)))
     packed = kb.input(ctx.constant(packed_w, conv.w.name)).buffer
     copy, image = channels_last(node, ctx, kb, conv.x, g, x_zp)
-    return copy + dot_conv(kb, g, image, packed, folded_bias(node, ctx, kb, conv, sums, x_zp), finish, out_store)
-
+    return copy + dot_conv(kb, g, image, packed, folded_bias(node, ctx, kb, conv, job.sums, x_zp), job.finish,
+                           job.out_store)

@@ -18,6 +18,7 @@ from aot.kernel.ir import (
 )
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.context import LoweringContext
+from aot.lowering.tiles import TileConfig
 from aot.ops.attrs import fail, required_input
 from aot.ops.conv.geometry import ConvGeometry
 from aot.ops.conv.lowering import window_geometry
@@ -113,10 +114,26 @@ def filled(kb: KernelBuilder, buffer: Buffer, fill: Expr) -> list[Stmt]:
     return kb.loops([buffer.size], lambda i: [Store(buffer, i[0], fill)], prefix="z")
 
 
-def sums_in_float(ctx: LoweringContext) -> bool:
+def sums_in_float(tiles: TileConfig) -> bool:
     """Whether flat depthwise sums are float32 (flat_depthwise): where the vector int8 step
     multiplies unsigned by signed bytes, which has no widening multiply-add of signed bytes
     (x86 with AVX2 or later; Arm keeps integer sums, smlal)."""
-    dot = ctx.tiles.int8_dot
+    dot = tiles.int8_dot
     return dot.vectorised and not dot.signed_bytes
 
+
+
+def centred_weights(conv: IntegerConv) -> np.ndarray | None:
+    """w - w_zero_point per output channel as int64 [M][C/group][kh][kw] of the planar geometry,
+    where the packed forms can run: constant weights and zero points, 1-D or 2-D, no cropping;
+    else None (the direct form)."""
+    g = conv.geometry
+    if not (conv.w.is_constant and (conv.w_zero_point is None or conv.w_zero_point.is_constant)
+            and g.nd <= 2 and min(g.pad_begin + g.pad_end) >= 0):
+        return None
+    planar = g.planar()
+    m_count = planar.out_channels
+    w_zp = np.zeros(m_count, np.int64) if conv.w_zero_point is None else \
+        np.broadcast_to(np.asarray(conv.w_zero_point.data, np.int64).reshape(-1), (m_count,))
+    weights = np.asarray(conv.w.data, np.int64).reshape(m_count, planar.group_in, *planar.kernel)
+    return weights - w_zp.reshape(-1, 1, 1, 1)
