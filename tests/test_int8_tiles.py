@@ -49,7 +49,7 @@ CASES = {
     "pointwise_1d_5": ((1, 12, 5), (16, 12, 1), {}),
     "pointwise_3x3_ragged_channels": ((1, 8, 3, 3), (12, 8, 1, 1), {}),
     "1d": ((1, 5, 37), (9, 5, 3), {"pads": [1, 1]}),
-    # one input channel: a 1x1 convolution over the taps (integer_conv._tap_columns), with padding
+    # one input channel: a 1x1 convolution over the taps (ops/quantized/conv/tiles.py tap_columns), with padding
     # on every side and strides (DS-CNN's first layer), without padding, dilated, and 1-D
     "one_channel_10x4_s2": ((1, 1, 49, 10), (20, 1, 10, 4), {"pads": [4, 1, 5, 2], "strides": [2, 2]}),
     "one_channel_3x3_batch2": ((2, 1, 9, 12), (8, 1, 3, 3), {}),
@@ -94,7 +94,7 @@ def check_tiled(model, feeds: dict[str, np.ndarray], target: str | None) -> None
     assert_quantized_match(run_aot(model, feeds, backend=BACKEND, target=target), run_onnxruntime(model, feeds))
 
 
-# Depthwise convolutions (not tiles: integer_conv's flat depthwise loops, whose requantisation
+# Depthwise convolutions (not tiles: ops/quantized/conv/flat_depthwise.py loops, whose requantisation
 # armv7 writes as vectors of 4 pixels; with gcc the integer sums are a loop of their own before it)
 DEPTHWISE = {
     "depthwise_3x3": ((1, 6, 9, 13), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
@@ -308,7 +308,7 @@ def test_neon_depthwise_matches_onnxruntime_under_qemu(case: str, x_dtype: str, 
     check_under_qemu(model, feeds, target, backend)
 
 
-# Depthwise convolutions on x86 (aot/ops/quantized/shifted_depthwise.py, masked_depthwise.py for unit
+# Depthwise convolutions on x86 (aot/ops/quantized/conv/shifted_depthwise.py, masked_depthwise.py for unit
 # strides over rows as wide as the input's): float sums over copies
 # of each plane by row phase, column phase and column shift, whose padding and wrapped columns
 # hold the zero point; vectors of 16 output pixels (8 on AVX2, and on AVX-512 for planes under 16
@@ -334,7 +334,7 @@ SHIFTED = {
     "shifted_dilated": ((1, 8, 11, 10), (8, 1, 3, 3), {"group": 8, "dilations": [2, 2], "pads": [2, 1, 2, 3]}),
     "shifted_1d_s2": ((1, 4, 40), (4, 1, 5), {"group": 4, "pads": [2, 2], "strides": [2]}),
     # unit strides over rows as wide as the input's take one copy and column masks
-    # (aot/ops/quantized/masked_depthwise.py): rows cut short at the top and bottom (no vertical
+    # (aot/ops/quantized/conv/masked_depthwise.py): rows cut short at the top and bottom (no vertical
     # padding), and a width whose masks' period (lcm(129, 8) = 1032) is past MAX_PERIOD: shifted
     "masked_valid_rows": ((1, 5, 9, 8), (5, 1, 3, 3), {"group": 5, "pads": [0, 1, 0, 1]}),
     "masked_2x3_top_only": ((1, 3, 6, 5), (3, 1, 2, 3), {"group": 3, "pads": [1, 1, 0, 1]}),
