@@ -13,6 +13,7 @@ import functools
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
+import aot.ops  # noqa: F401  (importing the package registers every op lower_graph looks up)
 from aot.errors import AotError
 from aot.ir.graph import Graph
 from aot.lowering.program import Program, lower_graph

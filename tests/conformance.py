@@ -59,7 +59,7 @@ from aot.compiler import compile as compile_model
 from aot.errors import AotError, UnsupportedError
 from aot.frontend.shape_folding import NEVER_FOLD
 from aot.host.run import HostModel
-from aot.ops.registry import constant_inputs, is_supported
+from aot.lowering.registry import constant_inputs, is_supported
 from aot.targets import Target, load_target
 from aot.toolchain.discovery import Toolchain, find_toolchain, qemu_for
 from aot.toolchain.target_build import TargetModel
@@ -158,7 +158,7 @@ def compile_time_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
     TopK's k, Slice starts/ends, Pad pads, Resize scales, CumSum's axis... A static-shape compiler
     needs those at compile time, as a deployed model has them (initializers, values folded from
     shapes, or inputs bound with --input-value); the registry lists them per op
-    (aot.ops.registry.constant_inputs). The graph inputs such a value is computed from are bound,
+    (aot.lowering.registry.constant_inputs). The graph inputs such a value is computed from are bound,
     each data set compiled with its own values (onnx-mlir's backend tests freeze the same inputs).
     Everything else stays a run-time input."""
     runtime = [vi.name for vi in runtime_inputs(model)]

@@ -90,7 +90,7 @@ def test_aot_ops_lists_every_registered_op_and_only_registered_limits() -> None:
     import json
 
     from aot.commands.op_table import limited_ops
-    from aot.ops.registry import registered_op_types
+    from aot.lowering.registry import registered_op_types
 
     result = aot("ops", "--json")
     assert result.returncode == 0, result.stderr

@@ -48,8 +48,8 @@ from aot.kernel.intrinsics import (
     intrinsic_of,
 )
 from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, MulAdd, VecArith, VecConvert, VecLoad, VecStore, const
-from aot.ops import registry
-from aot.ops.registry import qualified_op_type
+from aot.lowering import registry
+from aot.lowering.registry import qualified_op_type
 from aot.targets import load_target
 from tests.helpers import host_runs, make_model
 from tests.intrinsics_header import ISA_CONFIGURATIONS, defined_macros, header_configurations

@@ -65,7 +65,7 @@ from aot.kernel.ir import (
     unary,
 )
 from aot.kernel.ir import binary as ir_binary
-from aot.ops import registry
+from aot.lowering import registry
 from aot.targets import load_target, preset_names
 from tests.helpers import BIT_EXACT_TARGET, assert_matches_onnxruntime, make_model, rand, run_aot, run_onnxruntime
 

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from aot.compiler import compile as compile_model
 from aot.errors import ModelLoadError, NodeError, UnsupportedError
 from aot.frontend.importer import import_model
-from aot.ops.registry import is_supported
+from aot.lowering.registry import is_supported
 from tests.helpers import run_aot, run_onnxruntime, selected_backend
 from tests.test_cli import aot, assert_user_error
 from tests.test_quantize import MODELS, quantize

@@ -1,5 +1,5 @@
 """The table of supported ops that `aot ops` prints and docs/ops.md holds: derived from the op
-registry (aot/ops/registry.py), the ONNX schemas for each op's opset versions and input names, and
+registry (aot/lowering/registry.py), the ONNX schemas for each op's opset versions and input names, and
 a short list of limits the lowerings enforce (each one is an error naming the node)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import onnx.defs
 import aot.ops  # noqa: F401  (importing the package registers every op)
 from aot.frontend.loader import MIN_OPSET
 from aot.ir.graph import DEFAULT_DOMAINS
-from aot.ops.registry import constant_inputs, registered_op_types
+from aot.lowering.registry import constant_inputs, registered_op_types
 
 # Limits stated by the lowerings (their errors name the node), in one line per op.
 _LIMITS: dict[str, str] = {

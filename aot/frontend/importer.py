@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+import aot.ops  # noqa: F401  (importing the package registers every op is_supported looks up)
 from aot.errors import InputShapeError, ModelLoadError, NodeError, UnsupportedError
 from aot.frontend.initializers import initializer_array
 from aot.frontend.input_shapes import apply_input_shapes, runtime_inputs
@@ -26,8 +27,8 @@ from aot.frontend.shape_folding import (
 from aot.frontend.type_constraints import check_graph_io_types, check_type_constraints
 from aot.ir.graph import Graph, Node, Tensor, qualified_op_type
 from aot.ir.sizes import too_many_elements
+from aot.lowering.registry import constant_inputs, is_supported
 from aot.ops.attrs import graph_inputs_behind
-from aot.ops.registry import constant_inputs, is_supported
 
 
 def load_graph(

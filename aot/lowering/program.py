@@ -14,9 +14,9 @@ from aot.lowering.builder import BroadcastError
 from aot.lowering.concat_in_place import plan_concat_in_place
 from aot.lowering.context import LoweringContext
 from aot.lowering.fusion import FusionPlan, plan_fusion
+from aot.lowering.registry import lowering_for
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 from aot.ops.layout import BAND_ASSEMBLY
-from aot.ops.registry import lowering_for
 
 INPUT, OUTPUT, ARENA, WEIGHT = "input", "output", "arena", "weight"
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import Assign, Declare, Expr, Stmt, const
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail
-from aot.ops.registry import register
 
 _TERM = re.compile(r"^(?:[A-Za-z]|\.\.\.)*$")
 

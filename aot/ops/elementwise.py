@@ -38,8 +38,8 @@ from aot.lowering.context import LoweringContext
 from aot.lowering.forms import FORMS, Form, FormBuilder, ScalarFn
 from aot.lowering.lane_loops import requantising_loop
 from aot.lowering.parallel import mark_outer, pays
+from aot.lowering.registry import register
 from aot.ops.attrs import constant_input, fail
-from aot.ops.registry import register
 
 
 def elementwise(*op_types: str) -> Callable[[FormBuilder], FormBuilder]:

@@ -16,9 +16,9 @@ from aot.ir.graph import Node, Tensor, qualified_op_type
 from aot.kernel.ir import Expr, const, unary
 from aot.lowering.context import LoweringContext
 from aot.lowering.forms import FORMS, Form, FormBuilder
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
 from aot.ops.elementwise import lower_elementwise, sigmoid
-from aot.ops.registry import register
 
 MS_DOMAIN = "com.microsoft"
 QUICK_GELU_ALPHA = 1.702

@@ -16,11 +16,11 @@ from aot.kernel.ir import Buffer, Expr, Stmt, Var, cast, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, parallel_blocks, pays
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
 from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile
 from aot.ops.contraction.row_updates import blocks, index, matmul_rows
 from aot.ops.quantized.weights import column_scales, kept_quantized, quantized_weight
-from aot.ops.registry import register
 
 
 @register("Gemm")

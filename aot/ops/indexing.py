@@ -19,8 +19,8 @@ from aot.ir.sizes import element_count
 from aot.kernel.ir import INDEX, Declare, Expr, Stmt, cast, const, ge, le, lt, maximum, minimum, select
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import constant_input, constant_ints, fail, normalize_axis, required_input
-from aot.ops.registry import register
 
 
 def _prod(values: Sequence[int]) -> int:

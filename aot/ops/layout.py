@@ -8,8 +8,8 @@ from aot.ir.graph import Node
 from aot.kernel.ir import Expr, Stmt
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, normalize_axis, required_input
-from aot.ops.registry import register
 
 # A Concat the patch rewrite (aot/passes/row_patches.py) made to gather the bands of a tensor:
 # lowered as one copy kernel per band, so each band's rows die right after their own copy

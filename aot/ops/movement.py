@@ -10,8 +10,8 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Const, Expr, Stmt, binary, const, ge, logical_and, lt, maximum, minimum, select
 from aot.lowering.builder import KernelBuilder, View, contiguous_strides
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import constant_ints, fail, normalize_axis, required_input
-from aot.ops.registry import register
 
 
 def _first_output(node: Node) -> Tensor:

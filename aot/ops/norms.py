@@ -15,8 +15,8 @@ from aot.ir.sizes import element_count
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Stmt, binary, const, ge, logical_and, lt, unary
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, normalize_axis, required_input
-from aot.ops.registry import register
 
 # (outer index, multi-index into the normalised dims) -> (scale, bias) expressions
 AffineFn = Callable[[list[Expr], list[Expr]], tuple[Expr | None, Expr | None]]

@@ -41,10 +41,10 @@ from aot.kernel.ir import (
 from aot.lowering.builder import KernelBuilder, View, spatial_roles
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, mark_outer, pays, slot_blocks
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input, spatial_padding, window_output_size, window_steps
 from aot.ops.contraction.register_tiles import vector_starts
 from aot.ops.reduce import chained_sum
-from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
 

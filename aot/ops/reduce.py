@@ -43,8 +43,8 @@ from aot.kernel.ir import (
 )
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import constant_ints, constant_scalar_int, fail, normalize_axis, required_input
-from aot.ops.registry import register
 
 
 def _prod(values: Sequence[int]) -> int:

@@ -27,8 +27,8 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Assign, Buffer, Declare, Expr, Load, Stmt, cast, const, logical_or, select
 from aot.lowering.builder import contiguous_strides
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import constant_input, fail, normalize_axis, required_input
-from aot.ops.registry import register
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                     "tf_crop_and_resize", "tf_half_pixel_for_nn")

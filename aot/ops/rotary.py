@@ -20,8 +20,8 @@ from aot.kernel.ir import INDEX, Declare, Expr, Stmt, cast, const, maximum, mini
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, pays
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
-from aot.ops.registry import register
 
 MS_DOMAIN = "com.microsoft"
 # (b, s) loop indices -> the cache row of that token, and statements declaring what it needs.

@@ -21,10 +21,10 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Declare, Expr, Stmt, binary, cast, const, lt, maximum, minimum, select
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.lowering.scatter_in_place import can_write_in_place
 from aot.ops.attrs import fail, normalize_axis, required_input
 from aot.ops.indexing import check_constant_indices, safe_index
-from aot.ops.registry import register
 
 Combine = Callable[[Expr, Expr], Expr]
 

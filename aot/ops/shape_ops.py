@@ -15,8 +15,8 @@ import numpy as np
 from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Expr, cast, const
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import constant_ints, fail, required_input
-from aot.ops.registry import register
 
 
 def _first_output(node: Node) -> Tensor:

@@ -46,9 +46,9 @@ from aot.kernel.ir import (
 )
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, normalize_axis, required_input
 from aot.ops.contraction.register_tiles import vector_starts
-from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
 

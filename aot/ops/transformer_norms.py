@@ -20,9 +20,9 @@ from aot.kernel.ir import INDEX, Declare, Expr, Stmt, binary, cast, const, unary
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, pays
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, normalize_axis, required_input
 from aot.ops.reduce import chained_sum
-from aot.ops.registry import register
 
 MS_DOMAIN = "com.microsoft"
 # onnxruntime's default epsilon of the Skip forms (its schemas' kDefaultSkipLayerNormEpsilon).

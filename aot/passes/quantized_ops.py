@@ -31,11 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import aot.ops  # noqa: F401  (importing the package registers every op is_supported looks up)
 from aot.ir.graph import Graph, Node, Tensor
+from aot.lowering.registry import is_supported
 from aot.ops.quantized.tensor_params import MS_DOMAIN
 from aot.ops.quantized.weight_only_match import dequantized_gather, weight_only_node
 from aot.ops.quantized.weights import kept_quantized
-from aot.ops.registry import is_supported
 
 QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
 # Ops that move or select int8 values without arithmetic: DQ -> op -> Q with one scale and zero

@@ -6,6 +6,7 @@ import numpy as np
 
 from aot.ir.graph import Node, Tensor
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.lowering.tiles import TileConfig
 from aot.ops.attrs import conv_operands, fail, spatial_padding, window_output_size, window_steps
 from aot.ops.conv.algorithm import ConvAlgorithm, adopt_algorithm, choose_algorithm, conv_forms
@@ -14,7 +15,6 @@ from aot.ops.conv.geometry import ConvGeometry
 from aot.ops.conv.rows import lower_conv_rows
 from aot.ops.conv.tiled import lower_conv_im2col, lower_conv_tiled
 from aot.ops.conv.winograd import lower_conv_winograd
-from aot.ops.registry import register
 
 
 @register("Conv")

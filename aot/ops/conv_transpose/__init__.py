@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from aot.ir.graph import Node
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import required_input
 from aot.ops.conv_transpose.gather import lower_gather
 from aot.ops.conv_transpose.geometry import transpose_geometry, transpose_padding
 from aot.ops.conv_transpose.tiled import lower_phase_tiles
-from aot.ops.registry import register
 
 __all__ = ["lower_conv_transpose", "transpose_padding"]
 

@@ -16,9 +16,9 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, Stmt, Store, cast, const, eq, maximum, minimum, select, unary
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
 from aot.ops.quantized.arithmetic import QUANTIZED_RANGES, quantize
-from aot.ops.registry import register
 
 REAL = "float32"
 TARGET = "uint8"

@@ -20,6 +20,7 @@ from aot.ir.sizes import element_count
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, Stmt, const
 from aot.lowering.builder import BroadcastError, KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
 from aot.ops.quantized.integer_gemm import GemmOperands, gemm_tiles
 from aot.ops.quantized.integer_terms import (
@@ -41,7 +42,6 @@ from aot.ops.quantized.integer_terms import (
     widened,
     wrap_int32,
 )
-from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
 Side = Callable[[list[Expr], Expr], Expr]  # (batch index, row of a or column of b) -> a value

@@ -22,11 +22,11 @@ from aot.kernel.ir import INDEX, Expr, Stmt, const
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.lowering.forms import FORMS, Form, FormBuilder, FormContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, normalize_axis, required_input
 from aot.ops.elementwise import lower_elementwise
 from aot.ops.quantized.arithmetic import DEQUANTIZABLE, QUANTIZED_RANGES, dequantize, quantize
 from aot.ops.quantized.weights import kept_quantized
-from aot.ops.registry import register
 
 Operand = Callable[[list[Expr]], Expr]  # the loaded form inputs -> this operand's value
 

@@ -20,11 +20,11 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, Stmt, cast, const
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
 from aot.ops.quantized.integer_gemm import GemmOperands, gemm_tiles
 from aot.ops.quantized.integer_terms import UNSIGNED_SHIFT, requantize, uniform, unsigned_byte
 from aot.ops.quantized.tensor_params import MS_DOMAIN, QuantParam, eight_bit, scale_param, zero_point_param
-from aot.ops.registry import register
 
 Column = Callable[[Expr], Expr]  # the column index -> the value for that column
 

@@ -11,10 +11,10 @@ from aot.ir.graph import Node
 from aot.kernel.ir import Expr, Stmt, const
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, normalize_axis
 from aot.ops.quantized.arithmetic import dequantize, quantize
 from aot.ops.quantized.tensor_params import MS_DOMAIN, QuantParam, eight_bit, scale_param, zero_point_param
-from aot.ops.registry import register
 
 
 @register("QLinearConcat", domain=MS_DOMAIN)

@@ -17,11 +17,11 @@ from aot.ir.graph import Node, Tensor, qualified_op_type
 from aot.kernel.ir import INDEX, Expr, Stmt, binary, cast
 from aot.lowering.context import LoweringContext
 from aot.lowering.forms import FORMS, Form, FormBuilder, FormContext
+from aot.lowering.registry import LowerFn, register
 from aot.ops.attrs import fail, required_input
 from aot.ops.elementwise import leaky_relu, lower_elementwise, sigmoid
 from aot.ops.quantized.arithmetic import QUANTIZED_RANGES, dequantize, quantize
 from aot.ops.quantized.tensor_params import EIGHT_BIT, MS_DOMAIN, QuantParam, eight_bit, scale_param, zero_point_param
-from aot.ops.registry import LowerFn, register
 from aot.ops.scratch import scratch_tensor
 
 

@@ -20,6 +20,7 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Load, Stmt, Store, cast, const, ge, logical_and, lt, unary
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, spatial_padding, window_output_size, window_steps
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.quantized.arithmetic import dequantize, saturate
@@ -30,7 +31,6 @@ from aot.ops.quantized.tensor_params import (
     scale_param,
     zero_point_param,
 )
-from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
 # Channels of a channels-first window pool summed side by side.

@@ -25,6 +25,7 @@ from aot.ir.sizes import element_count
 from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Stmt, cast, const, gt, unary
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, normalize_axis
 from aot.ops.quantized.arithmetic import saturate
 from aot.ops.quantized.tensor_params import (
@@ -34,7 +35,6 @@ from aot.ops.quantized.tensor_params import (
     scale_param,
     zero_point_param,
 )
-from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
 # ai.onnx Softmax changed from "flatten at axis" to "one axis" in opset 13.

@@ -26,13 +26,13 @@ from aot.kernel.ir import INDEX, Buffer, Declare, Expr, Load, Loop, Stmt, Store,
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import parallel_blocks, pays
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
 from aot.ops.contraction.register_tiles import Reduction, register_tile
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.gemm import pack_column_panels, packed_tile_shape
 from aot.ops.quantized.tensor_params import MS_DOMAIN
 from aot.ops.quantized.weight_only_pack import PackedWeight, from_matmul_nbits
-from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
 BITS = (4, 8)

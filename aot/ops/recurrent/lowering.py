@@ -19,11 +19,11 @@ import numpy as np
 
 from aot.ir.graph import Node, Tensor
 from aot.lowering.context import LoweringContext
+from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
 from aot.ops.recurrent.activations import GATES, parse_activations
 from aot.ops.recurrent.projection import emit_projection, projection_segments
 from aot.ops.recurrent.recurrence import RecurrenceTensors, Shapes, Step, emit_recurrence
-from aot.ops.registry import register
 from aot.ops.scratch import scratch_tensor
 
 

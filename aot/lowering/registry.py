@@ -1,8 +1,9 @@
 """The table of supported ONNX ops: (domain, op type) -> its lowering into kernel IR.
 
 Each op's meaning is written once, in its lowering; every backend prints the resulting kernels.
-Importing this module imports its package, aot/ops/__init__.py, first, which imports every op
-module, so the table is full before anyone can ask it.
+The op modules (aot/ops/) fill the table when they are imported, and aot/ops/__init__.py imports
+them all: whoever asks the table imports aot.ops first (the frontend's importer, the QDQ pass,
+aot/pipeline.py for lower_graph, the ops table), so it is full before anyone asks it.
 
 Ops of the default domain (ai.onnx, written "" in most models) are registered by name; ops of
 other domains (com.microsoft's QLinearAdd ...) with `domain=`, and are keyed by their qualified
