@@ -10,6 +10,7 @@ first. That is exactly what onnxruntime computes on its scalar paths (reductions
 axis, short rows, every ArgMax/ArgMin/Hardmax); its SIMD path for long contiguous rows combines
 lanes in an order that depends on the CPU, which no fixed-order definition can reproduce.
 TopK orders NaN above every number (as sorting libraries do), with ties broken by the lower index.
+docs/numerics.md states these rules next to MaxPool's (NaN-propagating).
 """
 
 from __future__ import annotations
