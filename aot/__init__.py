@@ -11,7 +11,7 @@ from aot.version import __version__
 
 
 def compile(model, input_shapes=None, name=None, backend="c", target=None,  # noqa: A001, ANN001, ANN201
-            weights_format="auto", progress=None, conv_algorithm="auto", input_values=None,  # noqa: ANN001
+            weights_format="auto", *, progress=None, conv_algorithm="auto", input_values=None,  # noqa: ANN001
             parallel=False, max_arena=None, dims=None):  # noqa: ANN001
     """Compile an ONNX model (path or ModelProto) into an aot.package.package.Package (an
     aot.host.run.HostPackage: its run() builds the package for this machine and runs it).

@@ -310,6 +310,7 @@ def compile_cmd(
     name: ModelNamesOpt = None,
     package_name: PackageNameOpt = None,
     shared_arena: SharedArenaOpt = False,
+    *,
     backend: BackendOpt = "c",
     target: TargetOpt = None,
     weights_format: WeightsFormatOpt = "auto",
@@ -343,6 +344,7 @@ def verify_cmd(
     inputs: Annotated[Path | None, typer.Option(
         "--inputs", metavar="FILE.npz", help=".npz of input arrays by name, or .npy for a one-input model "
         "(default: random, seeded); they also fix the model's symbolic dimensions.", show_default=False)] = None,
+    *,
     expected: Annotated[Path | None, typer.Option(
         "--expected", metavar="FILE.npz", help=".npz of expected outputs by name (default: run onnxruntime).",
         show_default=False)] = None,
@@ -395,6 +397,7 @@ def quantize_cmd(
                                                  help="Type of the quantised activations.")] = "int8",
     input_shape: InputShapeOpt = None,
     dim: DimOpt = None,
+    *,
     force: Annotated[bool, typer.Option("--force", help="Replace the -o file if it exists and aot quantize "
                                         "wrote it (never the input model).")] = False,
     as_json: JsonOpt = False,
@@ -424,6 +427,7 @@ def build_cmd(
     input_value: InputValueOpt = None,
     name: ModelNamesOpt = None,
     package_name: PackageNameOpt = None,
+    *,
     shared_arena: SharedArenaOpt = False,
     backend: BackendOpt = "c",
     weights_format: WeightsFormatOpt = "auto",
@@ -466,6 +470,7 @@ def bench_cmd(
     threads: Annotated[int, typer.Option("--threads", metavar="N", help="Threads for aot and onnxruntime.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", metavar="N", help="Interleaved rounds of each side.")] = 15,
     conv_algorithm: ConvAlgorithmOpt = "auto",
+    *,
     max_arena: MaxArenaOpt = None,
     target: Annotated[str | None, typer.Option(
         "--target", metavar="NAME|FILE.toml",

@@ -169,7 +169,7 @@ ONNXRUNTIME_ISAS = ("native", "target")
 
 def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None, threads: int = 1,
           rounds: int = 15, min_round_seconds: float = 0.05, warmup: int = 10, seed: int = 0,
-          opt: str | None = None, conv_algorithm: str = "auto",
+          opt: str | None = None, *, conv_algorithm: str = "auto",
           input_values: Mapping[str, InputValue] | None = None, target: str | None = None,
           inputs: Mapping[str, np.ndarray] | str | os.PathLike[str] | None = None, max_arena: int | None = None,
           onnxruntime_isa: str = "native") -> BenchResult:
@@ -202,16 +202,34 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
     stats = model_stats(graph)
     macs = stats.macs
     macs_done = macs - round(_winograd_macs(stats.per_node_macs, package.manifest) * (1 - 1 / WINOGRAD_SAVING))
-    if preset is None:
-        ours = HostModel.build(package, opt=opt or "-O3 -march=native", threads=threads)
-    else:
-        ours = HostModel.build(package, opt=opt or "-O3", threads=threads, target_cflags=" ".join(preset.cflags))
+    ours = _build_ours(package, preset, opt, threads)
     hint = RANDOM_INPUTS_HINT if inputs is None else ""
     inputs = _given_or_random(package, inputs, seed)
     # Both sides get the same cache-line-aligned arrays (see HostModel.runner_for).
     feeds = {k: aligned_array(np.asarray(v)) for k, v in inputs.items()}
     feeds.update(package.bound_inputs)  # onnxruntime runs the original model: it is fed what aot bound
+    session = _onnxruntime_side(model_path, feeds, threads, ours, hint)
+    ort_rss = _onnxruntime_peak_memory(os.fspath(model_path), feeds, threads, hidden)
+    samples = _interleaved_samples(ours.runner_for(inputs), lambda: session.run(None, feeds), threads,
+                                   rounds, min_round_seconds, warmup)
+    # Measured after the timing, so that its busy loop does not warm the core for one side only.
+    peak = peak_gflops(preset=target) * threads
+    ours.close()
+    return _result(model_path, package, samples, threads=threads, macs=(macs, macs_done), peak=peak,
+                   ort_rss=ort_rss, preset=preset, hidden=hidden)
 
+
+def _build_ours(package: Any, preset: Target | None, opt: str | None, threads: int) -> HostModel:
+    """aot's side built for this machine: -march=native, or `preset`'s own flags."""
+    if preset is None:
+        return HostModel.build(package, opt=opt or "-O3 -march=native", threads=threads)
+    return HostModel.build(package, opt=opt or "-O3", threads=threads, target_cflags=" ".join(preset.cflags))
+
+
+def _onnxruntime_side(model_path: str, feeds: dict[str, np.ndarray], threads: int, ours: HostModel,
+                      hint: str) -> Any:
+    """onnxruntime's session for the model, run once on `feeds`; an AotError (with `ours` closed)
+    when onnxruntime cannot run it."""
     try:
         session = onnxruntime_session(os.fspath(model_path), threads)
         session.run(None, feeds)
@@ -219,14 +237,16 @@ def bench(model_path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = 
         ours.close()
         raise AotError(f"{model_path}: onnxruntime, the side aot is compared with, could not run the model: "
                        f"{str(e).splitlines()[0]}{hint}") from e
-    ort_rss = _onnxruntime_peak_memory(os.fspath(model_path), feeds, threads, hidden)
-    samples = _interleaved_samples(ours.runner_for(inputs), lambda: session.run(None, feeds), threads,
-                                   rounds, min_round_seconds, warmup)
-    # Measured after the timing, so that its busy loop does not warm the core for one side only.
-    peak = peak_gflops(preset=target) * threads
+    return session
+
+
+def _result(model_path: str, package: Any, samples: dict[str, list[float]], *, threads: int,
+            macs: tuple[int, int], peak: float, ort_rss: int, preset: Target | None, hidden: HiddenBits) -> BenchResult:
+    """The comparison's figures from the timed `samples`; `macs`: the model's multiply-adds, and
+    those aot computes (fewer in Winograd convolutions)."""
+    macs, macs_done = macs
     ours_ms = statistics.median(samples["ours"])
     ort_ms = statistics.median(samples["ort"])
-    ours.close()
     io_bytes = sum(i["bytes"] for i in package.inputs) + sum(o["bytes"] for o in package.outputs)
     return BenchResult(
         model=os.fspath(model_path), ours_ms=ours_ms, onnxruntime_ms=ort_ms, ratio=ours_ms / ort_ms,

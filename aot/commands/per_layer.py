@@ -63,7 +63,7 @@ def with_every_tensor_as_output(model: onnx.ModelProto, input_shapes: Mapping[st
 def compare_layers(model_path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None,
                    build: Any, inputs: dict[str, np.ndarray] | Callable[[list[dict[str, Any]]], dict[str, np.ndarray]]
                    | None = None, tolerance: float = 1e-4,
-                   seed: int = 0, backend: str = "c", target: str | None = None, conv_algorithm: str = "auto",
+                   seed: int = 0, backend: str = "c", target: str | None = None, *, conv_algorithm: str = "auto",
                    input_values: Mapping[str, InputValue] | None = None,
                    ) -> tuple[list[LayerResult], LayerResult | None]:
     """`build(package)` returns something with .run(inputs) (the host or a target under qemu).

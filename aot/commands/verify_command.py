@@ -98,7 +98,8 @@ def _verify_per_layer(model: Path, input_shapes: dict[str, tuple[int, ...]], bac
     progress.start("per-layer comparison (compile, build and run with every node's output exposed)")
     results, culprit = compare_layers(model, input_shapes,
                                       lambda pkg: build_to_run(pkg, target, backend, progress=progress), given,
-                                      tolerance, seed, backend, target, conv_algorithm, input_values)
+                                      tolerance, seed, backend, target, conv_algorithm=conv_algorithm,
+                                      input_values=input_values)
     progress.finish()
     if as_json:
         print(json.dumps({

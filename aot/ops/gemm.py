@@ -18,7 +18,7 @@ from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, parallel_blocks, pays
 from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
-from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.contraction.register_tiles import Reduction, TileConfig, TileOperands, TileOutput, register_tile
 from aot.ops.contraction.row_updates import blocks, index, matmul_rows
 from aot.ops.quantized.weights import column_scales, kept_quantized, quantized_weight
 
@@ -217,7 +217,7 @@ def pack_column_panels(b: np.ndarray, cols: int) -> np.ndarray:
 
 
 def tiled_matmul(kb: KernelBuilder, tiles: TileConfig, out: Buffer, dtype: str, m: int, n: int, k: int,
-                 a_at: Callable[[Expr, Expr], Expr], b_row: Callable[[Expr, Expr, int], Expr], b_buffer: Buffer,
+                 a_at: Callable[[Expr, Expr], Expr], *, b_row: Callable[[Expr, Expr, int], Expr], b_buffer: Buffer,
                  y_at: Callable[[Expr, Expr], Expr],
                  finish: Callable[[Expr, Expr, Expr], Expr], parallel: bool = False,
                  shape: tuple[int, int] | None = None) -> list[Stmt]:
@@ -240,10 +240,10 @@ def tiled_matmul(kb: KernelBuilder, tiles: TileConfig, out: Buffer, dtype: str, 
                 def tail(i: int, j: Expr, value: Expr) -> Expr:
                     return finish(value, i0 + i, j0 + j)
             return register_tile(kb, dtype, tiles.lanes, count, width, Reduction((k,)),
-                                 a_at=lambda i, kk: a_at(i0 + i, kk[0]),
-                                 b_base=lambda kk: (b_buffer, b_row(kk[0], j0, width)),
-                                 init=[const(0.0, dtype)] * count, out=out,
-                                 out_at=lambda i, j: y_at(i0 + i, j0) + j, finish=tail)
+                                 TileOperands(a_at=lambda i, kk: a_at(i0 + i, kk[0]),
+                                              b_base=lambda kk: (b_buffer, b_row(kk[0], j0, width))),
+                                 TileOutput(init=[const(0.0, dtype)] * count, out=out,
+                                            out_at=lambda i, j: y_at(i0 + i, j0) + j, finish=tail))
         return (parallel_blocks if split_rows else blocks)(kb, m, rows, row_block, "i")
 
     return (parallel_blocks if split_cols else blocks)(kb, n, cols, column_block, "j")

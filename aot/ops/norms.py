@@ -27,7 +27,7 @@ def _prod(dims: Sequence[int]) -> int:
 
 
 def _normalize_rows(kb: KernelBuilder, x: View, y: View | None, outer: Sequence[int], inner: Sequence[int], eps: float,
-                    affine: AffineFn, mean_out: View | None = None, inv_out: View | None = None) -> list[Stmt]:
+                    affine: AffineFn, mean_out: View | None = None, *, inv_out: View | None = None) -> list[Stmt]:
     """y = (x - mean) / sqrt(var + eps) * scale + bias, statistics over the `inner` dims of each
     `outer` index. `x` and `y` are views of shape (*outer, *inner); without `y` only the
     statistics are stored."""
@@ -102,7 +102,7 @@ def lower_layer_norm(node: Node, ctx: LoweringContext) -> None:
     def affine(o: list[Expr], r: list[Expr]) -> tuple[Expr | None, Expr | None]:
         return (sv.load(r) if sv is not None else None), (bv.load(r) if bv is not None else None)
 
-    ctx.emit(kb, _normalize_rows(kb, xv, yv, [outer], norm_shape, eps, affine, mv, iv))
+    ctx.emit(kb, _normalize_rows(kb, xv, yv, [outer], norm_shape, eps, affine, mv, inv_out=iv))
 
 
 @register("InstanceNormalization")

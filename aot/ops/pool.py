@@ -118,15 +118,15 @@ def lower_pool(node: Node, ctx: LoweringContext) -> None:
     # window at a time than through the row sums and phase copies (`aot bench` on MNIST).
     if (iv is None and x.rank == 4 and dt == "float32" and _taps(kernel) <= MAX_UNROLLED_TAPS
             and ctx.tiles.width_for(out_spatial[1]) > 1 and out_spatial[1] >= 8):
-        ctx.emit(kb, _vector_pool(node, ctx, kb, x, yv, kernel, strides, dilations, pad_begin, pad_end, out_spatial,
-                                  is_max, include_pad))
+        ctx.emit(kb, _vector_pool(node, ctx, kb, x, yv, kernel, strides, dilations, pad_begin=pad_begin,
+                                  pad_end=pad_end, out_spatial=out_spatial, is_max=is_max, include_pad=include_pad))
         return
     # Every output window on its own: the outermost loop may be split over threads.
     parallel = pays(ctx, y.size * _taps(kernel))
     if is_max and iv is None and all(d == 1 for d in dilations) and _taps(kernel) <= MAX_UNROLLED_TAPS:
         stmts = kb.loops([batch, channels, *out_spatial], roles=["n", "c", *spatial_roles(len(out_spatial))],
                          body=lambda idx: _branchless_max(kb, xv, yv, idx, kernel, strides, pad_begin, in_spatial,
-                                                     overhang, dt))
+                                                     overhang=overhang, dt=dt))
         ctx.emit(kb, mark_outer(stmts) if parallel else stmts)
         return
 
@@ -244,7 +244,7 @@ def _taps(kernel: list[int]) -> int:
 
 
 def _vector_pool(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, yv: View, kernel: list[int],
-                 strides: list[int], dilations: list[int], pad_begin: list[int], pad_end: list[int],
+                 strides: list[int], dilations: list[int], *, pad_begin: list[int], pad_end: list[int],
                  out_spatial: tuple[int, ...], is_max: bool, include_pad: bool) -> list[Stmt]:
     """A 2-D MaxPool without indices or an AveragePool in two vector passes per plane, the
     window's rows first (below for MaxPool; an AveragePool sums instead, with zero borders, and
@@ -260,8 +260,8 @@ def _vector_pool(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor,
     order of the taps does not change the result. (A copy of the whole plane split into
     phases, read back by k_h * k_w vector maxima per output vector, measured 1.7x slower on
     SqueezeNet's 3x3/2 pool over 64 x 111 x 111.)"""
-    return _VectorPool(node, ctx, kb, x, yv, kernel, strides, dilations, pad_begin, pad_end, out_spatial, is_max,
-                       include_pad).emit()
+    return _VectorPool(node, ctx, kb, x, yv, kernel, strides, dilations, pad_begin=pad_begin, pad_end=pad_end,
+                       out_spatial=out_spatial, is_max=is_max, include_pad=include_pad).emit()
 
 
 class _VectorPool:
@@ -269,7 +269,7 @@ class _VectorPool:
     split (the column phases), columns_pass (the window's columns, per output row)."""
 
     def __init__(self, node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, yv: View, kernel: list[int],
-                 strides: list[int], dilations: list[int], pad_begin: list[int], pad_end: list[int],
+                 strides: list[int], dilations: list[int], *, pad_begin: list[int], pad_end: list[int],
                  out_spatial: tuple[int, ...], is_max: bool, include_pad: bool) -> None:
         self.kb, self.yv, self.is_max, self.include_pad = kb, yv, is_max, include_pad
         self.batch, self.channels, self.in_h, self.in_w = x.shape
@@ -440,7 +440,7 @@ class _VectorPool:
 
 
 def _branchless_max(kb, xv: View, yv: View, idx: list[Expr], kernel: list[int], strides: list[int],  # noqa: ANN001
-                    pad_begin: list[int], in_spatial: tuple[int, ...], overhang: list[bool], dt: str) -> list[Stmt]:
+                    pad_begin: list[int], in_spatial: tuple[int, ...], *, overhang: list[bool], dt: str) -> list[Stmt]:
     """One output of a MaxPool without indices and without dilation, as straight-line code the
     compilers vectorise across the output row: every tap is written out, and a tap that falls in
     the padding (or past the end, ceil_mode) reads the nearest input element instead, which lies

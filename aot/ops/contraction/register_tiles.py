@@ -54,7 +54,7 @@ from aot.kernel.vectorize import lanewise
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
 
-__all__ = ["DEFAULT_TILES", "Reduction", "TileConfig", "register_tile", "vector_starts"]
+__all__ = ["DEFAULT_TILES", "Reduction", "TileConfig", "TileOperands", "TileOutput", "register_tile", "vector_starts"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,43 @@ class Reduction:
     unrolled: int = 0
 
 
+@dataclass(frozen=True)
+class TileOperands:
+    """What a tile multiplies at reduction step `k` (one index per extent): a_at(i, k), row i's
+    operand, broadcast over the columns; and the row of B that `b_base(k)` points to (buffer,
+    index of element 0), whose element j column j reads."""
+
+    a_at: Callable[[int, list[Expr]], Expr]
+    b_base: Callable[[list[Expr]], tuple[Buffer, Expr]]
+
+
+@dataclass(frozen=True)
+class TileOutput:
+    """Where a tile's sums go: out[out_at(i, j)], contiguous in j, each starting from init[i]
+    (or, `resume`, from what out holds: a partial sum over earlier reduction steps) and passed
+    through `finish`(i, j, sum) (the fused epilogue, alpha/beta...) when there is one."""
+
+    init: Sequence[Expr]
+    out: Buffer
+    out_at: Callable[[int, Expr], Expr]
+    finish: Callable[[int, Expr, Expr], Expr] | None = None
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class _Accumulators:
+    """A tile's accumulators: per row, a vector of `lanes` at each of `starts` (`vectors`) or,
+    when the columns are fewer than the lanes, a scalar per column of `scalars` (`singles`)."""
+
+    dtype: str
+    lanes: int
+    vdtype: str
+    starts: list[int]
+    scalars: list[int]
+    vectors: list[list[Var]]
+    singles: list[list[Var]]
+
+
 def vector_starts(cols: int, lanes: int) -> list[int]:
     """Offsets of the vectors of `lanes` covering `cols` >= `lanes` columns: whole vectors, and for
     a ragged end one more overlapping the previous one (its shared columns are computed twice,
@@ -78,13 +115,9 @@ def vector_starts(cols: int, lanes: int) -> list[int]:
 
 
 def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: int, reduction: Reduction,
-                  a_at: Callable[[int, list[Expr]], Expr], b_base: Callable[[list[Expr]], tuple[Buffer, Expr]],
-                  init: Sequence[Expr], out: Buffer, out_at: Callable[[int, Expr], Expr],
-                  finish: Callable[[int, Expr, Expr], Expr] | None = None, resume: bool = False) -> list[Stmt]:
+                  operands: TileOperands, output: TileOutput) -> list[Stmt]:
     """One tile: out[out_at(i, j)] = finish(i, j, init[i] + sum_k a_at(i, k) * B_k[j]) for i < rows,
-    j < cols, where B_k[j] is element j of the row that `b_base(k)` points to (buffer, index of
-    element 0) and out_at(i, j) is contiguous in j. `resume`: the accumulators start from what
-    out holds (a partial sum over earlier reduction steps) instead of from `init`.
+    j < cols, with `operands` a_at and B_k (TileOperands) and `output` the rest (TileOutput).
 
     `k` is the list of reduction indices (one per extent). Columns go in vectors of `lanes`
     (float32; a ragged end in one more, overlapping vector) or, when fewer than `lanes`, scalars.
@@ -97,7 +130,9 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
     vdtype = vector_of(dtype, lanes) if vectors else dtype
     acc_v = [[kb.var("vacc", vdtype) for _ in range(vectors)] for _ in range(rows)]
     acc_s = [[kb.var("acc", dtype) for _ in scalars] for _ in range(rows)]
-    stmts = _accumulators(kb, dtype, lanes, starts, scalars, acc_v, acc_s, init, (out, out_at) if resume else None)
+    accumulators = _Accumulators(dtype, lanes, vdtype, starts, scalars, acc_v, acc_s)
+    stmts = _accumulators(kb, accumulators, output)
+    a_at, b_base = operands.a_at, operands.b_base
 
     def step(k: list[Expr], a_values: list[Expr], lanes_of: _StepLanes | None) -> list[Stmt]:
         body: list[Stmt] = []
@@ -151,28 +186,26 @@ def register_tile(kb: KernelBuilder, dtype: str, lanes: int, rows: int, cols: in
         return [s for ks, values, plan in zip(steps, a_values, plans) for s in step(ks, values, plan)]
 
     stmts += kb.loops(looped, loop_body, prefix="k")
-    return stmts + _store_tile(kb, rows, cols, lanes, vdtype, starts, scalars, acc_v, acc_s, out, out_at, finish,
-                               dtype)
+    return stmts + _store_tile(kb, accumulators, cols, output)
 
 
-def _accumulators(kb: KernelBuilder, dtype: str, lanes: int, starts: list[int], scalars: list[int],
-                  acc_v: list[list[Var]], acc_s: list[list[Var]], init: Sequence[Expr],
-                  resumed: tuple[Buffer, Callable[[int, Expr], Expr]] | None) -> list[Stmt]:
-    """The accumulators declared: from what `resumed` = (out, out_at) holds (a partial sum
-    resumed), else from `init` (a bias loaded once per row, not once per column)."""
+def _accumulators(kb: KernelBuilder, acc: _Accumulators, output: TileOutput) -> list[Stmt]:
+    """The accumulators declared: from what `output` holds when it resumes a partial sum, else
+    from its `init` (a bias loaded once per row, not once per column)."""
     stmts: list[Stmt] = []
-    for i, (row_v, row_s) in enumerate(zip(acc_v, acc_s)):
-        if resumed is not None:
-            out, out_at = resumed
-            stmts += [Declare(v, VecLoad(out, out_at(i, const(at, INDEX)), lanes)) for at, v in zip(starts, row_v)]
-            stmts += [Declare(v, Load(out, out_at(i, const(j, INDEX)))) for j, v in zip(scalars, row_s)]
+    out, out_at = output.out, output.out_at
+    for i, (row_v, row_s) in enumerate(zip(acc.vectors, acc.singles)):
+        if output.resume:
+            stmts += [Declare(v, VecLoad(out, out_at(i, const(at, INDEX)), acc.lanes))
+                      for at, v in zip(acc.starts, row_v)]
+            stmts += [Declare(v, Load(out, out_at(i, const(j, INDEX)))) for j, v in zip(acc.scalars, row_s)]
             continue
-        start = init[i]
-        if not isinstance(start, (Var, Const)) and (starts or len(scalars) > 1):  # more than one column
-            start_var = kb.var("bias", dtype)  # one load of the bias, not one per column
+        start = output.init[i]
+        if not isinstance(start, (Var, Const)) and (acc.starts or len(acc.scalars) > 1):  # more than one column
+            start_var = kb.var("bias", acc.dtype)  # one load of the bias, not one per column
             stmts.append(Declare(start_var, start))
             start = start_var
-        stmts += [Declare(v, Splat(start, lanes)) for v in row_v] + [Declare(v, start) for v in row_s]
+        stmts += [Declare(v, Splat(start, acc.lanes)) for v in row_v] + [Declare(v, start) for v in row_s]
     return stmts
 
 
@@ -261,27 +294,25 @@ def _operand(buf: Buffer, index: Expr, dtype: str) -> Expr:
     return cast(value, dtype) if buf.dtype != dtype else value
 
 
-def _store_tile(kb: KernelBuilder, rows: int, cols: int, lanes: int, vdtype: str, starts: list[int],
-                scalars: list[int], acc_v: list[list[Var]], acc_s: list[list[Var]], out: Buffer,
-                out_at: Callable[[int, Expr], Expr], finish: Callable[[int, Expr, Expr], Expr] | None,
-                dtype: str) -> list[Stmt]:
+def _store_tile(kb: KernelBuilder, acc: _Accumulators, cols: int, output: TileOutput) -> list[Stmt]:
     """The tile's accumulators stored, through the epilogue in registers where it has a vector
     form, else stored and then finished in a second pass over the tile's outputs."""
     stmts: list[Stmt] = []
-    finished = _finish_in_registers(finish, rows, starts, scalars, acc_v, acc_s, dtype, lanes)
-    ragged = any(b - a < lanes for a, b in zip(starts, starts[1:]))
+    out, out_at, finish, starts, rows = output.out, output.out_at, output.finish, acc.starts, len(acc.vectors)
+    finished = _finish_in_registers(finish, acc)
+    ragged = any(b - a < acc.lanes for a, b in zip(starts, starts[1:]))
     for i in range(rows):
-        vectors, singles = finished[i] if finished is not None else (acc_v[i], acc_s[i])
+        vectors, singles = finished[i] if finished is not None else (acc.vectors[i], acc.singles[i])
         if ragged and finished is not None:
             # The overlapping last vector re-stores columns of the one before: compute the row's
             # values (reading what the epilogue loads, a residual...) before any of its stores,
             # so the row reads its inputs first even when its output is written over one of them
             # (aot/planner/in_place.py).
-            values = [kb.var("vout", vdtype) for _ in vectors]
+            values = [kb.var("vout", acc.vdtype) for _ in vectors]
             stmts += [Declare(var, value) for var, value in zip(values, vectors)]
             vectors = values
         stmts += [VecStore(out, out_at(i, const(starts[v], INDEX)), value) for v, value in enumerate(vectors)]
-        stmts += [Store(out, out_at(i, const(j, INDEX)), value) for j, value in zip(scalars, singles)]
+        stmts += [Store(out, out_at(i, const(j, INDEX)), value) for j, value in zip(acc.scalars, singles)]
     if finish is not None and finished is None:
         for i in range(rows):
             stmts += kb.loops([cols], lambda j, i=i: [
@@ -289,9 +320,8 @@ def _store_tile(kb: KernelBuilder, rows: int, cols: int, lanes: int, vdtype: str
     return stmts
 
 
-def _finish_in_registers(finish: Callable[[int, Expr, Expr], Expr] | None, rows: int, starts: list[int],
-                         scalars: list[int], acc_v: list[list[Var]], acc_s: list[list[Var]], dtype: str,
-                         lanes: int) -> list[tuple[list[Expr], list[Expr]]] | None:
+def _finish_in_registers(finish: Callable[[int, Expr, Expr], Expr] | None,
+                         acc: _Accumulators) -> list[tuple[list[Expr], list[Expr]]] | None:
     """What each row stores (its vectors, its scalars) with the epilogue applied lane-wise to
     the accumulators before the store (aot/kernel/vectorize.py: Relu, Clip, a residual Add ...),
     which saves the second pass that reloads, updates and stores every output again (3-6% of a
@@ -299,15 +329,15 @@ def _finish_in_registers(finish: Callable[[int, Expr, Expr], Expr] | None, rows:
     pass)."""
     if finish is None:
         return None
-    probe = Var("__accumulator", dtype)
+    probe = Var("__accumulator", acc.dtype)
     finished = []
-    for i in range(rows):
+    for i, (row_v, row_s) in enumerate(zip(acc.vectors, acc.singles)):
         vectors: list[Expr] = []
-        for start, acc in zip(starts, acc_v[i]):
+        for start, value in zip(acc.starts, row_v):
             here = finish(i, const(start, INDEX), probe)
-            vector = lanewise(here, finish(i, const(start + 1, INDEX), probe), probe, acc, lanes)
+            vector = lanewise(here, finish(i, const(start + 1, INDEX), probe), probe, value, acc.lanes)
             if vector is None:
                 return None
             vectors.append(vector)
-        finished.append((vectors, [finish(i, const(j, INDEX), acc) for j, acc in zip(scalars, acc_s[i])]))
+        finished.append((vectors, [finish(i, const(j, INDEX), value) for j, value in zip(acc.scalars, row_s)]))
     return finished

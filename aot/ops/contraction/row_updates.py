@@ -133,7 +133,7 @@ def valid_range(out_size: int, in_size: int, stride: int, offset: int) -> tuple[
 
 
 def row_block_gemm(kb: KernelBuilder, out: Buffer, dtype: str, m_rows: Sequence[Expr], n_lo: Expr, n: int, k: int,
-                   row_at: Callable[[Expr, Expr], Expr], a_at: Callable[[Expr, Expr], Expr],
+                   row_at: Callable[[Expr, Expr], Expr], *, a_at: Callable[[Expr, Expr], Expr],
                    b_at: Callable[[Expr, Expr], Expr], init: Sequence[Expr], k_unroll: int) -> list[Stmt]:
     """out[row_at(i, j)] = init[i] + sum_k a_at(i, k) * b_at(k, j) for the rows `m_rows` and the
     columns j in [n_lo, n_lo + n), with j innermost and contiguous.
@@ -160,7 +160,7 @@ COLUMN_TILE = 512
 
 def matmul_rows(kb: KernelBuilder, out: Buffer, dtype: str, m: int, n: int, k: int,
                 a_at: Callable[[Expr, Expr], Expr], b_at: Callable[[Expr, Expr], Expr],
-                y_at: Callable[[Expr, Expr], Expr],
+                *, y_at: Callable[[Expr, Expr], Expr],
                 finish: Callable[[Expr, Expr, Expr], Expr] | None) -> list[Stmt]:
     """Y[i, j] = finish(sum_k A[i, k] * B[k, j], i, j) for an m x n output.
 

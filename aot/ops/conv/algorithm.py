@@ -66,7 +66,7 @@ def choose_algorithm(geometry: ConvGeometry, weights: np.ndarray | None, dtype: 
 def _im2col_algorithm(planar: ConvGeometry, tiles: TileConfig, dtype: str) -> ConvAlgorithm:
     spec = im2col_spec(planar)
     channel_tiles = channel_tiles_pay(1, spec.out_channels, (spec.out_h, spec.out_w), (1, 1), (1, 1), spec.out_w,
-                                      tiles, dtype, spec.channels)
+                                      tiles, dtype, reduction=spec.channels)
     return ConvAlgorithm("im2col", mode=tile_mode(spec, tiles, dtype, channel_tiles), channel_tiles=channel_tiles)
 
 
@@ -85,7 +85,7 @@ def _tiled_algorithm(planar: ConvGeometry, tiles: TileConfig, dtype: str) -> Con
     spec = planar.spec(over_padded_copy=False)
     channel_tiles = channel_tiles_pay(
         spec.groups, spec.out_channels, (spec.out_h, spec.out_w), (spec.k_h, spec.k_w), (spec.s_h, spec.s_w),
-        planar.padded_hw[1], tiles, dtype, spec.group_in * spec.k_h * spec.k_w)
+        planar.padded_hw[1], tiles, dtype, reduction=spec.group_in * spec.k_h * spec.k_w)
     if not channel_tiles and flat_depthwise_fits(spec, tiles, dtype):
         # Depthwise with 'same' padding: the flat mode makes its own shifted copies.
         return ConvAlgorithm("tiled", mode="flat")
@@ -333,7 +333,7 @@ def pixel_waste(out_hw: tuple[int, int], kernel: tuple[int, int], strides: tuple
 
 def channel_tiles_pay(groups: int, out_channels: int, out_hw: tuple[int, int], kernel: tuple[int, int],
                       strides: tuple[int, int], padded_w: int, tile: TileConfig, dtype: str,
-                      reduction: int) -> bool:
+                      *, reduction: int) -> bool:
     """Whether to vectorise over output channels (see channel_tiles.ChannelTiles._init_channels): the pixels
     would fill vectors badly and there are channels enough for whole tiles. Channel tiles pay a
     scalar, channel-major write of every output (about one cycle each); the lanes they save cost

@@ -12,7 +12,7 @@ from aot.ir.graph import Node, Tensor
 from aot.kernel.ir import INDEX, Expr, Load, Stmt, Store, binary, cast, const
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import slot_blocks
-from aot.ops.contraction.register_tiles import Reduction, register_tile
+from aot.ops.contraction.register_tiles import Reduction, TileOperands, TileOutput, register_tile
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.conv.pixel_tiles import WIDE_LANES, TiledConv
 from aot.ops.gemm import pack_column_panels
@@ -128,10 +128,10 @@ class ChannelTiles(TiledConv):
                 base = (pixel_slot if pixel_slot is not None else channel_slot) * (self.rows * self.cols)
                 tile = register_tile(
                     kb, self.dt, self.tile.lanes, count, width, reduction,
-                    a_at=lambda i, tap: a_at(p0, i, tap),
-                    b_base=lambda tap: (self.wbuf, j0 * k + flat(tap) * width),
-                    init=[const(0.0, self.dt)] * count, out=self.scratch,
-                    out_at=lambda i, j: base + const(i * self.cols, INDEX) + j)
+                    TileOperands(a_at=lambda i, tap: a_at(p0, i, tap),
+                                 b_base=lambda tap: (self.wbuf, j0 * k + flat(tap) * width)),
+                    TileOutput(init=[const(0.0, self.dt)] * count, out=self.scratch,
+                               out_at=lambda i, j: base + const(i * self.cols, INDEX) + j))
                 return tile + write(j0, p0, base, count, width)
             if self.split_pixels and self.slots > 1:
                 return slot_blocks(kb, pixels, self.rows, pixel_block, "p", self.slots)
@@ -153,11 +153,12 @@ class ChannelTiles(TiledConv):
             def pixel_block(p0: Expr, count: int) -> list[Stmt]:
                 return register_tile(
                     kb, self.dt, self.tile.lanes, count, width, Reduction((channels, s.k_h, s.k_w), unrolled=2),
-                    a_at=lambda i, tap: a_at(p0, i, [c0 + tap[0], *tap[1:]]),
-                    b_base=lambda tap: (self.wbuf, j0 * self.k + (((c0 + tap[0]) * s.k_h + tap[1]) * s.k_w + tap[2])
-                                        * width),
-                    init=[const(0.0, self.dt)] * count, out=self.scratch,
-                    out_at=lambda i, j: (p0 + i) * self.cols + j, resume=resume)
+                    TileOperands(
+                        a_at=lambda i, tap: a_at(p0, i, [c0 + tap[0], *tap[1:]]),
+                        b_base=lambda tap: (self.wbuf, j0 * self.k
+                                            + (((c0 + tap[0]) * s.k_h + tap[1]) * s.k_w + tap[2]) * width)),
+                    TileOutput(init=[const(0.0, self.dt)] * count, out=self.scratch,
+                               out_at=lambda i, j: (p0 + i) * self.cols + j, resume=resume))
 
             return blocks(kb, s.out_h * s.out_w, self.rows, pixel_block, "p")
 

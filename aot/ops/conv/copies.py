@@ -62,7 +62,7 @@ def padded_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, 
 
 def strided_copy(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
                  pad_begin: list[int], pad_end: list[int], stride: int,
-                 fill: float = 0.0, rows_first: bool = False) -> tuple[list[Stmt], View, int, int]:
+                 *, fill: float = 0.0, rows_first: bool = False) -> tuple[list[Stmt], View, int, int]:
     """Statements copying X into a zero-padded scratch image whose columns are split into
     `stride` phases, [n][c][row][phase][column // stride]: output column ow of tap kw then reads
     phase (kw * dilation) % stride at column ow + (kw * dilation) // stride, so a run of output
@@ -174,7 +174,7 @@ def scratch_image(ctx: LoweringContext, node: Node, kb: KernelBuilder, shape: tu
 
 
 def im2col(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, in_hw: tuple[int, int],
-           out_hw: tuple[int, int], kernel: list[int], strides: list[int], dilations: list[int],
+           out_hw: tuple[int, int], kernel: list[int], strides: list[int], *, dilations: list[int],
            pad_begin: list[int]) -> tuple[list[Stmt], Buffer, int]:
     """Statements writing the column matrix [n][(c, kh, kw)][(oh, ow)] of X (zeros where a tap
     falls in the padding), its scratch buffer and its row count K."""

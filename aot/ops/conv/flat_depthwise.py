@@ -119,7 +119,7 @@ class FlatDepthwise(TiledConv):
                     shift = (kh - s.p_h) * s.in_w + (int(kw.value) - s.p_w)
                     return self.shifted, at(slot, int(kw.value), self.margin + p0 + shift)
 
-                return self._tile(n, c, const(0, INDEX), 1, cols, reduction, b_base, p0, None, None)
+                return self._tile(n, c, const(0, INDEX), 1, cols, reduction, b_base, p0, row=None, first_col=None)
 
             return blocks(kb, pixels, self.width, tile, "p")
 

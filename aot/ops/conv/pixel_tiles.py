@@ -13,6 +13,7 @@ inside the image and no load is guarded.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from aot.kernel.ir import INDEX, Buffer, Const, Expr, Load, Stmt, Store, Var, bi
 from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, parallel_blocks, slot_blocks
-from aot.ops.contraction.register_tiles import Reduction, TileConfig, register_tile
+from aot.ops.contraction.register_tiles import Reduction, TileConfig, TileOperands, TileOutput, register_tile
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.conv.algorithm import TileMode, interleave_rows
 from aot.ops.conv.geometry import ConvSpec
@@ -51,21 +52,37 @@ WIDE_LANES = 16
 WIDE_TILE_REDUCTION = 64
 
 
+@dataclass(frozen=True)
+class ConvJob:
+    """One convolution's operands as its tile emitters read them: the node (which names its
+    scratch and packed weights), its geometry, the input view `x`, the constant weights `w`, the
+    output view `y`, the bias (or None), the fused epilogue and the output's dtype."""
+
+    node: Node
+    spec: ConvSpec
+    x: View
+    w: Tensor
+    y: View
+    bias: View | None
+    epilogue: Epilogue
+    dtype: str
+
+
 class TiledConv:
     """Emits one image and group of a convolution as register tiles over pixels (pointwise,
     grid and rows modes); the channels and flat modes are subclasses (channel_tiles.py,
     flat_depthwise.py) that share its tiles, weights and epilogue."""
 
-    def __init__(self, kb: KernelBuilder, ctx: LoweringContext, node: Node, spec: ConvSpec, x: View, w: Tensor,
-                 y: View, bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig, mode: TileMode,
+    def __init__(self, kb: KernelBuilder, ctx: LoweringContext, job: ConvJob, tile: TileConfig, mode: TileMode,
                  parallel: bool = False, rows_first: bool = False) -> None:
-        """`x` is the (padded) input image, or for column strides above 1 (outside the
+        """`job.x` is the (padded) input image, or for column strides above 1 (outside the
         channels mode) the phase-split copy made by strided_copy; `mode` from algorithm.tile_mode;
         `rows_first` when that copy is row-interleaved (interleave_rows).
         `parallel` (one image, one group): `emit` makes the blocks of output channels a parallel
         loop; the modes with a scratch (grid, channels) get one scratch per slot
         (aot/lowering/parallel.py slot_blocks)."""
-        self.kb, self.s, self.xv, self.yv, self.bv = kb, spec, x, y, bias
+        spec, w, epilogue, dtype = job.spec, job.w, job.epilogue, job.dtype
+        self.kb, self.s, self.xv, self.yv, self.bv = kb, spec, job.x, job.y, job.bias
         self.parallel = parallel
         self.slots = 1
         self.epilogue, self.dt, self.tile = epilogue, dtype, tile
@@ -81,7 +98,7 @@ class TiledConv:
         # 60-240 channels per group ran 9% slower with them)
         wide = mode in ("pointwise", "rows") and spec.groups == 1 and self.k >= WIDE_TILE_REDUCTION
         self.cols = tile.wide_cols if wide else tile.cols
-        self._prepare(ctx, node, w)
+        self._prepare(ctx, job.node, w)
         # Side inputs of a fused epilogue that are whole tensors of the output's shape (or
         # scalars) can be addressed by the flat output index; others need the full index.
         self.flat_epilogue = all(t.shape == epilogue.shape or t.size == 1 for t in epilogue.inputs)
@@ -304,8 +321,9 @@ class TiledConv:
             def out_at(i: int, j: Expr) -> Expr:
                 return base + i * self.grid_size + q0 + j
 
-            return register_tile(kb, self.dt, self.tile.lanes, count, cols, reduction, self._a_at(g, oc0, count),
-                                 b_base, self._init(g, oc0, count), self.grid, out_at)
+            return register_tile(kb, self.dt, self.tile.lanes, count, cols, reduction,
+                                 TileOperands(self._a_at(g, oc0, count), b_base),
+                                 TileOutput(self._init(g, oc0, count), self.grid, out_at))
 
         stmts = blocks(kb, self.grid_size, self.width, tile, "q")
 
@@ -356,7 +374,7 @@ class TiledConv:
         return lambda value: self.epilogue.apply(value, index)
 
     def _tile(self, n: Expr, g: Expr, oc0: Expr, count: int, cols: int, reduction: Reduction,
-              b_base, first_pixel: Expr, row: Expr | None, first_col: Expr | None) -> list[Stmt]:
+              b_base, first_pixel: Expr, *, row: Expr | None, first_col: Expr | None) -> list[Stmt]:
         """A tile of `count` channels from oc0 by `cols` pixels from `first_pixel` of the plane."""
         s = self.s
 
@@ -371,8 +389,9 @@ class TiledConv:
                 assert apply is not None
                 return apply(value)
 
-        return register_tile(self.kb, self.dt, self.tile.lanes, count, cols, reduction, self._a_at(g, oc0, count),
-                             b_base, self._init(g, oc0, count), self.yv.buffer, out_at, finish)
+        return register_tile(self.kb, self.dt, self.tile.lanes, count, cols, reduction,
+                             TileOperands(self._a_at(g, oc0, count), b_base),
+                             TileOutput(self._init(g, oc0, count), self.yv.buffer, out_at, finish))
 
     def _rows(self, n: Expr, g: Expr, oc0: Expr, count: int) -> list[Stmt]:
         """Tiles along each output row (any kernel size and dilation, unit column stride)."""
@@ -411,7 +430,7 @@ class TiledConv:
                     at = self.xv.index([n, g * s.group_in + c, ih, phase, ow0 + shift])
                 return self.xv.buffer, (at + kc * row_step if self.rows_first else at)
 
-            return self._tile(n, g, oc0, count, cols, reduction, b_base, oh * s.out_w + ow0, oh, ow0)
+            return self._tile(n, g, oc0, count, cols, reduction, b_base, oh * s.out_w + ow0, row=oh, first_col=ow0)
 
         return blocks(kb, s.out_w, self.cols, tile, "w")
 
@@ -462,4 +481,4 @@ class TiledConv:
                 return self.panel.buffer, panel_at * s.group_in + k[0] * self.cols  # the panel's row stride
             return self.xv.buffer, self.xv.index([n, g * s.group_in + k[0], 0, 0]) + p0
 
-        return self._tile(n, g, oc0, count, cols, reduction, b_base, p0, None, None)
+        return self._tile(n, g, oc0, count, cols, reduction, b_base, p0, row=None, first_col=None)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from aot.ir.graph import Node, Tensor
+from aot.ir.graph import Node
 from aot.kernel.ir import INDEX, const
 from aot.lowering.builder import KernelBuilder, View
-from aot.lowering.context import Epilogue, LoweringContext
+from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import mark_outer, pays
 from aot.ops.attrs import required_input
 from aot.ops.contraction.register_tiles import TileConfig
@@ -20,8 +20,8 @@ from aot.ops.conv.algorithm import ConvAlgorithm, TileMode, im2col_spec, strided
 from aot.ops.conv.channel_tiles import ChannelTiles
 from aot.ops.conv.copies import im2col, padded_copy, strided_channel_copy, strided_copy
 from aot.ops.conv.flat_depthwise import FlatDepthwise, LeanFlatDepthwise
-from aot.ops.conv.geometry import ConvGeometry, ConvSpec
-from aot.ops.conv.pixel_tiles import TiledConv
+from aot.ops.conv.geometry import ConvGeometry
+from aot.ops.conv.pixel_tiles import ConvJob, TiledConv
 
 
 def lower_conv_tiled(node: Node, ctx: LoweringContext, planar: ConvGeometry, algorithm: ConvAlgorithm) -> None:
@@ -46,8 +46,9 @@ def lower_conv_tiled(node: Node, ctx: LoweringContext, planar: ConvGeometry, alg
     spec = planar.spec(over_padded_copy=algorithm.copy != "none")
     yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, *planar.out_spatial))
     bv = kb.input(bias) if bias is not None else None
-    tiled = tiled_conv(kb, ctx, node, spec, xv, w, yv, bv, epilogue, final.dtype.name, ctx.tiles, algorithm.mode,
-                      parallel=split_blocks, rows_first=algorithm.rows_first, lean=algorithm.lean)
+    job = ConvJob(node, spec, xv, w, yv, bv, epilogue, final.dtype.name)
+    tiled = tiled_conv(kb, ctx, job, ctx.tiles, algorithm.mode, parallel=split_blocks,
+                       rows_first=algorithm.rows_first, lean=algorithm.lean)
     body = kb.loops([planar.batch], lambda idx: tiled.emit_image(idx[0], copy_channel))
     ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and tiled.shares_nothing else body))
 
@@ -68,13 +69,14 @@ def lower_conv_im2col(node: Node, ctx: LoweringContext, planar: ConvGeometry, al
                                  (planar.channels * in_h * in_w, in_h * in_w, s_h * in_w, s_w))
     else:
         copy, cbuf, rows = im2col(node, ctx, kb, x, planar.in_spatial, planar.out_spatial, list(planar.kernel),
-                                  list(planar.strides), list(planar.dilations), list(planar.pad_begin))
+                                  list(planar.strides), dilations=list(planar.dilations),
+                                  pad_begin=list(planar.pad_begin))
         columns = View(cbuf, (planar.batch, rows, *planar.out_spatial))
     spec = im2col_spec(planar)
     yv = View(kb.output(final).buffer, (planar.batch, planar.out_channels, *planar.out_spatial))
     bv = kb.input(bias) if bias is not None else None
-    gemm = tiled_conv(kb, ctx, node, spec, columns, w, yv, bv, epilogue, final.dtype.name, ctx.tiles, algorithm.mode,
-                      parallel=split_blocks)
+    job = ConvJob(node, spec, columns, w, yv, bv, epilogue, final.dtype.name)
+    gemm = tiled_conv(kb, ctx, job, ctx.tiles, algorithm.mode, parallel=split_blocks)
     body = kb.loops([planar.batch], lambda idx: gemm.emit(idx[0], const(0, INDEX)))
     ctx.emit(kb, copy + (mark_outer(body) if parallel and not split_blocks and gemm.shares_nothing else body))
 
@@ -103,9 +105,8 @@ def _threads(ctx: LoweringContext, planar: ConvGeometry) -> tuple[bool, bool]:
     return parallel, parallel and planar.batch == 1 and planar.groups == 1
 
 
-def tiled_conv(kb: KernelBuilder, ctx: LoweringContext, node: Node, spec: ConvSpec, x: View, w: Tensor, y: View,
-               bias: View | None, epilogue: Epilogue, dtype: str, tile: TileConfig, mode: TileMode,
+def tiled_conv(kb: KernelBuilder, ctx: LoweringContext, job: ConvJob, tile: TileConfig, mode: TileMode, *,
                parallel: bool = False, rows_first: bool = False, lean: bool = False) -> TiledConv:
-    """The emitter of `mode` (see TiledConv); `lean`: the flat mode with the least scratch."""
+    """The emitter of `mode` for `job` (see TiledConv); `lean`: the flat mode with the least scratch."""
     kind = {"channels": ChannelTiles, "flat": LeanFlatDepthwise if lean else FlatDepthwise}.get(mode, TiledConv)
-    return kind(kb, ctx, node, spec, x, w, y, bias, epilogue, dtype, tile, mode, parallel, rows_first)
+    return kind(kb, ctx, job, tile, mode, parallel=parallel, rows_first=rows_first)

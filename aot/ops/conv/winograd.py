@@ -68,7 +68,7 @@ from aot.lowering.builder import KernelBuilder, View
 from aot.lowering.context import Epilogue, LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, pays, slot_blocks
 from aot.ops.attrs import required_input
-from aot.ops.contraction.register_tiles import Reduction, register_tile
+from aot.ops.contraction.register_tiles import Reduction, TileOperands, TileOutput, register_tile
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.conv.copies import strided_copy
 from aot.ops.conv.geometry import ConvGeometry
@@ -164,14 +164,14 @@ def lower_conv_winograd(node: Node, ctx: LoweringContext, geometry: ConvGeometry
     # Named in the kernel's C comment and in `aot report`: which convolutions run as Winograd.
     kb.op = "Conv/winograd" + kb.op[len(node.op_type):]
     final, epilogue = ctx.epilogue(node, kb)
-    emitter = _Winograd(ctx, node, kb, x, w, bias, final, epilogue, list(geometry.pad_begin), list(geometry.pad_end),
-                        F2X2_3X3)
+    emitter = _Winograd(ctx, node, kb, x, w, bias, final, epilogue, pad_begin=list(geometry.pad_begin),
+                        pad_end=list(geometry.pad_end), tf=F2X2_3X3)
     ctx.emit(kb, emitter.copy + kb.loops([x.shape[0]], lambda idx: emitter.image(idx[0]), prefix="n"))
 
 
 class _Winograd:
     def __init__(self, ctx: LoweringContext, node: Node, kb: KernelBuilder, x: Tensor, w: Tensor,
-                 bias: Tensor | None, final: Tensor, epilogue: Epilogue, pad_begin: list[int], pad_end: list[int],
+                 bias: Tensor | None, final: Tensor, epilogue: Epilogue, *, pad_begin: list[int], pad_end: list[int],
                  tf: WinogradTransforms) -> None:
         self.kb, self.tf, self.epilogue = kb, tf, epilogue
         self.dt = final.dtype.name
@@ -313,12 +313,14 @@ class _Winograd:
         if self.run_rows > 1 or self.tiles_w == self.run_cols:
             # Runs of whole tile rows.
             def run(r0: Expr, run_rows: int) -> list[Stmt]:
-                return self._run(n, ty0, oc0, rows, r0, run_rows, const(0, INDEX), self.tiles_w, True, v_slot, m_slot)
+                return self._run(n, ty0, oc0, rows, r0, run_rows, const(0, INDEX), self.tiles_w, last_column=True,
+                                 v_slot=v_slot, m_slot=m_slot)
             return blocks(kb, count, self.run_rows, run, "r")
 
         def row(idx: list[Expr]) -> list[Stmt]:
             def piece(tx0: Expr, width: int, last: bool) -> list[Stmt]:
-                return self._run(n, ty0, oc0, rows, idx[0], 1, tx0, width, last, v_slot, m_slot)
+                return self._run(n, ty0, oc0, rows, idx[0], 1, tx0, width, last_column=last, v_slot=v_slot,
+                                 m_slot=m_slot)
             # The run ending at the last tile column goes on its own (its last tile may be partial).
             full, tail = divmod(self.tiles_w, self.run_cols)
             last_start, last_width = (full * self.run_cols, tail) if tail else ((full - 1) * self.run_cols,
@@ -328,7 +330,7 @@ class _Winograd:
         return kb.loops([count], row, prefix="r")
 
     def _run(self, n: Expr, ty0: Expr, oc0: Expr, rows: int, r0: Expr, run_rows: int, tx0: Expr, width: int,
-             last_column: bool, v_slot: Expr, m_slot: Expr) -> list[Stmt]:
+             *, last_column: bool, v_slot: Expr, m_slot: Expr) -> list[Stmt]:
         """Output channels [oc0, oc0 + rows) of the tiles (ty0 + r0 + r, tx0 + q) for r < run_rows,
         q < width. `last_column`: the run ends at the last tile column."""
         tf, kb = self.tf, self.kb
@@ -343,10 +345,10 @@ class _Winograd:
 
         product = register_tile(
             kb, self.dt, self.lanes, rows, cols, Reduction((self.channels,)),
-            a_at=lambda i, k: Load(self.wbuf, xi * (self.out_channels * self.channels) + oc0 * self.channels
-                                   + k[0] * rows + i),
-            b_base=lambda k: (self.vbuf, self._v_at(v_slot, xi, k[0], first_tile)),
-            init=[const(0.0, self.dt)] * rows, out=self.mbuf, out_at=lambda i, j: m_at(xi, i, j))
+            TileOperands(a_at=lambda i, k: Load(self.wbuf, xi * (self.out_channels * self.channels)
+                                                + oc0 * self.channels + k[0] * rows + i),
+                         b_base=lambda k: (self.vbuf, self._v_at(v_slot, xi, k[0], first_tile))),
+            TileOutput(init=[const(0.0, self.dt)] * rows, out=self.mbuf, out_at=lambda i, j: m_at(xi, i, j)))
         stmts: list[Stmt] = [Loop(xi, alpha2, product)]
         # A loop over the channels, not one copy each: the kernel stays small enough for the
         # compilers (written out, UBSan builds of a conv took half a minute in clang's register

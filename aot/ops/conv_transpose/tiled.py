@@ -24,7 +24,7 @@ from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import SCRATCH_SLOTS, pays, slot_blocks
 from aot.ops.attrs import required_input
-from aot.ops.contraction.register_tiles import Reduction, register_tile
+from aot.ops.contraction.register_tiles import Reduction, TileOperands, TileOutput, register_tile
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.conv.copies import padded_copy
 from aot.ops.conv_transpose.geometry import TransposeGeometry
@@ -114,15 +114,15 @@ class _PhaseTiles:
         return self.epilogue.apply(value, [n, oc, ow] if self.geometry.nd == 1 else [n, oc, oh, ow])
 
     def _column_block(self, n: Expr, g: Expr, oc0: Expr, count: int, ph: Phase, qh: Expr, q0: Expr, span: int,
-                      slot: Expr) -> list[Stmt]:
+                      *, slot: Expr) -> list[Stmt]:
         """Columns q0 .. q0 + span of every column phase of output row ph + s_h * qh."""
         stmts: list[Stmt] = []
         for si, column_set in enumerate(self.sets):
-            stmts += self._phase_tile(si, column_set, n, g, oc0, count, ph, qh, q0, span, slot)
+            stmts += self._phase_tile(si, column_set, n, g, oc0, count, ph, qh, q0=q0, span=span, slot=slot)
         oh = qh * self.geo.strides[0] + ph.index
 
         def write(idx: list[Expr]) -> list[Stmt]:
-            return self._interleave(n, g, oc0, ph, oh, q0, slot, idx[0], idx[1])
+            return self._interleave(n, g, oc0, ph, oh, q0, slot, idx[0], j=idx[1])
 
         # The last column (when phases differ in length) is one static block: unroll it.
         if span == 1:
@@ -130,7 +130,7 @@ class _PhaseTiles:
         return stmts + self.kb.loops([count, span], write, prefix="c")
 
     def _interleave(self, n: Expr, g: Expr, oc0: Expr, ph: Phase, oh: Expr, q0: Expr, slot: Expr, i: Expr,
-                    j: Expr) -> list[Stmt]:
+                    *, j: Expr) -> list[Stmt]:
         """Output channel oc0 + i, column q0 + j of every column phase: from the scratch into the
         output row, through the fused epilogue."""
         geo, yv, bv = self.geo, self.yv, self.bv
@@ -151,7 +151,7 @@ class _PhaseTiles:
         return out
 
     def _phase_tile(self, si: int, column_set: tuple[Phase, ...], n: Expr, g: Expr, oc0: Expr, count: int,
-                    ph: Phase, qh: Expr, q0: Expr, span: int, slot: Expr) -> list[Stmt]:
+                    ph: Phase, qh: Expr, *, q0: Expr, span: int, slot: Expr) -> list[Stmt]:
         if not ph.taps or not column_set[0].taps:
             return []
         geo, xv, bv = self.geo, self.xv, self.bv
@@ -187,16 +187,16 @@ class _PhaseTiles:
         init = [bv.load([g * geo.per_group + oc0 + i // len(column_set)]) if bv is not None else const(0.0, self.dt)
                 for i in range(rows_here)]
         reduction = Reduction((geo.group_in, len(ph.taps), len(col_taps)), unrolled=2)
-        return register_tile(self.kb, self.dt, self.tile.lanes, rows_here, span, reduction, a_at, b_base, init,
-                             self.scratch, out_at, finish)
+        return register_tile(self.kb, self.dt, self.tile.lanes, rows_here, span, reduction, TileOperands(a_at, b_base),
+                             TileOutput(init, self.scratch, out_at, finish))
 
     def _output_row(self, n: Expr, g: Expr, ph: Phase, qh: Expr, slot: Expr) -> list[Stmt]:
         def channels(oc0: Expr, count: int) -> list[Stmt]:
             body = blocks(self.kb, self.min_q, self.width,
-                          lambda q0, span: self._column_block(n, g, oc0, count, ph, qh, q0, span, slot), "q")
+                          lambda q0, span: self._column_block(n, g, oc0, count, ph, qh, q0, span, slot=slot), "q")
             if self.max_q > self.min_q:
                 body += self._column_block(n, g, oc0, count, ph, qh, const(self.min_q, INDEX),
-                                           self.max_q - self.min_q, slot)
+                                           self.max_q - self.min_q, slot=slot)
             return body
 
         return blocks(self.kb, self.geo.per_group, self.block, channels, "o")

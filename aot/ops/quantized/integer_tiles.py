@@ -173,7 +173,7 @@ def quad_image(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
 
 
 def copy_band(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout: Layout, n: Expr, row: Expr,
-              col0: Expr, count: int) -> list[Stmt]:
+              col0: Expr, *, count: int) -> list[Stmt]:
     """The input pixels under output columns [col0, col0 + count) of output row `row` in image n
     copied into a banded quad image's columns [0, count)."""
     zero = const(0, INDEX)
@@ -237,7 +237,7 @@ def copy_rows(kb: KernelBuilder, x: View, g: ConvGeometry, image: Buffer, layout
 
 
 def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: View,
-               weights: np.ndarray, fill: Expr, init: PerIndex, finish: Finish, store: StoreAt,
+               weights: np.ndarray, fill: Expr, init: PerIndex, *, finish: Finish, store: StoreAt,
                lanes: int, accumulators: int, overlap: bool) -> list[Stmt]:
     """The convolution (geometry `g`, planar, group 1) as int8 tiles: the quad image, then per
     (n, output row, channel block) the full tiles along the row and a last one, narrower, or
@@ -299,14 +299,14 @@ def tiled_conv(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeome
         store_at = lambda m, p, value: store(n, m, oh, ow0 + p, value)  # noqa: E731
         stored = stores_in_registers(accs, first, shape.lanes, pixels, m_count, rest, finish, store_at)
         return body + (stored if stored is not None else requantised_by_loop(
-            kb, accs, scratch(), shape, first, m_count, pixels, rest, finish, store_at))
+            kb, accs, scratch(), shape, first, m_count, pixels, rest, finish=finish, store_at=store_at))
 
     def pieces(piece: Callable[[Expr, int], list[Stmt]]) -> list[Stmt]:
         return along_row(kb, out_w, shape.width, overlap, piece)
 
     if band:  # each band of pixels copied in just before the tiles over it, of every block
         def band_tiles(n: Expr, oh: Expr, ow0: Expr, pixels: int) -> list[Stmt]:
-            return copy_band(kb, x, g, image, layout, n, oh, ow0, pixels) + kb.loops(
+            return copy_band(kb, x, g, image, layout, n, oh, ow0, count=pixels) + kb.loops(
                 [blocks], lambda b: tile(n, oh, b[0], ow0, pixels, const(0, INDEX)), prefix="t")
 
         return fills + kb.loops([g.batch, out_h], lambda i: pieces(
@@ -390,7 +390,7 @@ def stores_in_registers(accs: list[list[Var]], first_channel: Expr, lanes: int, 
 
 
 def requantised_by_loop(kb: KernelBuilder, accs: list[list[Var]], sums: Buffer, shape: TileShape,
-                        first_channel: Expr, m_count: int, pixels: int, init: PerIndex, finish: Finish,
+                        first_channel: Expr, m_count: int, pixels: int, init: PerIndex, *, finish: Finish,
                         store_at: Callable[[Expr, Expr, Expr], Stmt]) -> list[Stmt]:
     """The tile's sums stored to `sums`, then a loop over its channels and `pixels` that
     requantises each (`finish`) and stores it (`store_at(m, pixel, value)`); the channels past

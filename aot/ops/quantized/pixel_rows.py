@@ -34,7 +34,7 @@ def wasteful_pixel_lanes(pixels: int, lanes: int, accumulators: int, out_channel
 
 
 def pixel_rows(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, start: np.ndarray,
-               weights: np.ndarray, pixels: int, finish: Finish, store: PixelStore) -> list[Stmt] | None:
+               weights: np.ndarray, pixels: int, finish: Finish, *, store: PixelStore) -> list[Stmt] | None:
     """The convolution of one image's `pixels` (x read as [0][c][0][p]) by `weights` ([M][C],
     less their zero points), each sum starting from `start` [M] (bias and x's zero-point term),
     finished (`finish(sum, m)`) and stored by `store(m, p, value)`; None where the weights do not

@@ -28,7 +28,7 @@ from aot.lowering.context import LoweringContext
 from aot.lowering.parallel import parallel_blocks, pays
 from aot.lowering.registry import register
 from aot.ops.attrs import fail, required_input
-from aot.ops.contraction.register_tiles import Reduction, register_tile
+from aot.ops.contraction.register_tiles import Reduction, TileOperands, TileOutput, register_tile
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.gemm import pack_column_panels, packed_tile_shape
 from aot.ops.quantized.tensor_params import MS_DOMAIN
@@ -148,10 +148,11 @@ def _emit(node: Node, ctx: LoweringContext, a: Tensor, weight: PackedWeight, bia
             def tail(i: int, j: Expr, value: Expr) -> Expr:
                 return finish(value, i0 + i, j0 + j)
             return register_tile(kb, "float32", ctx.tiles.lanes, count, width, Reduction((k,)),
-                                 a_at=lambda i, kk: av.load([i0 + i, kk[0]]),
-                                 b_base=lambda kk: (scratch, kk[0] * width), init=[const(0.0, "float32")] * count,
-                                 out=yv.buffer, out_at=lambda i, j: yv.index([i0 + i, j0]) + j,
-                                 finish=tail if needs_finish else None)
+                                 TileOperands(a_at=lambda i, kk: av.load([i0 + i, kk[0]]),
+                                              b_base=lambda kk: (scratch, kk[0] * width)),
+                                 TileOutput(init=[const(0.0, "float32")] * count, out=yv.buffer,
+                                            out_at=lambda i, j: yv.index([i0 + i, j0]) + j,
+                                            finish=tail if needs_finish else None))
         return _dequantize_panel(kb, panels, j0, width) + blocks(kb, m, rows, row_block, "i")
 
     ctx.emit(kb, blocks(kb, n, cols, column_block, "j"))

@@ -19,7 +19,7 @@ from aot.kernel.ir import INDEX, Buffer, Expr, Stmt, const
 from aot.lowering.builder import KernelBuilder
 from aot.lowering.context import LoweringContext
 from aot.lowering.tiles import TileConfig
-from aot.ops.contraction.register_tiles import Reduction, register_tile
+from aot.ops.contraction.register_tiles import Reduction, TileOperands, TileOutput, register_tile
 from aot.ops.contraction.row_updates import blocks
 from aot.ops.gemm import matmul_tile_shape, pack_column_panels
 from aot.ops.scratch import scratch_tensor
@@ -35,7 +35,7 @@ def tile_shape(tiles: TileConfig, dtype: str, m: int, n: int) -> tuple[int, int]
 
 
 def transposed_panels(ctx: LoweringContext, kb: KernelBuilder, node: Node, weight: Tensor, direction: int,
-                      lo: int, hi: int, cols: int, role: str) -> tuple[Buffer, list[Stmt]]:
+                      lo: int, hi: int, cols: int, *, role: str) -> tuple[Buffer, list[Stmt]]:
     """B = weight[direction, lo:hi, :]^T ([k, hi - lo]) as column panels `cols` wide: the buffer
     (a kernel parameter named `role`), and the statements that fill it at run time (none for a
     constant weight)."""
@@ -59,8 +59,8 @@ def transposed_panels(ctx: LoweringContext, kb: KernelBuilder, node: Node, weigh
 
 
 def panel_product(kb: KernelBuilder, lanes: int, dtype: str, rows: int, n: int, k: int, shape: tuple[int, int],
-                  panels: Buffer, a_at: Callable[[int, Expr], Expr], out: Buffer, out_at: Callable[[int, Expr], Expr],
-                  finish: Callable[[int, Expr, Expr], Expr] | None) -> list[Stmt]:
+                  panels: Buffer, *, a_at: Callable[[int, Expr], Expr], out: Buffer,
+                  out_at: Callable[[int, Expr], Expr], finish: Callable[[int, Expr, Expr], Expr] | None) -> list[Stmt]:
     """out[out_at(i, j)] = finish(i, j, sum_r a_at(i, r) * B[r, j]) for i < rows, j < n, B in
     `panels` (column panels shape[1] wide), as register tiles of `shape`: a loop over the full
     panels, then the narrower last one. The row blocks are written out (rows are few: the
@@ -78,10 +78,10 @@ def panel_product(kb: KernelBuilder, lanes: int, dtype: str, rows: int, n: int, 
                     return finish(i0 + i, j0 + j, value)
             stmts += register_tile(
                 kb, dtype, lanes, count, width, Reduction((k,)),
-                a_at=lambda i, r, i0=i0: a_at(i0 + i, r[0]),
-                b_base=lambda r: (panels, j0 * k + r[0] * width),
-                init=[const(0.0, dtype)] * count, out=out,
-                out_at=lambda i, j, i0=i0: out_at(i0 + i, j0 + j), finish=tail)
+                TileOperands(a_at=lambda i, r, i0=i0: a_at(i0 + i, r[0]),
+                             b_base=lambda r: (panels, j0 * k + r[0] * width)),
+                TileOutput(init=[const(0.0, dtype)] * count, out=out,
+                           out_at=lambda i, j, i0=i0: out_at(i0 + i, j0 + j), finish=tail))
         return stmts
 
     return blocks(kb, n, cols, column_block, "j")

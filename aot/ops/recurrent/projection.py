@@ -54,7 +54,7 @@ def _emit_segment(ctx: LoweringContext, node: Node, x: Tensor, w: Tensor, bias: 
     bv = kb.input(bias) if bias is not None else None
     n = seg.hi - seg.lo
     shape = tile_shape(ctx.tiles, dt, rows, n)
-    panels, pack = transposed_panels(ctx, kb, node, w, d, seg.lo, seg.hi, shape[1], "w_panels")
+    panels, pack = transposed_panels(ctx, kb, node, w, d, seg.lo, seg.hi, shape[1], role="w_panels")
 
     def finish(value: Expr, i: Expr, j: Expr) -> Expr:
         if bv is None:

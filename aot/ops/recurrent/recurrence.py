@@ -155,7 +155,7 @@ class _Recurrence:
     def panels(self, lo: int, hi: int) -> Buffer:
         shape = tile_shape(self.ctx.tiles, self.dt, self.s.batch, hi - lo)
         buffer, stmts = transposed_panels(self.ctx, self.kb, self.node, self.t.r, self.d, lo, hi, shape[1],
-                                          "r_panels")
+                                          role="r_panels")
         self.packing += stmts
         return buffer
 

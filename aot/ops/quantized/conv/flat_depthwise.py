@@ -74,7 +74,7 @@ def _channel_plane(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tenso
 
 
 def flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: Tensor, x_zp: Expr,
-                    weights: Buffer, init: PerIndex, finish: Finish,
+                    weights: Buffer, init: PerIndex, *, finish: Finish,
                     store: Callable[[Expr, Expr, Expr, Expr, Expr], Stmt], pairs: bool = False) -> list[Stmt]:
     """depthwise_conv over each plane as one long row, per chunk of output rows: the chunk's input
     rows are copied from the padded planes to float32 "phase planes" (PhasePlanes), where tap (kh, kw) of output pixel p
@@ -94,14 +94,83 @@ def flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvG
     phases = PhasePlanes(g)
     rows = max(1, min(out_h, FLAT_DEPTHWISE_SUMS // phases.width))  # output rows per chunk
     span = _whole_steps(rows * phases.width)
-    dtype = finish(const(0, ACCUMULATOR), const(0, INDEX)).dtype
+    in_vectors = _hand_vectorised(ctx)
+    scratch = _flat_scratch(node, ctx, kb, x, g, x_zp, phases, span=span, pairs=pairs,
+                            dtype=finish(const(0, ACCUMULATOR), const(0, INDEX)).dtype)
+    in_float = scratch.in_float
+
+    def chunk(n: Expr, m: Expr, at: list[Expr], locals_: list[Var], start: Var, row0: Expr,
+              count: int) -> list[Stmt]:
+        base, read, copies = _chunk_source(kb, scratch, phases, at, row0, count)
+
+        def taps(at: Expr, lanes: int = 1) -> list[Expr]:
+            """Pixel `at`'s taps (Loads), or those of `lanes` pixels from it (VecLoads: armv7's pairs)."""
+            starts = [base + at + phases.used.index(phase) * scratch.plane + offset for phase, offset in phases.taps]
+            return [Load(read, i) if lanes == 1 else VecLoad(read, i, lanes) for i in starts]
+
+        def output(i: list[Expr]) -> list[Stmt]:
+            oh, ow = i
+            return [store(n, m, row0 + oh, ow, Load(scratch.finished, oh * phases.width + ow))]
+
+        summed = lambda i: tap_sum(taps(i[0]), locals_, start, in_float, pairs)  # noqa: E731
+        in_pairs = lambda at: tap_pair_vectors(kb, taps(at, TAP_PAIR_LANES), locals_, start, scratch.sums, at)  # noqa: E731
+
+        computed = _finished_pixels(kb, _whole_steps(count * phases.width), summed, lambda value: finish(value, m),
+                                    scratch.finished, scratch.sums, in_vectors,
+                                    in_pairs if in_vectors and pairs else None)
+        return copies + computed + kb.loops([count, out_w], output, prefix="q")
+
+    def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
+        body, locals_, start = channel_locals(kb, weights, init, m, len(phases.taps),
+                                               "float32" if in_float else "int8" if pairs else ACCUMULATOR)
+        return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, m, at, locals_, start, row0, count), "c")
+
+    def group_planes(idx: list[Expr]) -> list[Stmt]:
+        n, group = idx
+        copy, at = scratch.plane_copy(n, group)
+        return copy + kb.loops([per_group], lambda j: channel(n, group * per_group + j[0], at), prefix="j")
+
+    return scratch.setup + kb.loops([g.batch, g.groups], group_planes)
+
+
+@dataclass(frozen=True)
+class _FlatScratch:
+    """flat_depthwise's scratch: the chunk's `finished` values; the padded `planes` (or the input
+    itself) and `plane_copy`, which fills them per image and channel; the phase planes `floats`,
+    each `plane` elements (None when the sums read `planes` directly); the split `sums` (or None);
+    and the `setup` that runs before the loops (the fills). `in_float`: the sums are float32."""
+
+    finished: Buffer
+    planes: View
+    plane_copy: Callable[[Expr, Expr], tuple[list[Stmt], list[Expr]]]
+    floats: Buffer | None
+    plane: int
+    sums: Buffer | None
+    setup: list[Stmt]
+    in_float: bool
+
+
+def _chunk_source(kb: KernelBuilder, scratch: _FlatScratch, phases: PhasePlanes, at: list[Expr], row0: Expr,
+                  count: int) -> tuple[Expr, Buffer, list[Stmt]]:
+    """Where the taps of a chunk of `count` output rows from row0 (of the plane `at`) read: the
+    index of its first pixel, the buffer, and the copies that fill it (into the phase planes)."""
+    planes, floats = scratch.planes, scratch.floats
+    if floats is None:
+        return planes.index([*at, row0, const(0, INDEX)]), planes.buffer, []
+    copies = [stmt for k, phase in enumerate(phases.used)
+              for stmt in phases.copy(kb, planes, *at, row0, count, phase, floats, base=k * scratch.plane)]
+    return const(0, INDEX), floats, copies
+
+
+def _flat_scratch(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: Tensor, g: ConvGeometry, x_zp: Expr,
+                  phases: PhasePlanes, *, span: int, pairs: bool, dtype: str) -> _FlatScratch:
+    """The scratch of flat_depthwise's chunks of `span` pixels, whose finished values are `dtype`."""
     finished = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(dtype), "finished")).buffer
     plane = span + phases.reach
     # Float sums where int8 lanes need a widening and a 32-bit multiply per tap (x86); the ARM
     # targets keep integer planes: their compilers' widening multiply-adds (smlal) ran fewer
     # instructions under qemu than the float form (LLVM, DS-CNN rpi4: 2.77M against 3.13M).
     in_float = sums_in_float(ctx.tiles)
-    in_vectors = _hand_vectorised(ctx)
     # Integer sums at unit stride read the padded planes themselves (the single phase), past
     # whose end a slack of the zero point covers the last chunk's discarded pixels.
     direct = not in_float and g.strides == (1, 1)
@@ -112,47 +181,11 @@ def flat_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvG
                                                           "phase_planes")).buffer
     sums = kb.output(scratch_tensor(ctx, node, (span,), np.dtype(ACCUMULATOR), "sums")).buffer \
         if _split_sums(ctx, pairs) else None
-
-    def chunk(n: Expr, m: Expr, at: list[Expr], locals_: list[Var], start: Var, row0: Expr,
-              count: int) -> list[Stmt]:
-        if floats is None:
-            base, read, copies = planes.index([*at, row0, const(0, INDEX)]), planes.buffer, []
-        else:
-            base, read = const(0, INDEX), floats
-            copies = [stmt for k, phase in enumerate(phases.used)
-                      for stmt in phases.copy(kb, planes, *at, row0, count, phase, floats, k * plane)]
-
-        def taps(at: Expr, lanes: int = 1) -> list[Expr]:
-            """Pixel `at`'s taps (Loads), or those of `lanes` pixels from it (VecLoads: armv7's pairs)."""
-            starts = [base + at + phases.used.index(phase) * plane + offset for phase, offset in phases.taps]
-            return [Load(read, i) if lanes == 1 else VecLoad(read, i, lanes) for i in starts]
-
-        def output(i: list[Expr]) -> list[Stmt]:
-            oh, ow = i
-            return [store(n, m, row0 + oh, ow, Load(finished, oh * phases.width + ow))]
-
-        summed = lambda i: tap_sum(taps(i[0]), locals_, start, in_float, pairs)  # noqa: E731
-        in_pairs = lambda at: tap_pair_vectors(kb, taps(at, TAP_PAIR_LANES), locals_, start, sums, at)  # noqa: E731
-
-        computed = _finished_pixels(kb, _whole_steps(count * phases.width), summed, lambda value: finish(value, m),
-                                    finished, sums, in_vectors, in_pairs if in_vectors and pairs else None)
-        return copies + computed + kb.loops([count, out_w], output, prefix="q")
-
-    def channel(n: Expr, m: Expr, at: list[Expr]) -> list[Stmt]:
-        body, locals_, start = channel_locals(kb, weights, init, m, len(phases.taps),
-                                               "float32" if in_float else "int8" if pairs else ACCUMULATOR)
-        return body + blocks(kb, out_h, rows, lambda row0, count: chunk(n, m, at, locals_, start, row0, count), "c")
-
-    def group_planes(idx: list[Expr]) -> list[Stmt]:
-        n, group = idx
-        copy, at = plane_copy(n, group)
-        return copy + kb.loops([per_group], lambda j: channel(n, group * per_group + j[0], at), prefix="j")
-
     # Positions no chunk writes (past a phase's last column or row) feed discarded sums only;
     # zeroed once, they are finite numbers whatever ran before.
     zero = [] if floats is None else kb.loops([floats.size], lambda i: [Store(floats, i[0], const(0, element))],
                                               prefix="z")
-    return fills + zero + kb.loops([g.batch, g.groups], group_planes)
+    return _FlatScratch(finished, planes, plane_copy, floats, plane, sums, fills + zero, in_float)
 
 
 @dataclass(frozen=True)
@@ -190,7 +223,7 @@ class PhasePlanes:
         return max(offsets) // self.width, self.g.out_spatial[1] + max(o % self.width for o in offsets)
 
     def copy(self, kb: KernelBuilder, planes: View, n: Expr, c: Expr, row0: Expr, count: int,
-             phase: tuple[int, int], floats: Buffer, base: int) -> list[Stmt]:
+             phase: tuple[int, int], floats: Buffer, *, base: int) -> list[Stmt]:
         """`phase`'s rows that output rows row0 .. row0 + count - 1 read, as floats at `base`,
         from the padded planes ([n][c][row][column]): with unit stride one run of whole rows."""
         (ph, pw), (s_h, s_w) = phase, self.g.strides

@@ -211,15 +211,15 @@ def _depthwise(job: _Packed, form: IntegerConvForm) -> list[Stmt]:
         float_start = (conv.bias is None or conv.bias.is_constant) and float_start_fits(
             job.weights.reshape(m_count, taps), None if bias is None else np.asarray(bias))
         init = folded_bias(node, ctx, kb, conv, job.sums, const(0, ACCUMULATOR))  # the copies hold x - x_zp
-        return masked_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, float_start, job.finish,
-                                job.out_store, form.lanes, job.overlap)
+        return masked_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, float_start=float_start,
+                                finish=job.finish, store=job.out_store, lanes=form.lanes, overlap=job.overlap)
     init = folded_bias(node, ctx, kb, conv, job.sums, job.x_zp)
     if form.kind == "shifted_depthwise":
-        return shifted_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, job.finish, job.out_store,
-                                 form.lanes, job.overlap)
+        return shifted_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, finish=job.finish,
+                                 store=job.out_store, lanes=form.lanes, overlap=job.overlap)
     if form.kind == "flat_depthwise":
-        return flat_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, job.finish, job.out_store,
-                              tap_pairs(ctx, conv, job.weights))
+        return flat_depthwise(node, ctx, kb, g, conv.x, job.x_zp, packed, init, finish=job.finish, store=job.out_store,
+                              pairs=tap_pairs(ctx, conv, job.weights))
     copy, planes = padded_planes(node, ctx, kb, conv.x, g, job.x_zp)
     return copy + depthwise_conv(kb, g, planes, packed, init, job.finish, job.out_store)
 
@@ -243,8 +243,9 @@ def _tiles(job: _Packed, form: IntegerConvForm, *, flat: bool) -> list[Stmt]:
         taps = g.kernel[0] * g.kernel[1]
         copy, columns, tap_g = tap_columns(node, ctx, kb, x, g, x_fill)
         return copy + tiled_form(node, ctx, kb, conv, tap_g, columns, weights.reshape(g.out_channels, taps, 1, 1),
-                                 x_zp, folded, job.finish, job.store, flat, job.overlap)
-    return tiled_form(node, ctx, kb, conv, g, x, weights, x_zp, folded, job.finish, job.store, flat, job.overlap)
+                                 x_zp, init=folded, finish=job.finish, store=job.store, flat=flat, overlap=job.overlap)
+    return tiled_form(node, ctx, kb, conv, g, x, weights, x_zp, init=folded, finish=job.finish, store=job.store,
+                      flat=flat, overlap=job.overlap)
 
 
 def _dot(job: _Packed) -> list[Stmt]:

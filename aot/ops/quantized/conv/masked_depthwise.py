@@ -154,7 +154,7 @@ class _Layout:
 
 
 def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: Tensor,
-                     x_zp: Expr, weights: Buffer, init: PerIndex, float_start: bool, finish: Finish,
+                     x_zp: Expr, weights: Buffer, init: PerIndex, *, float_start: bool, finish: Finish,
                      store: StoreAt, lanes: int, overlap: bool) -> list[Stmt]:
     """The convolution (masked_period applies), storing output pixel p of plane (n, m) at
     store(n, m, 0, p). `init`: each channel's start without the x_zero_point term (the copies
@@ -183,23 +183,8 @@ def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Con
         return cast(cast(Load(src, i), ACCUMULATOR), "float32") - zero_point
 
     def copy(n: Expr, group: Expr, slot: Expr) -> list[Stmt]:
-        plane = (n * g.channels + group) * plane_size
-        if floats is None:
-            rows = layout.rows(0)
-            at = layout.base(slot, (0, 0)) + (rows.start - layout.first_row) * layout.width
-            first = plane + rows.start * layout.width
-            return _vector_run(kb, len(rows) * layout.width, lanes, lambda i: Store(copies, at + i, value(first + i)))
-        if split:
-            return _split_rows(kb, layout, lanes, floats, copies, slot, lambda i: value(plane + i))
-        out = _vector_run(kb, plane_size, lanes, lambda i: Store(floats, i, value(plane + i)))
-        (s_h, s_w), width = g.strides, layout.width
-        for a, b in layout.keys:
-            rows, columns, base = layout.rows(a), layout.columns(b), layout.base(slot, (a, b))
-            if rows and columns > 0:
-                out += kb.loops([len(rows), columns], lambda i, a=a, b=b, rows=rows, base=base: [Store(
-                    copies, base + (i[0] + (rows.start - layout.first_row)) * width + i[1],
-                    Load(floats, ((i[0] + rows.start) * s_h + a) * layout.in_w + i[1] * s_w + b))], prefix="s")
-        return out
+        return _copy_plane(kb, layout, (n * g.channels + group) * plane_size, slot, strides=g.strides, lanes=lanes,
+                           copies=copies, floats=floats, split=split, value=value)
 
     def outputs(n: Expr, group: Expr, slot: Expr, j: Expr) -> list[Stmt]:
         m = group * per_group + j
@@ -224,6 +209,29 @@ def masked_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: Con
     channels = kb.loops([g.batch], lambda n: blocks(kb, g.groups, block, lambda first, count: block_of(
         n[0], first, count), "b"), prefix="n")
     return zero + layout.fill_masks(kb, masks) + channels
+
+
+def _copy_plane(kb: KernelBuilder, layout: _Layout, plane: Expr, slot: Expr, *, strides: tuple[int, ...],
+                lanes: int, copies: Buffer, floats: Buffer | None, split: bool,
+                value: Callable[[Expr], Expr]) -> list[Stmt]:
+    """The input plane starting at element `plane` copied into `copies`' `slot` as `value`s (x -
+    x_zero_point in float32): one run, or through the plane converted to `floats` first."""
+    if floats is None:
+        rows = layout.rows(0)
+        at = layout.base(slot, (0, 0)) + (rows.start - layout.first_row) * layout.width
+        first = plane + rows.start * layout.width
+        return _vector_run(kb, len(rows) * layout.width, lanes, lambda i: Store(copies, at + i, value(first + i)))
+    if split:
+        return _split_rows(kb, layout, lanes, floats, copies, slot, lambda i: value(plane + i))
+    out = _vector_run(kb, layout.in_h * layout.in_w, lanes, lambda i: Store(floats, i, value(plane + i)))
+    (s_h, s_w), width = strides, layout.width
+    for a, b in layout.keys:
+        rows, columns, base = layout.rows(a), layout.columns(b), layout.base(slot, (a, b))
+        if rows and columns > 0:
+            out += kb.loops([len(rows), columns], lambda i, a=a, b=b, rows=rows, base=base: [Store(
+                copies, base + (i[0] + (rows.start - layout.first_row)) * width + i[1],
+                Load(floats, ((i[0] + rows.start) * s_h + a) * layout.in_w + i[1] * s_w + b))], prefix="s")
+    return out
 
 
 def _masked_sum(layout: _Layout, taps: list[Expr], weights: list[Var], mask: Callable[[int], Expr],

@@ -126,7 +126,7 @@ def _copy(kb: KernelBuilder, layout: _Layout, shifted: Buffer, read: Callable[[E
 
 
 def shifted_depthwise(node: Node, ctx: LoweringContext, kb: KernelBuilder, g: ConvGeometry, x: Tensor,
-                      x_zp: Expr, weights: Buffer, init: PerIndex, finish: Finish, store: StoreAt, lanes: int,
+                      x_zp: Expr, weights: Buffer, init: PerIndex, *, finish: Finish, store: StoreAt, lanes: int,
                       overlap: bool) -> list[Stmt]:
     """The convolution (vector_lanes gave `lanes`), storing output pixel p of plane (n, m) at
     store(n, m, 0, p): the caller's store indexes the output flat. `overlap`: storing an output

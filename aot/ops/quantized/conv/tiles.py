@@ -64,7 +64,7 @@ def tap_columns(node: Node, ctx: LoweringContext, kb: KernelBuilder, x: View, g:
 
 
 def tiled_form(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: IntegerConv, g: ConvGeometry, x: View,
-           weights: np.ndarray, x_zp: Expr, init: Callable[[], PerIndex], finish: Finish, store: StoreAt,
+           weights: np.ndarray, x_zp: Expr, *, init: Callable[[], PerIndex], finish: Finish, store: StoreAt,
            flat: bool, overlap: bool) -> list[Stmt]:
     """The int8 register tile (integer_tiles.py) over input `x` ([n][c][h][w] of geometry `g`).
     A 1x1 convolution without stride or padding over rows narrower than a tile runs over the
@@ -97,8 +97,9 @@ def tiled_form(node: Node, ctx: LoweringContext, kb: KernelBuilder, conv: Intege
         start = constant_start(conv, columns.sum(axis=1), scalar(kb, conv.x_zero_point, 0, conv.x.dtype.name))
         zero = const(0, INDEX)
         rows = None if start is None else pixel_rows(node, ctx, kb, x, start, columns, pixels, finish,
-                                                     lambda m, p, value: out_store(zero, m, zero, p, value))
+                                                     store=lambda m, p, value: out_store(zero, m, zero, p, value))
         if rows is not None:
             return rows
-    return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init(), finish, out_store, lanes, accumulators, overlap)
+    return tiled_conv(node, ctx, kb, g, x, weights, x_zp, init(), finish=finish, store=out_store, lanes=lanes,
+                      accumulators=accumulators, overlap=overlap)
 
