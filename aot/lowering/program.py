@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from aot.errors import NodeError
 from aot.ir.graph import Graph, Node, Tensor
+from aot.ir.internal_attrs import BAND_ASSEMBLY
 from aot.kernel.ir import Kernel, Load, Store
 from aot.kernel.unread import untouched_params
 from aot.lowering.builder import BroadcastError
@@ -16,7 +17,6 @@ from aot.lowering.context import LoweringContext
 from aot.lowering.fusion import FusionPlan, plan_fusion
 from aot.lowering.registry import lowering_for
 from aot.lowering.tiles import DEFAULT_TILES, TileConfig
-from aot.ops.layout import BAND_ASSEMBLY
 
 INPUT, OUTPUT, ARENA, WEIGHT = "input", "output", "arena", "weight"
 

@@ -5,16 +5,13 @@ size-1 axes (the bytes are in the same order: a view)."""
 from __future__ import annotations
 
 from aot.ir.graph import Node
+from aot.ir.internal_attrs import BAND_ASSEMBLY
 from aot.kernel.ir import Expr, Stmt
 from aot.lowering.builder import View
 from aot.lowering.context import LoweringContext
 from aot.lowering.registry import register
 from aot.ops.attrs import fail, normalize_axis, required_input
 
-# A Concat the patch rewrite (aot/passes/row_patches.py) made to gather the bands of a tensor:
-# lowered as one copy kernel per band, so each band's rows die right after their own copy
-# instead of all living until the last band is done.
-BAND_ASSEMBLY = "_aot_band_assembly"
 # A Concat of more inputs is copied by several kernels of this many inputs each, since gcc's
 # time grows with the square of a function's restrict pointers (a 1,000-input Concat's build).
 MAX_INPUTS_PER_KERNEL = 64

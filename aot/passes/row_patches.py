@@ -30,15 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.ir.graph import Graph, Node, Tensor
+from aot.ir.internal_attrs import BAND_ASSEMBLY, BAND_OF
 from aot.lowering.forms import FORMS
 from aot.ops.attrs import spatial_padding, window_output_size, window_steps
-from aot.ops.layout import BAND_ASSEMBLY
 
 WINDOW_OPS = ("Conv", "MaxPool", "AveragePool")
 Rows = tuple[int, int]
-# On every band's copy of a node: the node's output (its name), which names the node uniquely;
-# the --max-arena search gives all bands of a convolution the same form in one step.
-BAND_OF = "_aot_band_of"
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from aot.analysis import node_macs
 from aot.errors import AotError
 from aot.ir.graph import Graph, Node
+from aot.ir.internal_attrs import BAND_OF
 from aot.lowering.program import Program
 from aot.lowering.tiles import TileConfig
 from aot.ops.conv.lowering import conv_key
 from aot.ops.conv_forms import FORMED_OPS, Form, factor_key, forms_of, label_of
-from aot.passes.row_patches import BAND_OF
 from aot.planner.arena import PlannedProgram
 from aot.planner.memory import align_up
 
