@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from typing import Any
 
 from aot.errors import AotError
 from aot.resources import resource_dir
+from aot.targets.architectures import architecture_of, host_architecture
 from aot.targets.fields import OPTIONAL_FIELDS, REQUIRED_FIELDS, field_problem
 
 if sys.version_info >= (3, 11):
@@ -57,7 +57,11 @@ class Target:
 
     @property
     def pointer_bits(self) -> int:
-        """The width of pointers and size_t: 64 on x86_64/aarch64/riscv64..., 32 on ARMv7/Thumb etc."""
+        """The width of pointers and size_t (aot/targets/architectures.py; for an architecture aot
+        does not know, 64 where its name says so)."""
+        known = architecture_of(self.arch)
+        if known is not None:
+            return known.pointer_bits
         return 64 if "64" in self.arch or self.arch == "s390x" else 32
 
     @property
@@ -139,8 +143,9 @@ def list_targets() -> list[Target]:
 
 
 def host_target_name() -> str:
-    machine = platform.machine().lower()
-    return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(machine, "x86_64")
+    """The preset named after this machine's architecture (x86_64, aarch64, riscv64), else x86_64."""
+    host = host_architecture()
+    return host.family if host is not None and host.family in preset_names() else "x86_64"
 
 
 def host_preset_name() -> str:

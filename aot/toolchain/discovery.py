@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -21,8 +20,7 @@ from dataclasses import dataclass
 
 from aot.errors import BuildError
 from aot.targets import Target
-
-_HOST_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+from aot.targets.architectures import architecture_of, host_architecture
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,8 @@ class Toolchain:
 
 
 def is_host(target: Target) -> bool:
-    return target.os == "linux" and target.arch == _HOST_ARCH.get(platform.machine().lower(), "")
+    own = architecture_of(target.arch)
+    return target.os == "linux" and own is not None and own == host_architecture()
 
 
 def _zig_available() -> bool:

@@ -7,7 +7,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv"}
+from aot.targets.architectures import elf_machine_name
+
 EF_ARM_ABI_FLOAT_HARD = 0x400
 EF_ARM_EABI_MASK = 0xFF000000
 PT_INTERP = 3
@@ -50,7 +51,7 @@ def read_elf(path: str | Path) -> ElfInfo:
         e_phentsize, e_phnum = struct.unpack_from(endian + "HH", data, 42)
     has_interp = any(struct.unpack_from(endian + "I", data, e_phoff + i * e_phentsize)[0] == PT_INTERP
                      for i in range(e_phnum))
-    machine = MACHINES.get(e_machine, f"machine {e_machine}")
+    machine = elf_machine_name(e_machine)
     arm = machine == "arm"
     return ElfInfo(
         machine=machine, bits=bits, kind=ET_NAMES.get(e_type, f"type {e_type}"),

@@ -18,28 +18,14 @@ import llvmlite.binding as llvm
 
 from aot.errors import AotError
 from aot.targets import Target, host_preset_name, load_target, preset_names
+from aot.targets.architectures import ARCHITECTURES, Architecture, architecture_of, host_architecture
 
-EM_X86_64, EM_ARM, EM_AARCH64, EM_RISCV = 62, 40, 183, 243
 EF_ARM_EABI_VER5 = 0x05000000
 EF_ARM_ABI_FLOAT_HARD = 0x00000400
 _ELF32_E_FLAGS = 36  # byte offset of e_flags in an ELF32 header
 _ELF64_E_FLAGS = 48  # byte offset of e_flags in an ELF64 header
 EF_RISCV_FLOAT_ABI_MASK, EF_RISCV_FLOAT_ABI_DOUBLE = 0x6, 0x4
 
-
-@dataclass(frozen=True)
-class _Arch:
-    machine: int         # ELF e_machine
-    pointer_bits: int
-    host_names: tuple[str, ...]  # platform.machine() of hosts that run this architecture
-
-
-_ARCHES = {
-    "x86_64": _Arch(EM_X86_64, 64, ("x86_64", "amd64")),
-    "aarch64": _Arch(EM_AARCH64, 64, ("aarch64", "arm64")),
-    "arm": _Arch(EM_ARM, 32, ("armv7l", "armv8l")),
-    "riscv64": _Arch(EM_RISCV, 64, ("riscv64",)),
-}
 
 # Host CPU features (LLVM's names) that code tuned for these CPUs may use beyond their
 # architecture's baseline; used only to decide whether this machine can run an object.
@@ -54,13 +40,13 @@ _CPU_NEEDS = {
 }
 
 
-def _arch_family(arch: str) -> str:
-    if arch in ("x86_64", "aarch64", "riscv64"):
-        return arch
-    if arch.startswith(("arm", "thumb")):
-        return "arm"
-    raise AotError(f"the LLVM backend does not support architecture {arch!r} yet "
-                   f"(supported: x86_64, aarch64, 32-bit ARM / Thumb, riscv64)")
+def _architecture(arch: str) -> Architecture:
+    found = architecture_of(arch)
+    if found is None or not found.llvm_backend:
+        supported = ", ".join(a.family for a in ARCHITECTURES if a.llvm_backend)
+        raise AotError(f"the LLVM backend does not support architecture {arch!r} yet (supported: {supported}; "
+                       "arm takes 32-bit ARM and Thumb)")
+    return found
 
 
 @dataclass(frozen=True)
@@ -105,8 +91,8 @@ def normalize_triple(triple: str) -> str:
 
 def from_preset(preset: Target) -> LlvmTarget:
     triple = normalize_triple(preset.triple)
-    family = _arch_family(triple.split("-")[0])
-    arch = _ARCHES[family]
+    arch = _architecture(triple.split("-")[0])
+    family = arch.family
     environment = triple.split("-")[3]
     features = preset.features
     hard = False
@@ -119,16 +105,14 @@ def from_preset(preset: Target) -> LlvmTarget:
         if preset.float_abi == "soft":
             features = ",".join(f for f in (features, "+soft-float") if f)
     if preset.os == "none":
-        machines = ("arm%-none-eabi", "arm%-none-eabihf", "thumb%-none-eabi", "thumb%-none-eabihf") \
-            if family == "arm" else (f"{family}%-none-elf",)
-    elif family == "arm":
-        suffix = "eabihf" if hard else "eabi"
-        machines = (f"arm%-linux-gnu{suffix}", f"arm%-linux-musl{suffix}")
+        environments = ("eabi", "eabihf") if family == "arm" else ("elf",)
+        machines = tuple(f"{cc_arch}-none-{env}" for cc_arch in arch.compiler_arches for env in environments)
     else:
-        machines = (f"{family}%-linux-gnu", f"{family}%-linux-musl")
+        suffix = ("eabihf" if hard else "eabi") if family == "arm" else ""
+        machines = tuple(f"{arch.compiler_arches[0]}-linux-{libc}{suffix}" for libc in ("gnu", "musl"))
     return LlvmTarget(
         name=preset.name, triple=triple, cpu=preset.cpu, features=features, description=preset.description,
-        reloc="static" if preset.os == "none" else "pic", machine=arch.machine, pointer_bits=arch.pointer_bits,
+        reloc="static" if preset.os == "none" else "pic", machine=arch.elf_machine, pointer_bits=arch.pointer_bits,
         hard_float_arm=hard, unwind_tables=preset.os != "none", cc_machines=machines,
         cflags=preset.cflags)
 
@@ -142,11 +126,9 @@ def host_target() -> LlvmTarget:
     """The preset that best fits the machine aot runs on (`aot targets`, e.g. x86_64-v4-vnni on an
     AVX-512 VNNI CPU): what `--backend llvm` builds without --target, as the C backend's package
     is built with -march=native and tiled for this CPU (a baseline SSE2 object wastes the tiles)."""
-    machine = platform.machine().lower()
-    if platform.system() == "Linux":
-        for preset in ("x86_64", "aarch64"):
-            if preset in preset_names() and machine in _ARCHES[preset].host_names:
-                return get_target(host_preset_name())
+    host = host_architecture()
+    if platform.system() == "Linux" and host is not None and host.llvm_backend and host.family in preset_names():
+        return get_target(host_preset_name())
     raise AotError(f"--backend llvm: no default target for this {platform.system()} {platform.machine()} host; "
                    f"pass --target (one of: {', '.join(preset_names())}, or a .toml file)")
 
@@ -154,12 +136,8 @@ def host_target() -> LlvmTarget:
 def runs_on_host(triple: str, cpu: str, features: str) -> bool:
     """Whether this process's machine can link and execute objects for that triple and CPU."""
     arch, _, os_name, _ = normalize_triple(triple).split("-")
-    try:
-        family = _arch_family(arch)
-    except AotError:
-        return False
-    if os_name != "linux" or platform.system() != "Linux" or \
-            platform.machine().lower() not in _ARCHES[family].host_names:
+    own = architecture_of(arch)
+    if os_name != "linux" or platform.system() != "Linux" or own is None or own != host_architecture():
         return False
     if cpu in _CPU_NEEDS:
         needs = list(_CPU_NEEDS[cpu])
@@ -231,7 +209,7 @@ def emit_object(ir_text: str, spec: LlvmTarget, hidden: tuple[str, ...] = ()) ->
     obj = bytearray(machine.emit_object(module))
     if spec.hard_float_arm:
         _mark_arm_hard_float(obj)
-    if spec.machine == EM_RISCV:
+    if architecture_of(spec.arch) == architecture_of("riscv64"):
         _check_riscv_float_abi(obj, spec)
     return bytes(obj)
 
