@@ -180,6 +180,20 @@ def test_variadic_nodes_with_thousands_of_inputs(tmp_path: Path, op: str, inputs
     assert deepest <= 2 * MAX_HEIGHT  # in locals of bounded depth, not one expression 10,000 deep
 
 
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_thousands_of_graph_inputs_verify(tmp_path: Path, backend: str) -> None:
+    """3,000 inputs into one Concat: the C run function copies their pointers in chunks and the
+    LLVM one is left unoptimised past MANY_PORTS (aot/backends/llvm/module.py), where O3 took
+    minutes over its pointer checks."""
+    count = 3000
+    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, 2]) for i in range(count)]
+    graph = helper.make_graph([helper.make_node("Concat", [f"x{i}" for i in range(count)], ["y"], axis=0)], "many",
+                              inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [count, 2])])
+    path = tmp_path / "many.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert_verifies(path, backend)
+
+
 def test_register_tile_epilogue_stays_in_registers(tmp_path: Path) -> None:
     """A MatMul's fused chain is applied to the accumulators lane-wise (aot/kernel/vectorize.py),
     which rewrites the chain's DAG once per node, not once per path through it."""

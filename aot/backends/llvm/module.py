@@ -29,6 +29,9 @@ from aot.lowering.program import ARENA, INPUT, OUTPUT, WEIGHT
 from aot.planner.weights import WEIGHT_ALIGN
 from aot.targets.capabilities import instruction_set
 
+# Models with more inputs and outputs than this keep their run function unoptimised.
+MANY_PORTS = 256
+
 
 def _power_of_two_dividing(offset: int, cap: int) -> int:
     """The alignment a pointer `offset` bytes past a `cap`-aligned base is known to have."""
@@ -219,6 +222,10 @@ class ModelModule:
         fn = ir.Function(self.module, ir.FunctionType(t.I32, [t.PTR] * 4), f"{self.name}_run_impl")
         fn.linkage = "internal"
         fn.attributes.add("noinline")
+        if len(self.run.inputs) + len(self.run.outputs) > MANY_PORTS:
+            # LLVM's O3 passes take quadratic time over thousands of pointer checks (a 10,000-input
+            # Concat: minutes); the kernels it calls are optimised on their own.
+            fn.attributes.add("optnone")
         self._function_attributes(fn)
         inputs, outputs, arena, executor = fn.args
         inputs.name, outputs.name, arena.name, executor.name = "inputs", "outputs", "arena", "executor"
