@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 import aot.kernel.ir as core
 from aot.backends.llvm.intrinsics import LLVM_BUILDERS
 from aot.compiler import compile as compile_model
+from aot.errors import BuildError
 from aot.host.run import HostModel
 from aot.kernel.intrinsics import (
     INTRINSICS,
@@ -405,7 +406,7 @@ def test_each_operation_matches_its_numpy_meaning(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("target", ["rpi4", "rpi3"])
+@pytest.mark.parametrize("target", ["rpi4", "rpi3", "riscv64-rvv256"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 @pytest.mark.parametrize(("op", "probe"), _cases(NAMES))
 def test_each_operation_matches_its_numpy_meaning_under_qemu(monkeypatch: pytest.MonkeyPatch, op: str, probe: int,
@@ -415,7 +416,13 @@ def test_each_operation_matches_its_numpy_meaning_under_qemu(monkeypatch: pytest
     problem = cross_unavailable(target)
     if problem:
         pytest.skip(problem)
-    run_probe(monkeypatch, op, probe, backend, target, qemu=True)
+    try:
+        run_probe(monkeypatch, op, probe, backend, target, qemu=True)
+    except BuildError as e:
+        if "decode_save_opc" not in str(e):
+            raise
+        # qemu 7.2 (Debian 12) aborts on RVV's vfncvt.rtz; fixed in qemu 8.1 (qemu issue 1441)
+        pytest.xfail("qemu-riscv64 crashes translating a vector conversion (qemu issue 1441)")
 
 
 @pytest.mark.qemu
