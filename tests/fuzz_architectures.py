@@ -18,16 +18,14 @@ differs from onnxruntime beyond the tolerance; the failure prints the seed that 
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from tests.fuzz_graphs import GraphMaker
+from tests.fuzz_graphs import GraphMaker, run_seeds
 from tests.helpers import make_model
 
 ACTIVATIONS = ("relu", "silu", "hardswish", "relu6")
@@ -278,21 +276,7 @@ def check(seed: int, backend: str = "c") -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", default="c")
-    args = parser.parse_args(argv)
-    failures = []
-    start = time.time()
-    for seed in range(args.seed, args.seed + args.count):
-        problem = check(seed, args.backend)
-        if problem:
-            failures.append(problem)
-            print(problem, flush=True)
-    print(f"{args.count - len(failures)} passed, {len(failures)} failed ({args.count} architectures, backend "
-          f"{args.backend}, {time.time() - start:.0f} s)")
-    return 1 if failures else 0
+    return run_seeds(check, "architectures", argv, __doc__ or "")
 
 
 if __name__ == "__main__":

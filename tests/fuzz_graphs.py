@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -130,8 +131,11 @@ def check(seed: int, backend: str = "c") -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run_seeds(check_seed: Callable[[int, str], str | None], what: str, argv: list[str] | None,
+              description: str) -> int:
+    """The long-run command of a fuzzer: `check_seed` over --count seeds from --seed, each failure
+    printed as it is found, then the tally; exit code 1 when any failed."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="c")
@@ -139,16 +143,24 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     start = time.time()
     for seed in range(args.seed, args.seed + args.count):
-        try:
-            problem = check(seed, args.backend)
-        except Exception as e:  # a crash in aot is a finding too
-            problem = f"seed {seed}: {type(e).__name__}: {e}"
+        problem = check_seed(seed, args.backend)
         if problem:
             failures.append(problem)
             print(problem, flush=True)
-    print(f"{args.count - len(failures)} passed, {len(failures)} failed ({args.count} random graphs, backend "
+    print(f"{args.count - len(failures)} passed, {len(failures)} failed ({args.count} {what}, backend "
           f"{args.backend}, {time.time() - start:.0f} s)")
     return 1 if failures else 0
+
+
+def _checked(seed: int, backend: str) -> str | None:
+    try:
+        return check(seed, backend)
+    except Exception as e:  # a crash in aot is a finding too
+        return f"seed {seed}: {type(e).__name__}: {e}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_seeds(_checked, "random graphs", argv, __doc__ or "")
 
 
 if __name__ == "__main__":

@@ -135,14 +135,15 @@ def _lower(node: Node, ctx: LoweringContext, conv: IntegerConv, finish_for: Call
     finish = finish_for(kb)
     weights = centred_weights(conv)
     planar = conv.geometry.planar() if weights is not None else conv.geometry
-    form = _form(node, ctx, planar, weights, flat=_flat_output(epilogue, final))
+    flat = _flat_output(epilogue, final)
+    form = _form(node, ctx, planar, weights, flat=flat)
     if weights is None or form.kind == "direct":
         ctx.emit(kb, direct_conv(kb, conv, finish, store))
         return
     job = _Packed(node, ctx, kb, conv, weights, scalar(kb, conv.x_zero_point, 0, conv.x.dtype.name), finish, store,
                   overlap=not epilogue.inputs)
     if form.kind in ("tiles", "tap_columns"):
-        ctx.emit(kb, _tiles(job, form, flat=_flat_output(epilogue, final)))
+        ctx.emit(kb, _tiles(job, form, flat=flat))
     elif form.kind == "dot":
         ctx.emit(kb, _dot(job))
     else:
