@@ -421,8 +421,8 @@ def test_each_operation_matches_its_numpy_meaning_under_qemu(monkeypatch: pytest
     except BuildError as e:
         if "decode_save_opc" not in str(e):
             raise
-        # qemu 7.2 (Debian 12) aborts on RVV's vfncvt.rtz; fixed in qemu 8.1 (qemu issue 1441)
-        pytest.xfail("qemu-riscv64 crashes translating a vector conversion (qemu issue 1441)")
+        # qemu 7.2 (Debian 12) aborts translating RVV's vfncvt.rtz; qemu 8.1 translates it
+        pytest.xfail("qemu-riscv64 7.2 crashes translating a vector conversion (vfncvt.rtz)")
 
 
 @pytest.mark.qemu
