@@ -106,11 +106,9 @@ class _Block:
         return self.node("Split", [self.matmul(x, width, 3 * width), self.ints(width, width, width)], outputs=3,
                          axis=2)
 
-    def finish(self, name: str, inputs: dict[str, tuple[int, list[int]]], output: str, shape: list[int],
+    def finish(self, name: str, inputs: dict[str, tuple[int, list[int]]], output: str, *, shape: list[int],
                opset: int = 18) -> onnx.ModelProto:
-        for node in self.nodes:  # the last node's output becomes the graph's named output
-            node.input[:] = [output if i == self.nodes[-1].output[0] else i for i in node.input]
-        self.nodes[-1].output[0] = output
+        self.nodes[-1].output[0] = output  # the last node computes the graph's output
         graph = helper.make_graph(
             self.nodes, name, [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
             [helper.make_tensor_value_info(output, TensorProto.FLOAT, shape)], self.initializers)
@@ -125,7 +123,7 @@ def _float_input(seq: int, width: int) -> dict[str, tuple[int, list[int]]]:
     return {"hidden_states": (TensorProto.FLOAT, [1, seq, width])}
 
 
-def _eager_attention(g: _Block, x: str, seq: int, width: int, heads: int, *, fused_qkv: bool = False,
+def _eager_attention(g: _Block, x: str, seq: int, width: int, *, heads: int, fused_qkv: bool = False,
                      mask: str | None = None) -> str:
     """HF eager attention as the TorchScript exporter writes it: Q, K, V projections, K straight to
     [1, H, D, S], MatMul, Div by sqrt(D), the additive mask, Softmax, MatMul(v), output projection."""
@@ -144,11 +142,11 @@ def vit_block(tokens: int = 197, width: int = 192, heads: int = 3, *, fused_qkv:
               seed: int = 0) -> onnx.ModelProto:
     """A pre-LN ViT encoder layer: x + attn(LN(x)), then + MLP(LN(.)) with the Erf GELU."""
     g = _Block(seed)
-    attended = _eager_attention(g, g.layer_norm("hidden_states", width, 1e-12), tokens, width, heads,
+    attended = _eager_attention(g, g.layer_norm("hidden_states", width, 1e-12), tokens, width, heads=heads,
                                 fused_qkv=fused_qkv)
     residual = g.op("Add", attended, "hidden_states")
     g.op("Add", g.mlp(g.layer_norm(residual, width, 1e-12), width), residual)
-    return g.finish("vit_block", _float_input(tokens, width), "last_hidden_state", [1, tokens, width])
+    return g.finish("vit_block", _float_input(tokens, width), "last_hidden_state", shape=[1, tokens, width])
 
 
 def _extended_mask(g: _Block) -> str:
@@ -157,7 +155,7 @@ def _extended_mask(g: _Block) -> str:
     return g.op("Mul", g.op("Sub", g.scalar(1.0), mask), g.scalar(FLOAT32_MIN))
 
 
-def bert_encoder(layers: int = 2, tokens: int = 128, width: int = 256, heads: int = 4, vocab: int = 1000, *,
+def bert_encoder(layers: int = 2, tokens: int = 128, width: int = 256, heads: int = 4, *, vocab: int = 1000,
                  seed: int = 0) -> onnx.ModelProto:
     """Word and position embeddings (Gather), LayerNorm, then post-LN layers: LN(x + attn(x)),
     LN(. + MLP(.)), each attention masked by the padded attention_mask."""
@@ -170,11 +168,11 @@ def bert_encoder(layers: int = 2, tokens: int = 128, width: int = 256, heads: in
     hidden = g.layer_norm(embedded, width, 1e-12)
     mask = _extended_mask(g)
     for _ in range(layers):
-        hidden = g.layer_norm(g.op("Add", _eager_attention(g, hidden, tokens, width, heads, mask=mask), hidden),
+        hidden = g.layer_norm(g.op("Add", _eager_attention(g, hidden, tokens, width, heads=heads, mask=mask), hidden),
                               width, 1e-12)
         hidden = g.layer_norm(g.op("Add", g.mlp(hidden, width), hidden), width, 1e-12)
     ids = {name: (TensorProto.INT64, [1, tokens]) for name in ("input_ids", "attention_mask")}
-    return g.finish("bert_encoder", ids, "last_hidden_state", [1, tokens, width])
+    return g.finish("bert_encoder", ids, "last_hidden_state", shape=[1, tokens, width])
 
 
 def whisper_encoder_block(frames: int = 1500, width: int = 384, heads: int = 6, *, seed: int = 0) -> onnx.ModelProto:
@@ -191,7 +189,7 @@ def whisper_encoder_block(frames: int = 1500, width: int = 384, heads: int = 6, 
     context = g.op("MatMul", g.op("Softmax", scores, axis=-1), v)
     residual = g.op("Add", "hidden_states", g.matmul(g.merge_heads(context, frames, width), width, width))
     g.op("Add", residual, g.mlp(g.layer_norm(residual, width), width))
-    return g.finish("whisper_encoder_block", _float_input(frames, width), "last_hidden_state", [1, frames, width])
+    return g.finish("whisper_encoder_block", _float_input(frames, width), "last_hidden_state", shape=[1, frames, width])
 
 
 def _causal_scores(g: _Block, scores: str, tokens: int, mask_style: str) -> str:
@@ -219,7 +217,7 @@ def causal_decoder_block(tokens: int = 64, width: int = 256, heads: int = 4, *, 
     attended = g.matmul(g.merge_heads(g.op("MatMul", probs, v), tokens, width), width, width)
     residual = g.op("Add", attended, "hidden_states")
     g.op("Add", residual, g.mlp(g.layer_norm(residual, width), width, gelu="tanh"))
-    return g.finish("causal_decoder_block", _float_input(tokens, width), "last_hidden_state", [1, tokens, width])
+    return g.finish("causal_decoder_block", _float_input(tokens, width), "last_hidden_state", shape=[1, tokens, width])
 
 
 def sdpa_export_block(tokens: int = 64, width: int = 128, heads: int = 2, *, mask: bool = False,
@@ -240,18 +238,18 @@ def sdpa_export_block(tokens: int = 64, width: int = 128, heads: int = 2, *, mas
     inputs = _float_input(tokens, width)
     if mask:
         inputs["attn_mask"] = (TensorProto.FLOAT, [1, 1, tokens, tokens])
-    return g.finish("sdpa_export_block", inputs, "last_hidden_state", [1, tokens, width])
+    return g.finish("sdpa_export_block", inputs, "last_hidden_state", shape=[1, tokens, width])
 
 
 # -- weight-only quantisation -----------------------------------------------------------------
 
-_CODES = {8: (TensorProto.INT8, -128, 127), 4: (TensorProto.INT4, -8, 7)}
+_CODES = {8: (-128, 127), 4: (-8, 7)}  # the signed codes' range per bit width
 
 
 def _quantized(weight: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Asymmetric codes of `weight` [K, N], with scales and zero points per column (block 0) or
     per block of `block` rows and column ([ceil(K / block), N])."""
-    _, low, high = _CODES[bits]
+    low, high = _CODES[bits]
     k = weight.shape[0]
     rows = block or k
     blocks = -(-k // rows)
