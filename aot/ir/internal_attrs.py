@@ -8,3 +8,8 @@ BAND_ASSEMBLY = "_aot_band_assembly"
 # On every band's copy of a node: the node's output (its name), which names the node uniquely;
 # the --max-arena search gives all bands of a convolution the same form in one step.
 BAND_OF = "_aot_band_of"
+# On a node a pass made from several of the model's nodes: their names, which name its kernel.
+FUSED_FROM = "_aot_fused_from"
+
+# The domain of ops only aot's own passes write (never accepted from a model).
+INTERNAL_DOMAIN = "aot.internal"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from aot.ir.graph import qualified_op_type
+from aot.ir.internal_attrs import INTERNAL_DOMAIN
 
 if TYPE_CHECKING:
     from aot.ir.graph import Node
@@ -47,7 +48,8 @@ def register(*op_types: str, constant_inputs: Sequence[int] = (), domain: str = 
 
 
 def is_supported(domain: str, op_type: str) -> bool:
-    return qualified_op_type(domain, op_type) in _LOWERINGS
+    """Whether a model's node of this op can be compiled (aot's internal ops are not a model's)."""
+    return domain != INTERNAL_DOMAIN and qualified_op_type(domain, op_type) in _LOWERINGS
 
 
 def lowering_for(op_type: str, domain: str = "") -> LowerFn:
@@ -60,5 +62,6 @@ def constant_inputs(op_type: str, domain: str = "") -> tuple[int, ...]:
 
 
 def registered_op_types() -> list[str]:
-    """Every registered op by its qualified name (`Conv`, `com.microsoft::QLinearAdd`), sorted."""
-    return sorted(_LOWERINGS)
+    """Every op a model may use by its qualified name (`Conv`, `com.microsoft::QLinearAdd`), sorted."""
+    internal = qualified_op_type(INTERNAL_DOMAIN, "")
+    return sorted(op for op in _LOWERINGS if not op.startswith(internal))

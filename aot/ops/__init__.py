@@ -1,6 +1,7 @@
 """ONNX op lowerings, one module per family. Importing this package registers them all."""
 
 from aot.ops import (  # noqa: F401
+    attention,
     conv,
     conv_transpose,
     einsum,

@@ -69,7 +69,7 @@ def lower_softmax(node: Node, ctx: LoweringContext) -> None:
     kb = ctx.builder(node)
     xv = View(kb.input(x).buffer, (outer, length, inner))
     yv = View(kb.output(y).buffer, (outer, length, inner))
-    rows = _Rows(kb, xv, yv, y.dtype.name, node.op_type == "LogSoftmax", length)
+    rows = SoftmaxRows(kb, xv, yv, y.dtype.name, node.op_type == "LogSoftmax", length)
     lanes = ctx.tiles.width_for(inner if inner > 1 else length) if y.dtype.name == "float32" else 1
     if lanes == 1:
         body = kb.loops([outer, inner], lambda idx: rows.scalar(idx[0], idx[1]))
@@ -81,7 +81,7 @@ def lower_softmax(node: Node, ctx: LoweringContext) -> None:
     ctx.emit(kb, body)
 
 
-class _Rows:
+class SoftmaxRows:
     """The statements for rows of `length` elements of x (read through xv) into y (yv)."""
 
     def __init__(self, kb: KernelBuilder, xv: View, yv: View, dtype: str, log: bool, length: int) -> None:
@@ -101,18 +101,15 @@ class _Rows:
         if self.log:
             stmts += self._over_row(lambda r: [
                 Assign(total, total + unary("exp", xv.load([o, r[0], i]) - peak))])
-            shift = kb.var("lse", dt)
-            stmts.append(Declare(shift, peak + unary("log", total)))
-            return stmts + self._over_row(lambda r: [yv.store([o, r[0], i], xv.load([o, r[0], i]) - shift)])
+            return stmts + self._finish(o, i, peak, total)
+        shift = self._shift(peak, stmts)
 
         def exp_store(r: list[Expr]) -> list[Stmt]:
             e = kb.var("e", dt)
-            return [Declare(e, unary("exp", xv.load([o, r[0], i]) - peak)), yv.store([o, r[0], i], e),
+            return [Declare(e, unary("exp", xv.load([o, r[0], i]) - shift)), yv.store([o, r[0], i], e),
                     Assign(total, total + e)]
         stmts += self._over_row(exp_store)
-        inv = kb.var("inv", dt)
-        stmts.append(Declare(inv, const(1.0, dt) / total))
-        return stmts + self._over_row(lambda r: [yv.store([o, r[0], i], yv.load([o, r[0], i]) * inv)])
+        return stmts + self._finish(o, i, peak, total)
 
     def contiguous(self, o: Expr, lanes: int) -> list[Stmt]:
         """One row of contiguous elements: vector max and sum along it (see the module docstring)."""
@@ -127,7 +124,8 @@ class _Rows:
         stmts += [Assign(acc, VecMax(VecLoad(x_buf, base + s, lanes), acc)) for s in starts[1:]]
         peak = kb.var("max", dt)
         stmts.append(Declare(peak, VecReduce("max", acc)))
-        stmts += self._over_row(lambda r: [yv.store([o, r[0], 0], unary("exp", xv.load([o, r[0], 0]) - peak))])
+        shift = self._shift(peak, stmts)
+        stmts += self._over_row(lambda r: [yv.store([o, r[0], 0], unary("exp", xv.load([o, r[0], 0]) - shift))])
         # The sum: whole vectors, their lanes, then the tail one by one.
         whole = n // lanes
         sums = kb.var("vsum", vdt)
@@ -139,6 +137,10 @@ class _Rows:
         stmts += kb.loops([n - whole * lanes], lambda t: [
             Assign(total, total + yv.load([o, t[0] + whole * lanes, 0]))], prefix="t")
         return stmts + self._finish(o, 0, peak, total)
+
+    def _shift(self, peak: Expr, stmts: list[Stmt]) -> Expr:
+        """What the exponentials subtract: the row's max (a subclass may append statements)."""
+        return peak
 
     def _finish(self, o: Expr, i: Expr | int, peak: Expr, total: Expr) -> list[Stmt]:
         """y from the row's max and sum: y * (1 / sum), or x - (max + log sum)."""

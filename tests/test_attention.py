@@ -1,0 +1,104 @@
+"""Attention as exporters write it runs as one kernel whose scratch grows linearly with the
+sequence: every exporter form (tests/transformer_graphs.py) compiles to a package with no Softmax
+kernel and an arena below one head's score matrix, matches onnxruntime with both backends and
+with threads; a constant causal mask leaves the weights. ONNX's own Attention op is covered by the
+conformance sweep (tests/test_conformance.py) and a grouped-query case here."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import pytest
+from onnx import TensorProto, helper
+
+from aot.compiler import compile as compile_model
+from tests import transformer_graphs as tg
+from tests.helpers import assert_matches_onnxruntime
+
+SOURCES = ".c"
+
+
+def _c_source(package) -> str:  # noqa: ANN001 - a Package
+    return "".join(data.decode() for name, data in package.files.items()
+                   if name.endswith(SOURCES) and isinstance(data, bytes))
+
+
+EXPORTER_FORMS = {
+    "eager_div_add_mask": lambda: tg.bert_encoder(layers=1, tokens=48, width=64, heads=4, vocab=50),
+    "scaled_q_no_score_scale": lambda: tg.whisper_encoder_block(frames=64, width=64, heads=2),
+    "sdpa_scaled_q_and_k": lambda: tg.sdpa_export_block(tokens=48, width=64, heads=2, mask=True),
+    "gpt2_where_causal": lambda: tg.causal_decoder_block(tokens=48, width=64, heads=4),
+    "added_causal_mask": lambda: tg.causal_decoder_block(tokens=48, width=64, heads=4, mask_style="add"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(EXPORTER_FORMS))
+def test_exporter_attention_is_one_kernel(form: str) -> None:
+    model = EXPORTER_FORMS[form]()
+    package = compile_model(model)
+    source = _c_source(package)
+    assert "/* Softmax" not in source and "ScaledDotProductAttention <- ONNX" in source
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("form", sorted(EXPORTER_FORMS))
+def test_exporter_attention_matches_onnxruntime(form: str, backend: str) -> None:
+    model = EXPORTER_FORMS[form]()
+    assert_matches_onnxruntime(model, tg.example_inputs(model), backend=backend)
+
+
+def test_threads_give_the_serial_results() -> None:
+    model = tg.whisper_encoder_block(frames=96, width=64, heads=4)
+    inputs = tg.example_inputs(model)
+    serial = assert_matches_onnxruntime(model, inputs)
+    threaded = assert_matches_onnxruntime(model, inputs, parallel=2)
+    for name in serial:
+        np.testing.assert_array_equal(serial[name], threaded[name])
+
+
+def test_a_constant_causal_mask_leaves_the_weights() -> None:
+    model = tg.causal_decoder_block(tokens=256, width=32, heads=2)
+    arrays = [onnx.numpy_helper.to_array(t) for t in model.graph.initializer]
+    triangle = sum(a.nbytes for a in arrays if a.dtype == np.bool_)
+    assert triangle >= 256 * 256
+    package = compile_model(model)
+    assert package.manifest["weights_bytes"] < sum(a.nbytes for a in arrays) - triangle + 4096
+
+
+def test_arena_grows_linearly_with_the_sequence() -> None:
+    arenas = {frames: compile_model(tg.whisper_encoder_block(frames=frames, width=64, heads=2)).arena_bytes
+              for frames in (256, 512, 1024)}
+    # Quadratic growth would quadruple the arena per doubling.
+    assert arenas[1024] / arenas[512] < 2.3 and arenas[512] / arenas[256] < 2.3
+
+
+def _gqa_attention(batch: int = 1, q_heads: int = 4, kv_heads: int = 2, queries: int = 7, past: int = 5,
+                   head: int = 8) -> onnx.ModelProto:
+    """Opset-23 Attention, 3-D packed heads, grouped-query, a past cache, causal, a float mask."""
+    keys = past + queries
+    node = helper.make_node("Attention", ["q", "k", "v", "mask", "past_k", "past_v"], ["y", "present_k", "present_v"],
+                            q_num_heads=q_heads, kv_num_heads=kv_heads, is_causal=1, softcap=3.0)
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph([node], "gqa", [
+        info("q", TensorProto.FLOAT, [batch, queries, q_heads * head]),
+        info("k", TensorProto.FLOAT, [batch, queries, kv_heads * head]),
+        info("v", TensorProto.FLOAT, [batch, queries, kv_heads * head]),
+        info("mask", TensorProto.FLOAT, [queries, keys]),
+        info("past_k", TensorProto.FLOAT, [batch, kv_heads, past, head]),
+        info("past_v", TensorProto.FLOAT, [batch, kv_heads, past, head])], [
+        info("y", TensorProto.FLOAT, [batch, queries, q_heads * head]),
+        info("present_k", TensorProto.FLOAT, [batch, kv_heads, keys, head]),
+        info("present_v", TensorProto.FLOAT, [batch, kv_heads, keys, head])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_onnx_attention_grouped_query_with_past_matches_onnxruntime(backend: str) -> None:
+    model = _gqa_attention()
+    rng = np.random.default_rng(1)
+    inputs = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+              for i in model.graph.input}
+    assert_matches_onnxruntime(model, inputs, backend=backend)
