@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aot.ir.graph import Graph, Node
+from aot.ir.graph import Graph, Node, Tensor
 from aot.ir.sizes import element_count
 
 Shape = Sequence[int]
@@ -67,6 +67,15 @@ class ModelStats:
     per_node_macs: list[tuple[str, str, int]] = field(default_factory=list)
 
 
+# Element types an ONNX file stores two to a byte (numpy holds them one to a byte).
+PACKED_4BIT = frozenset({"int4", "uint4", "float4_e2m1fn"})
+
+
+def _file_bytes(t: Tensor) -> int:
+    """A constant's size as the model file stores it."""
+    return (t.size + 1) // 2 if t.dtype.name in PACKED_4BIT else t.nbytes
+
+
 def model_stats(graph: Graph) -> ModelStats:
     counts = Counter(n.qualified_op for n in graph.nodes)  # by domain too: as support is decided
     consts = [t for t in graph.tensors.values() if t.is_constant]
@@ -75,7 +84,7 @@ def model_stats(graph: Graph) -> ModelStats:
         op_counts=dict(sorted(counts.items())),
         unsupported=dict(graph.unsupported),
         parameters=sum(t.size for t in consts if t.dtype.kind == "f"),
-        weights_bytes=sum(t.nbytes for t in consts),
+        weights_bytes=sum(_file_bytes(t) for t in consts),
         macs=sum(m for _, _, m in per_node),
         per_node_macs=per_node,
     )
