@@ -12,11 +12,27 @@ from collections.abc import Callable, Sequence
 
 from aot.ir.graph import Node
 from aot.ir.sizes import element_count
-from aot.kernel.ir import INDEX, Assign, Declare, Expr, If, Stmt, binary, const, ge, logical_and, lt, unary
-from aot.lowering.builder import KernelBuilder, View
+from aot.kernel.ir import (
+    INDEX,
+    Assign,
+    Declare,
+    Expr,
+    If,
+    Load,
+    Stmt,
+    binary,
+    const,
+    ge,
+    logical_and,
+    lt,
+    unary,
+)
+from aot.lowering.builder import KernelBuilder, View, contiguous_strides
 from aot.lowering.context import LoweringContext
 from aot.lowering.registry import register
+from aot.lowering.tiles import TileConfig
 from aot.ops.attrs import fail, normalize_axis, required_input
+from aot.ops.reduce import chained_sum
 
 # (outer index, multi-index into the normalised dims) -> (scale, bias) expressions
 AffineFn = Callable[[list[Expr], list[Expr]], tuple[Expr | None, Expr | None]]
@@ -27,24 +43,39 @@ def _prod(dims: Sequence[int]) -> int:
 
 
 def _normalize_rows(kb: KernelBuilder, x: View, y: View | None, outer: Sequence[int], inner: Sequence[int], eps: float,
-                    affine: AffineFn, mean_out: View | None = None, *, inv_out: View | None = None) -> list[Stmt]:
+                    affine: AffineFn, mean_out: View | None = None, *, inv_out: View | None = None,
+                    lanes: int = 1) -> list[Stmt]:
     """y = (x - mean) / sqrt(var + eps) * scale + bias, statistics over the `inner` dims of each
     `outer` index. `x` and `y` are views of shape (*outer, *inner); without `y` only the
-    statistics are stored."""
+    statistics are stored. `lanes` > 1: the sums in vectors (_sum_lanes)."""
     dt = x.buffer.dtype
     count = const(float(_prod(inner)), dt)
+    width = _prod(inner)
 
     def row(o: list[Expr]) -> list[Stmt]:
-        total, mean, sq, inv = kb.var("sum", dt), kb.var("mean", dt), kb.var("sq", dt), kb.var("inv", dt)
-        stmts: list[Stmt] = [Declare(total, const(0.0, dt))]
-        stmts += kb.loops(inner, lambda r: [Assign(total, total + x.load([*o, *r]))], prefix="r")
-        stmts += [Declare(mean, total / count), Declare(sq, const(0.0, dt))]
+        mean, inv = kb.var("mean", dt), kb.var("inv", dt)
+        if lanes > 1:
+            base = x.index([*o, *[0] * len(inner)])
 
-        def square(r: list[Expr]) -> list[Stmt]:
-            d = kb.var("d", dt)
-            return [Declare(d, x.load([*o, *r]) - mean), Assign(sq, sq + d * d)]
+            def distance(i: Expr) -> Expr:
+                d = Load(x.buffer, base + i) - mean
+                return d * d
 
-        stmts += kb.loops(inner, square, prefix="r")
+            stmts, total = chained_sum(kb, lambda i: Load(x.buffer, base + i), width, dt, lanes)
+            stmts.append(Declare(mean, total / count))
+            more, sq = chained_sum(kb, distance, width, dt, lanes)
+            stmts += more
+        else:
+            total, sq = kb.var("sum", dt), kb.var("sq", dt)
+            stmts = [Declare(total, const(0.0, dt))]
+            stmts += kb.loops(inner, lambda r: [Assign(total, total + x.load([*o, *r]))], prefix="r")
+            stmts += [Declare(mean, total / count), Declare(sq, const(0.0, dt))]
+
+            def square(r: list[Expr]) -> list[Stmt]:
+                d = kb.var("d", dt)
+                return [Declare(d, x.load([*o, *r]) - mean), Assign(sq, sq + d * d)]
+
+            stmts += kb.loops(inner, square, prefix="r")
         stmts.append(Declare(inv, const(1.0, dt) / unary("sqrt", sq / count + const(eps, dt))))
 
         def store(r: list[Expr]) -> list[Stmt]:
@@ -66,6 +97,16 @@ def _normalize_rows(kb: KernelBuilder, x: View, y: View | None, outer: Sequence[
         return stmts
 
     return kb.loops(outer, row)
+
+
+def _sum_lanes(tiles: TileConfig, x: View, inner: Sequence[int]) -> int:
+    """Partial sums per row sum (reduce.py chained_sum): the target's float32 lanes where a row is
+    contiguous and at least one vector long (one running float sum is a chain of dependent
+    additions the compilers may not reorder); 1 otherwise."""
+    n = _prod(inner)
+    contiguous = x.strides[len(x.shape) - len(inner):] == contiguous_strides(inner)
+    lanes = tiles.width_for(n) if contiguous and x.buffer.dtype == "float32" else 1
+    return lanes if 1 < lanes <= n else 1
 
 
 @register("LayerNormalization")
@@ -102,7 +143,8 @@ def lower_layer_norm(node: Node, ctx: LoweringContext) -> None:
     def affine(o: list[Expr], r: list[Expr]) -> tuple[Expr | None, Expr | None]:
         return (sv.load(r) if sv is not None else None), (bv.load(r) if bv is not None else None)
 
-    ctx.emit(kb, _normalize_rows(kb, xv, yv, [outer], norm_shape, eps, affine, mv, inv_out=iv))
+    ctx.emit(kb, _normalize_rows(kb, xv, yv, [outer], norm_shape, eps, affine, mv, inv_out=iv,
+                                 lanes=_sum_lanes(ctx.tiles, xv, norm_shape)))
 
 
 @register("InstanceNormalization")
@@ -130,7 +172,8 @@ def lower_instance_norm(node: Node, ctx: LoweringContext) -> None:
     def affine(o: list[Expr], r: list[Expr]) -> tuple[Expr | None, Expr | None]:
         return sv.load([o[1]]), bv.load([o[1]])
 
-    ctx.emit(kb, _normalize_rows(kb, xv, yv, [batch, channels], [plane], eps, affine))
+    ctx.emit(kb, _normalize_rows(kb, xv, yv, [batch, channels], [plane], eps, affine,
+                                 lanes=_sum_lanes(ctx.tiles, xv, [plane])))
 
 
 @register("LRN")
