@@ -17,7 +17,7 @@ import pytest
 from tests.markdown_sections import REPO, code_blocks
 
 RUN_HERE = ["docs/adding-a-target.md", "docs/debugging.md", "docs/memory.md", "docs/performance.md",
-            "docs/targets.md"]
+            "docs/targets.md", "docs/transformers.md"]
 CROSS_TOOLS = ("qemu-aarch64", "aarch64-linux-gnu-gcc")
 RISCV_TOOLS = ("qemu-riscv64", "riscv64-linux-gnu-gcc")
 

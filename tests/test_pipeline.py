@@ -64,7 +64,7 @@ def _json_plan(data: dict, arena: str, bound: str) -> Plan:
 
 
 # Models whose inputs have free dimensions, with the shape the test gives them.
-FREE_INPUTS = {"keyword_cnn.onnx": ["--input-shape", "features=1x40x98"]}
+FREE_INPUTS = {"keyword_cnn.onnx": ["--input-shape", "features=1x40x98"], "tiny_encoder.onnx": ["--dim", "tokens=48"]}
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda p: p.name)
