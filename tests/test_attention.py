@@ -102,3 +102,32 @@ def test_onnx_attention_grouped_query_with_past_matches_onnxruntime(backend: str
     inputs = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
               for i in model.graph.input}
     assert_matches_onnxruntime(model, inputs, backend=backend)
+
+
+def test_exporters_erf_gelu_runs_as_gelu_and_matches_onnxruntime() -> None:
+    """torch's x * 0.5 * (1 + erf(x / sqrt 2)) becomes one Gelu (a multiply by 1 / sqrt 2, no
+    division) in the MatMul's epilogue, in both orders exporters write the halving."""
+    model = tg.vit_block(tokens=17, width=64, heads=2)
+    source = _c_source(compile_model(model))
+    assert "Gelu <- ONNX" in source or "+Gelu" in source
+    assert "Erf" not in source
+    for backend in ("c", "llvm"):
+        assert_matches_onnxruntime(model, tg.example_inputs(model), backend=backend)
+
+
+def test_gelu_with_the_half_taken_first_runs_as_gelu() -> None:
+    const = helper.make_tensor
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Div", ["h", "sqrt2"], ["scaled"]), helper.make_node("Erf", ["scaled"], ["e"]),
+             helper.make_node("Add", ["one", "e"], ["onep"]), helper.make_node("Mul", ["h", "half"], ["hh"]),
+             helper.make_node("Mul", ["hh", "onep"], ["y"])]
+    w = np.random.default_rng(0).standard_normal((16, 24)).astype(np.float32)
+    graph = helper.make_graph(nodes, "gelu_half_first",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 24])],
+                              [onnx.numpy_helper.from_array(w, "w"), const("sqrt2", TensorProto.FLOAT, [], [2 ** 0.5]),
+                               const("one", TensorProto.FLOAT, [], [1.0]), const("half", TensorProto.FLOAT, [], [0.5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    assert "Erf" not in _c_source(compile_model(model))
+    assert_matches_onnxruntime(model, {"x": np.random.default_rng(1).standard_normal((5, 16)).astype(np.float32)})

@@ -11,6 +11,7 @@ from aot.ir.verifier import verify_graph
 from aot.passes.cse import eliminate_common_subexpressions
 from aot.passes.fold_affine import fold_affine_into_weights
 from aot.passes.fuse_attention import fuse_attention
+from aot.passes.gelu import recognise_gelu
 from aot.passes.layout_cancel import cancel_layout_ops
 from aot.passes.quantized_ops import integer_ops
 from aot.passes.remove_identity import remove_identities
@@ -29,6 +30,7 @@ PIPELINE: list[tuple[str, Callable[[Graph], None]]] = [
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),  # duplicate constants and nodes
     ("fold_affine_into_weights", fold_affine_into_weights),  # BatchNorm / Mul / Add into Conv, Gemm, MatMul
     ("fuse_attention", fuse_attention),                # MatMul, Softmax, MatMul -> one attention kernel
+    ("recognise_gelu", recognise_gelu),                # Div, Erf, Add, Mul, Mul -> Gelu
     ("remove_dead_nodes", remove_dead_nodes),
 ]
 
