@@ -131,3 +131,54 @@ def test_gelu_with_the_half_taken_first_runs_as_gelu() -> None:
     model.ir_version = 9
     assert "Erf" not in _c_source(compile_model(model))
     assert_matches_onnxruntime(model, {"x": np.random.default_rng(1).standard_normal((5, 16)).astype(np.float32)})
+
+
+def _multi_head(case: str, batch: int = 2, queries: int = 6, keys: int = 9, heads: int = 2,
+                head: int = 8) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """com.microsoft MultiHeadAttention: "self" (bias, key padding, attention bias), "causal" (a
+    past cache, present outputs, unidirectional) or "cross" (4-D precomputed keys and values)."""
+    width, rng = heads * head, np.random.default_rng(3)
+    f = TensorProto.FLOAT
+    inputs: dict[str, np.ndarray] = {"q": rng.standard_normal((batch, queries, width)).astype(np.float32)}
+    names = ["q", "k", "v"]
+    outputs = [helper.make_tensor_value_info("y", f, [batch, queries, width])]
+    if case == "cross":
+        inputs["k"] = rng.standard_normal((batch, heads, keys, head)).astype(np.float32)
+        inputs["v"] = rng.standard_normal((batch, heads, keys, head)).astype(np.float32)
+        attrs: dict[str, object] = {}
+    else:
+        total = keys if case == "self" else queries
+        inputs["k"] = rng.standard_normal((batch, total, width)).astype(np.float32)
+        inputs["v"] = rng.standard_normal((batch, total, width)).astype(np.float32)
+        attrs = {"unidirectional": 1} if case == "causal" else {"mask_filter_value": -5000.0}
+    if case == "self":
+        inputs["bias"] = rng.standard_normal(3 * width).astype(np.float32)
+        padding = np.ones((batch, keys), np.int32)
+        padding[:, -2:] = 0
+        padding[1, :] = 0  # a batch with every key padded: onnxruntime adds the filter value to all
+        inputs["padding"] = padding
+        inputs["attention_bias"] = rng.standard_normal((1, heads, queries, keys)).astype(np.float32)
+        names += ["bias", "padding", "attention_bias"]
+    if case == "causal":
+        past = 4
+        for name in ("past_k", "past_v"):
+            inputs[name] = rng.standard_normal((batch, heads, past, head)).astype(np.float32)
+        names += ["", "", "", "past_k", "past_v"]
+        outputs += [helper.make_tensor_value_info(n, f, [batch, heads, past + queries, head])
+                    for n in ("present_k", "present_v")]
+    node = helper.make_node("MultiHeadAttention", names, [o.name for o in outputs], domain="com.microsoft",
+                            num_heads=heads, **attrs)
+    dtypes = {np.dtype(np.float32): f, np.dtype(np.int32): TensorProto.INT32}
+    graph = helper.make_graph([node], f"mha_{case}", [
+        helper.make_tensor_value_info(n, dtypes[a.dtype], list(a.shape)) for n, a in inputs.items()], outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 9
+    return model, inputs
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+@pytest.mark.parametrize("case", ["self", "causal", "cross"])
+def test_multi_head_attention_matches_onnxruntime(case: str, backend: str) -> None:
+    model, inputs = _multi_head(case)
+    assert_matches_onnxruntime(model, inputs, backend=backend)

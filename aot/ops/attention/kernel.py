@@ -56,6 +56,7 @@ class AttentionViews:
     keep: View | None = None        # bool, [*batch, queries, mask keys]: False masks a key out
     key_counts: View | None = None  # int64 per batch, [*batch]: keys from this on are padding
     scores_out: View | None = None  # [*batch, queries, keys]: the scores, as AttentionMath.scores_out says
+    projection_bias: tuple[View, View, View] | None = None  # added to Q, K, V: [*batch, head] each
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class AttentionMath:
     scale: float
     softcap: float = 0.0                # > 0: softcap * tanh(s / softcap) before the mask
     fill: float = float("-inf")         # the score of a key the bool mask leaves out
+    masks_add: bool = False             # the bool mask and the causal limit add `fill` instead
     mask_keys: int | None = None        # the masks cover only the first this many keys (the rest: -inf)
     causal: bool = False                # query i sees keys j <= its position
     offset: int = 0                     # query i's position among the keys: i + offset (or key count - queries)
@@ -102,7 +104,7 @@ class _Attention:
             # K^T's rows are not contiguous (K as the model gives it): one copy per head first.
             packed = View(scratch.keys_t, (self.slots, self.head, self.keys))
             stmts += self.kb.loops([self.head, self.keys], lambda dk: [packed.store(
-                [slot, dk[0], dk[1]], keys_t.load([*bi, dk[0], dk[1]]))], prefix="d")
+                [slot, dk[0], dk[1]], self._biased(1, keys_t.load([*bi, dk[0], dk[1]]), bi, dk[0]))], prefix="d")
             operand = (scratch.keys_t, lambda r, j0: packed.index([slot, r, j0]))
         else:
             operand = (keys_t.buffer, lambda r, j0: keys_t.index([*bi, r, j0]))
@@ -114,7 +116,8 @@ class _Attention:
         kb, dt, keys = self.kb, self.dt, self.keys
         scores = View(scratch.scores, (self.slots, self.block, keys))
         q = self.views.q
-        stmts = self._product(count, keys, self.head, a_at=lambda i, d: q.load([*bi, i0 + i, d]),
+        stmts = self._product(count, keys, self.head,
+                              a_at=lambda i, d: self._biased(0, q.load([*bi, i0 + i, d]), bi, d),
                               b=keys_t, b_at=None, out=(scratch.scores, lambda i, j: scores.index([slot, i, j])),
                               finish=lambda value, i, j: self._score(bi, i0 + i, j, value))
         stmts += self._scores_out(bi, slot, i0, count, scores, before_softmax=True)
@@ -130,7 +133,12 @@ class _Attention:
             count, self.value_head, keys, a_at=lambda i, r: scores.load([slot, i, r]),
             b=(v.buffer, lambda r, j0: v.index([*bi, r, j0])) if v.strides[-1] == 1 else None,
             b_at=lambda r, j: v.load([*bi, r, j]), out=(y.buffer, lambda i, j: y.index([*bi, i0 + i, j])),
-            finish=lambda value, i, j: value * inverse.load([slot, i]))
+            finish=lambda value, i, j: self._biased(2, value * inverse.load([slot, i]), bi, j))
+
+    def _biased(self, which: int, value: Expr, bi: list[Expr], d: Expr) -> Expr:
+        """Q, K or (added to the output: the probabilities sum to 1) V with its projection bias."""
+        bias = self.views.projection_bias
+        return value if bias is None else value + bias[which].load([*bi, d])
 
     def _scores_out(self, bi: list[Expr], slot: Expr, i0: Expr, count: int, scores: View, *,
                     before_softmax: bool, inverse: View | None = None) -> list[Stmt]:
@@ -177,6 +185,10 @@ class _Attention:
             score = unary("tanh", score * const(1.0 / m.softcap, dt)) * const(m.softcap, dt)
         return score if m.scores_out == "scaled" else self._masked(bi, i, j, score)
 
+    def _filled(self, score: Expr) -> Expr:
+        fill = const(self.math.fill, self.dt)
+        return score + fill if self.math.masks_add else fill
+
     def _masked(self, bi: list[Expr], i: Expr, j: Expr, score: Expr) -> Expr:
         dt, m, views = self.dt, self.math, self.views
         masked = const(float("-inf"), dt)
@@ -185,7 +197,9 @@ class _Attention:
             if views.bias is not None:
                 with_mask = with_mask + views.bias.load([*bi, i, j])
             if views.keep is not None:
-                with_mask = select(views.keep.load([*bi, i, j]), with_mask, const(m.fill, dt))
+                keep = views.keep.load([*bi, i, j])
+                keep = keep if keep.dtype == "bool" else binary("ne", keep, const(0, keep.dtype))
+                with_mask = select(keep, with_mask, self._filled(with_mask))
             # (lazy: a short mask is not read past its end)
             score = with_mask if m.mask_keys is None else select(lt(j, m.mask_keys), with_mask, masked)
         count = None
@@ -194,7 +208,7 @@ class _Attention:
             score = select(lt(j, count), score, masked)
         position = i + m.offset if count is None else i + count - self.queries
         if m.causal:
-            score = select(le(j, position), score, masked)
+            score = select(le(j, position), score, self._filled(score) if m.masks_add else masked)
         left, right = m.window
         if left >= 0:
             score = select(le(position - j, left), score, masked)
@@ -239,7 +253,8 @@ def attention_kernel(kb: KernelBuilder, tiles: TileConfig, views: AttentionViews
     slots = min(SCRATCH_SLOTS, tasks) if parallel else 1
     store = _Scratch(scores=scratch((slots, block, keys), "scores"),
                      inverse=scratch((slots, block), "inverse_sums"),
-                     keys_t=scratch((slots, head, keys), "keys_t") if views.keys_t.strides[-1] != 1 else None)
+                     keys_t=scratch((slots, head, keys), "keys_t")
+                     if views.keys_t.strides[-1] != 1 or views.projection_bias is not None else None)
     work = _Attention(kb, tiles, views, math_, block, slots)
     if slots > 1:
         return slot_blocks(kb, tasks, 1, lambda start, _count, slot: work.head_task(

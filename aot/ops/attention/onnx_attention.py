@@ -8,6 +8,7 @@ zeros. Lowered to aot/ops/attention/kernel.py: one kernel, no queries x keys sco
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from aot.ir.graph import Node, Tensor
 from aot.lowering.builder import KernelBuilder, View
@@ -26,14 +27,14 @@ def lower_attention(node: Node, ctx: LoweringContext) -> None:
     assert y is not None
     _check(node, q, k, v)
     kb = ctx.builder(node)
-    heads = _Heads(node, q, k, v)
-    keys, values = _with_past(node, ctx, kb, (k, past_key, 1), (v, past_value, 2), heads)
+    heads = _heads(node, q, k, v)
+    keys, values = with_past(node, ctx, kb, (k, past_key, 1), (v, past_value, 2), heads)
     batch, kv_heads, reps = q.shape[0], heads.kv, heads.q // heads.kv
     q4 = heads.split(kb.input(q), heads.q)
     queries, total = q4.shape[2], keys.shape[2]
-    qv = _group(q4, kv_heads, reps, shared=False)
-    yv = _group(heads.split(kb.output(y), heads.q), kv_heads, reps, shared=False)
-    kg, vg = _group(keys, kv_heads, reps, shared=True), _group(values, kv_heads, reps, shared=True)
+    qv = group(q4, kv_heads, reps, shared=False)
+    yv = group(heads.split(kb.output(y), heads.q), kv_heads, reps, shared=False)
+    kg, vg = group(keys, kv_heads, reps, shared=True), group(values, kv_heads, reps, shared=True)
     masks = _masks(node, kb, mask, (batch, heads.q, queries, total), (kv_heads, reps))
     counts = node.input(6)
     key_counts = None
@@ -79,7 +80,7 @@ def _masks(node: Node, kb: KernelBuilder, mask: Tensor | None, scores: tuple[int
     if mask.shape[-1] > scores[-1]:
         raise fail(node, f"attn_mask {list(mask.shape)} covers more than the {scores[-1]} keys")
     try:
-        view = _group(kb.input(mask).broadcast_to((*scores[:3], mask.shape[-1])), *groups, shared=False)
+        view = group(kb.input(mask).broadcast_to((*scores[:3], mask.shape[-1])), *groups, shared=False)
     except ValueError as e:
         raise fail(node, f"attn_mask {list(mask.shape)} does not broadcast to {list(scores)}") from e
     return (None, view) if mask.dtype.kind == "b" else (view, None)
@@ -92,42 +93,47 @@ def _scores_output(node: Node, kb: KernelBuilder, groups: tuple[int, int]) -> tu
     mode = int(node.attr("qk_matmul_output_mode", 0))
     if mode not in SCORES_OUTPUT:
         raise fail(node, f"qk_matmul_output_mode {mode}: must be 0, 1, 2 or 3")
-    return _group(kb.output(out), *groups, shared=False), SCORES_OUTPUT[mode]
+    return group(kb.output(out), *groups, shared=False), SCORES_OUTPUT[mode]
 
 
-class _Heads:
-    """Query and key/value head counts, and 3-D inputs seen as [batch, heads, sequence, head]."""
-
-    def __init__(self, node: Node, q: Tensor, k: Tensor, v: Tensor) -> None:
-        self.rank = q.rank
-        if q.rank == 4:
-            self.q, self.kv = q.shape[1], k.shape[1]
-        else:
-            self.q, self.kv = int(node.attr("q_num_heads", 0)), int(node.attr("kv_num_heads", 0))
-            if self.q <= 0 or self.kv <= 0:
-                raise fail(node, "3-D Q, K, V need the q_num_heads and kv_num_heads attributes")
-            for t, h in ((q, self.q), (k, self.kv), (v, self.kv)):
-                if t.shape[2] % h:
-                    raise fail(node, f"{t.name} {list(t.shape)}: hidden size not divisible by {h} heads")
-        if self.q % self.kv:
-            raise fail(node, f"{self.q} query heads are not a multiple of {self.kv} key/value heads")
+@dataclass(frozen=True)
+class Heads:
+    """Query and key/value head counts; 3-D tensors [batch, sequence, heads x head] are seen as
+    [batch, heads, sequence, head], 4-D ones are that already."""
+    q: int
+    kv: int
 
     def shape(self, tensor: Tensor, heads: int) -> tuple[int, ...]:
         """The 4-D shape `split` gives `tensor`."""
-        if self.rank == 4:
+        if tensor.rank == 4:
             return tensor.shape
         batch, sequence, hidden = tensor.shape
         return (batch, heads, sequence, hidden // heads)
 
     def split(self, view: View, heads: int) -> View:
         """A 4-D view [batch, heads, sequence, head] of a 3-D or 4-D tensor's view."""
-        if self.rank == 4:
+        if len(view.shape) == 4:
             return view
         batch, sequence, hidden = view.shape
         return View(view.buffer, (batch, sequence, heads, hidden // heads), offset=view.offset).permute([0, 2, 1, 3])
 
 
-def _group(view: View, kv_heads: int, reps: int, shared: bool) -> View:
+def _heads(node: Node, q: Tensor, k: Tensor, v: Tensor) -> Heads:
+    if q.rank == 4:
+        heads = Heads(q.shape[1], k.shape[1])
+    else:
+        heads = Heads(int(node.attr("q_num_heads", 0)), int(node.attr("kv_num_heads", 0)))
+        if heads.q <= 0 or heads.kv <= 0:
+            raise fail(node, "3-D Q, K, V need the q_num_heads and kv_num_heads attributes")
+        for t, h in ((q, heads.q), (k, heads.kv), (v, heads.kv)):
+            if t.shape[2] % h:
+                raise fail(node, f"{t.name} {list(t.shape)}: hidden size not divisible by {h} heads")
+    if heads.q % heads.kv:
+        raise fail(node, f"{heads.q} query heads are not a multiple of {heads.kv} key/value heads")
+    return heads
+
+
+def group(view: View, kv_heads: int, reps: int, shared: bool) -> View:
     """[batch, heads, ...] as [batch, kv_heads, reps, ...]: query head h is h // reps's group
     (`shared`: a key/value view of kv_heads heads, the same for every query head of a group)."""
     if shared:
@@ -138,8 +144,8 @@ def _group(view: View, kv_heads: int, reps: int, shared: bool) -> View:
                 (view.strides[0], stride * reps, stride, *view.strides[2:]), view.offset)
 
 
-def _with_past(node: Node, ctx: LoweringContext, kb: KernelBuilder, key: tuple[Tensor, Tensor | None, int],
-               value: tuple[Tensor, Tensor | None, int], heads: _Heads) -> tuple[View, View]:
+def with_past(node: Node, ctx: LoweringContext, kb: KernelBuilder, key: tuple[Tensor, Tensor | None, int],
+               value: tuple[Tensor, Tensor | None, int], heads: Heads) -> tuple[View, View]:
     """The 4-D key and value views the attention reads: K and V, or the present_key and
     present_value outputs (past then new, written first by copy kernels) where a past is given."""
     views = []
@@ -162,7 +168,7 @@ def _with_past(node: Node, ctx: LoweringContext, kb: KernelBuilder, key: tuple[T
 
 
 def _copy_present(node: Node, ctx: LoweringContext, new: Tensor, past: Tensor | None, present: Tensor,
-                  heads: _Heads) -> None:
+                  heads: Heads) -> None:
     """present = concat(past, new) along the sequence, as its own kernel."""
     kb = ctx.builder(node, op="Attention.present")
     out = kb.output(present)
