@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,7 +222,9 @@ def _exported(model: Transformer) -> onnx.ModelProto:
 
     assert model.export is not None
     module, args = model.export()
-    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad(), warnings.catch_warnings():
+        # The tracer's notes that shape checks become constants: at one static shape, as intended.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
         exported = Path(tmp) / "model.onnx"
         torch.onnx.export(module, args, os.fspath(exported), input_names=list(model.inputs()),
                           output_names=["last_hidden_state"], opset_version=OPSET, dynamo=False)
