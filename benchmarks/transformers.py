@@ -23,7 +23,7 @@ transformers, onnx_ir for onnxruntime's weight quantizer, openvino). Models:
 
 The export is torch.onnx.export(dynamo=False), the TorchScript exporter (torch 2.13 still has it;
 its default, dynamo=True, needs onnxscript), at opset 18, batch 1, static shapes, with transformers'
-"eager" attention (MatMul, Softmax, MatMul; "sdpa" adds IsNaN/Where guards around the Softmax).
+"eager" attention (MatMul, Softmax, MatMul; "sdpa" adds Reshapes and, under a mask, IsNaN/Where).
 Exported models are cached in $AOT_BENCH_MODELS (default ~/.cache/aot-bench-models)/transformers.
 OpenVINO, where it imports, is timed on the host's own vector features (f32 precision, one
 thread, its own timing loop, not interleaved) and shown in the host table only.
