@@ -183,6 +183,14 @@ def matmul_tile_shape(tiles: TileConfig, m: int, n: int) -> tuple[int, int]:
     rows are K apart: broadcast one by one."""
     tiles = tiles.one_by_one()
     rows = min(m, tiles.rows_for(tiles.cols, m))
+    if tiles.lane_broadcasts and not tiles.by_scalar and tiles.vectorises_loops:
+        # A multiply by lane reads each row's A value from a vector register, and gcc loads the
+        # tile's A values together: rows x vectors accumulators, the B vectors and one register
+        # per row must fit, or two accumulators spill in the inner loop (6 x 16 on aarch64;
+        # `python -m benchmarks.arm_profile --hot-blocks` on a ViT block shows the str/ldr).
+        # LLVM's schedule keeps its 6 rows without spilling, and runs fewer instructions with them.
+        vectors = -(-tiles.cols // tiles.lanes)
+        rows = max(1, min(rows, (tiles.registers - vectors) // (vectors + 1)))
     vectors = tiles.accumulators // rows
     if tiles.lanes <= 4:
         # Arm's multiply-adds read registers only (x86's read B from memory): each B vector needs
