@@ -214,16 +214,43 @@ def _causal_offset(mask: Tensor, fill: float, keep: bool, scores: tuple[int, int
     return offset if (values[seen] == 0).all() and (values[~seen] <= NEGLIGIBLE).all() else None
 
 
+def _absorb_transposes(graph: Graph, m: _Match, attrs: dict[str, object]) -> list[Tensor]:
+    """Q, K^T and V read through the Transposes that made them, and Y written through the
+    Transpose after it, where the pattern alone reads them: the kernel reads and writes strided
+    views (K^T is packed per head inside it), so the copies go. Returns the node's inputs and output."""
+    operands = []
+    for name, t in (("q_perm", m.q), ("keys_perm", m.keys_t), ("v_perm", m.v)):
+        producer = t.producer
+        if (producer is not None and producer.op_type == "Transpose" and _only_reader(graph, t) in m.nodes
+                and not any(t is other for other in (m.q, m.keys_t, m.v) if other is not t)):
+            m.nodes.insert(0, producer)
+            attrs[name] = list(producer.attr("perm", list(range(t.rank))[::-1]))
+            t = producer.inputs[0]
+        operands.append(t)
+    y = m.y
+    reader = _only_reader(graph, y)
+    if reader is not None and reader.op_type == "Transpose" and reader.outputs[0] is not None:
+        perm = list(reader.attr("perm", list(range(y.rank))[::-1]))
+        if perm[-1] == y.rank - 1:  # rows stay contiguous
+            m.nodes.append(reader)
+            attrs["y_perm"] = perm
+            y = reader.outputs[0]
+    return [*operands, y]
+
+
 def _replace(graph: Graph, m: _Match) -> None:
-    attrs: dict[str, object] = {"scale": m.scale, "fill": m.fill, FUSED_FROM: [n.name for n in m.nodes]}
+    attrs: dict[str, object] = {"scale": m.scale, "fill": m.fill}
     bias, keep = m.bias, m.keep
     for mask, is_keep in ((bias, False), (keep, True)):
         offset = _causal_offset(mask, m.fill, is_keep, (m.q.shape[-2], m.v.shape[-2])) if mask is not None else None
         if offset is not None and "causal_offset" not in attrs:
             attrs["causal_offset"] = offset
             bias, keep = (bias, None) if is_keep else (None, keep)
-    fused = Node(OP_TYPE, m.nodes[-1].name, [m.q, m.keys_t, m.v, bias, keep], [m.y], attrs, INTERNAL_DOMAIN, 1)
-    position = graph.nodes.index(m.nodes[-1])  # every input is ready there
+    last = m.nodes[-1]
+    q, keys_t, v, y = _absorb_transposes(graph, m, attrs)
+    attrs[FUSED_FROM] = [n.name for n in m.nodes]
+    fused = Node(OP_TYPE, last.name, [q, keys_t, v, bias, keep], [y], attrs, INTERNAL_DOMAIN, 1)
+    position = max(graph.nodes.index(n) for n in m.nodes)  # every input is ready there
     graph.add_node(fused)
     graph.nodes.insert(position + 1, graph.nodes.pop())
     graph.remove_nodes(m.nodes)
