@@ -15,6 +15,10 @@ from aot.lowering.registry import constant_inputs, registered_op_types
 
 # Limits stated by the lowerings (their errors name the node), in one line per op.
 _LIMITS: dict[str, str] = {
+    "Attention": "float32; one kernel over query blocks (no queries x keys scratch unless qk_matmul_output is "
+                 "asked for)",
+    "com.microsoft::MultiHeadAttention": "float32; separate query, key and value; key_padding_mask [batch, keys]; "
+                                         "no cache_indirection, no qk output, no bias with a past cache",
     "AveragePool": "float types",
     "BatchNormalization": "inference only: no running-statistics outputs (export in eval mode)",
     "Cast": "no float8 casts",
