@@ -15,8 +15,7 @@ from aot.lowering.registry import constant_inputs, registered_op_types
 
 # Limits stated by the lowerings (their errors name the node), in one line per op.
 _LIMITS: dict[str, str] = {
-    "Attention": "float32; one kernel over query blocks (no queries x keys scratch unless qk_matmul_output is "
-                 "asked for)",
+    "Attention": "float32; one kernel holding the scores of one block of queries at a time",
     "com.microsoft::MultiHeadAttention": "float32; separate query, key and value; key_padding_mask [batch, keys]; "
                                          "no cache_indirection, no qk output, no bias with a past cache",
     "AveragePool": "float types",
